@@ -1,0 +1,373 @@
+/* train_mlp.c - an MLP classifier on generated data, trained through ZeroShard under any config.
+ * Every rank draws its micro-batches from one global sample stream, so a fixed train_batch_size sees
+ * the same samples per step at any world size. Prints the loss per step and, last, `params-hash`. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <mpi.h>
+
+#include "zeroshard.h"
+
+#define IN_DIM 16
+#define CLASSES 4
+
+struct opts {
+    const char *config, *dump;
+    int64_t steps, micro, hidden, layers;
+    uint64_t seed;
+    double lr;
+    int memory_json, quiet;
+};
+
+struct layer {
+    int32_t unit, w, b;
+    int64_t in, out;
+};
+
+struct model {
+    int nlayers;
+    struct layer *l;
+    int64_t max_width;
+};
+
+/* ---------------------------------------------------------------- deterministic data */
+
+static uint64_t splitmix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* uniform in [-1, 1) from (seed, a, b) */
+static float unif(uint64_t seed, uint64_t a, uint64_t b)
+{
+    uint64_t h = splitmix(seed ^ splitmix(a * 0x100000001b3ULL + b));
+    return (float)((double)(h >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
+}
+
+static void sample(uint64_t seed, uint64_t idx, float *x, int *label)
+{
+    float best = -INFINITY;
+
+    for (int j = 0; j < IN_DIM; j++)
+        x[j] = unif(seed, idx + 1, (uint64_t)j);
+    for (int c = 0; c < CLASSES; c++) { /* a fixed random linear teacher decides the class */
+        float s = 0.0f;
+        for (int j = 0; j < IN_DIM; j++)
+            s += unif(seed ^ 0x7eac4e5ULL, (uint64_t)c, (uint64_t)j) * x[j];
+        if (s > best) {
+            best = s;
+            *label = c;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- model */
+
+static int die(const zs_ctx *ctx, const char *what, zs_status st)
+{
+    (void)ctx;
+    fprintf(stderr, "zeroshard: error: %s: %s\n", what, zs_last_error());
+    return st ? (int)st : 1;
+}
+
+/* Initial values must stay valid until zs_setup, which broadcasts rank 0's. */
+static zs_status build_model(zs_ctx *ctx, const struct opts *o, struct model *m)
+{
+    zs_status st = ZS_OK;
+    float **init;
+
+    m->nlayers = (int)o->layers + 1;
+    m->l = calloc((size_t)m->nlayers, sizeof(*m->l));
+    init = calloc(2 * (size_t)m->nlayers, sizeof(float *));
+    if (!m->l || !init) {
+        free(init);
+        return ZS_ERR_NOMEM;
+    }
+    m->max_width = o->hidden > IN_DIM ? o->hidden : IN_DIM;
+    for (int i = 0; i < m->nlayers && !st; i++) {
+        struct layer *L = &m->l[i];
+        char name[64];
+
+        L->in = i == 0 ? IN_DIM : o->hidden;
+        L->out = i == m->nlayers - 1 ? CLASSES : o->hidden;
+        float *w = init[2 * i] = malloc((size_t)(L->in * L->out) * sizeof(float));
+        float *b = init[2 * i + 1] = calloc((size_t)L->out, sizeof(float));
+        if (!w || !b) {
+            st = ZS_ERR_NOMEM;
+            break;
+        }
+        float scale = sqrtf(2.0f / (float)L->in);
+        for (int64_t k = 0; k < L->in * L->out; k++)
+            w[k] = scale * unif(o->seed ^ 0x5eedULL, (uint64_t)i, (uint64_t)k);
+        snprintf(name, sizeof(name), "layer%d", i);
+        st = zs_unit_add(ctx, name, &L->unit);
+        snprintf(name, sizeof(name), "layer%d.weight", i);
+        if (!st)
+            st = zs_param_add(ctx, L->unit, name, L->in * L->out, w, &L->w);
+        snprintf(name, sizeof(name), "layer%d.bias", i);
+        if (!st)
+            st = zs_param_add(ctx, L->unit, name, L->out, b, &L->b);
+    }
+    if (!st)
+        st = zs_setup(ctx);
+    for (int i = 0; i < 2 * m->nlayers; i++)
+        free(init[i]);
+    free(init);
+    return st;
+}
+
+/* One micro-batch: forward through fetched units, loss, backward in reverse unit order.
+ * acts[i] holds layer i's input for the whole batch. Returns the mean loss. */
+static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct opts *o, uint64_t first,
+                             int64_t B, float **acts, float *dlog, float *dbuf, double *loss)
+{
+    zs_status st;
+    int labels[4096];
+    double total = 0.0;
+
+    for (int64_t k = 0; k < B; k++)
+        sample(o->seed, first + (uint64_t)k, acts[0] + k * IN_DIM, &labels[k]);
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct layer *L = &m->l[i];
+        float *w, *b;
+        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, (void **)&w)) ||
+            (st = zs_param_data(ctx, L->b, (void **)&b)))
+            return st;
+        for (int64_t k = 0; k < B; k++) {
+            const float *x = acts[i] + k * L->in;
+            float *y = acts[i + 1] + k * L->out;
+            for (int64_t r = 0; r < L->out; r++) {
+                float s = b[r];
+                for (int64_t c = 0; c < L->in; c++)
+                    s += w[r * L->in + c] * x[c];
+                y[r] = (i < m->nlayers - 1 && s < 0.0f) ? 0.0f : s;
+            }
+        }
+        if ((st = zs_unit_release(ctx, L->unit)))
+            return st;
+    }
+    for (int64_t k = 0; k < B; k++) { /* softmax cross-entropy, gradient of the batch mean */
+        const float *z = acts[m->nlayers] + k * CLASSES;
+        float mx = z[0], sum = 0.0f;
+        for (int c = 1; c < CLASSES; c++)
+            mx = z[c] > mx ? z[c] : mx;
+        for (int c = 0; c < CLASSES; c++)
+            sum += expf(z[c] - mx);
+        total += (double)(logf(sum) + mx - z[labels[k]]);
+        for (int c = 0; c < CLASSES; c++)
+            dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)B;
+    }
+    *loss = total / (double)B;
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        const struct layer *L = &m->l[i];
+        float *w, *g;
+        int64_t woff, boff;
+        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, (void **)&w)) ||
+            (st = zs_grad_get(ctx, L->unit, &g)) || (st = zs_param_info(ctx, L->w, NULL, NULL, NULL, &woff)) ||
+            (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &boff)))
+            return st;
+        for (int64_t k = 0; k < B; k++) {
+            const float *x = acts[i] + k * L->in, *dy = dlog + k * L->out;
+            float *dx = dbuf + k * L->in;
+            for (int64_t r = 0; r < L->out; r++) {
+                g[boff + r] += dy[r];
+                for (int64_t c = 0; c < L->in; c++)
+                    g[woff + r * L->in + c] += dy[r] * x[c];
+            }
+            for (int64_t c = 0; c < L->in; c++) {
+                float s = 0.0f;
+                for (int64_t r = 0; r < L->out; r++)
+                    s += w[r * L->in + c] * dy[r];
+                dx[c] = (i > 0 && x[c] <= 0.0f) ? 0.0f : s; /* ReLU of the layer below */
+            }
+        }
+        memcpy(dlog, dbuf, (size_t)(B * L->in) * sizeof(float));
+        if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
+            return st;
+    }
+    return ZS_OK;
+}
+
+/* FNV-1a over every parameter's fp32 bytes in registration order: equal hashes mean equal bits. */
+static zs_status params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int rank)
+{
+    uint64_t h = 0xcbf29ce484222325ULL;
+    FILE *f = NULL;
+    zs_status st;
+
+    if (dump && rank == 0 && !(f = fopen(dump, "wb"))) {
+        fprintf(stderr, "zeroshard: error: %s: %s\n", dump, strerror(errno));
+        return ZS_ERR_IO;
+    }
+    for (int32_t p = 0; p < zs_param_count(ctx); p++) {
+        int32_t unit;
+        int64_t n;
+        const unsigned char *d;
+        if ((st = zs_param_info(ctx, p, NULL, &n, &unit, NULL)) || (st = zs_unit_fetch(ctx, unit, NULL)) ||
+            (st = zs_param_data(ctx, p, (void **)&d)))
+            break;
+        for (int64_t i = 0; i < n * 4; i++) {
+            h ^= d[i];
+            h *= 0x100000001b3ULL;
+        }
+        if (f)
+            fwrite(d, 4, (size_t)n, f);
+        if ((st = zs_unit_release(ctx, unit)))
+            break;
+    }
+    if (f)
+        fclose(f);
+    *hash = h;
+    return st;
+}
+
+static void print_memory(zs_ctx *ctx, int rank, int world)
+{
+    zs_memory_report mine, *all = NULL;
+
+    zs_memory(ctx, &mine);
+    if (rank == 0)
+        all = calloc((size_t)world, sizeof(*all));
+    MPI_Gather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, 0, MPI_COMM_WORLD);
+    for (int r = 0; rank == 0 && r < world; r++)
+        printf("{\"memory\": {\"rank\": %d, \"stage\": %d, \"world\": %d, \"params\": %llu, \"grads\": %llu, "
+               "\"optimizer\": %llu, \"buffers\": %llu, \"formula\": %llu, \"numel\": %llu}}\n",
+               all[r].rank, all[r].stage, all[r].world, (unsigned long long)all[r].params,
+               (unsigned long long)all[r].grads, (unsigned long long)all[r].optimizer,
+               (unsigned long long)all[r].buffers, (unsigned long long)all[r].formula,
+               (unsigned long long)all[r].numel);
+    free(all);
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){ .steps = 20, .seed = 1, .hidden = 64, .layers = 2 };
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--memory-json")) { o->memory_json = 1; continue; }
+        if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
+        if (!v) {
+            fprintf(stderr, "zeroshard: error: %s needs a value\n", a);
+            return -1;
+        }
+        i++;
+        if (!strcmp(a, "--config")) o->config = v;
+        else if (!strcmp(a, "--steps")) o->steps = atoll(v);
+        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 0);
+        else if (!strcmp(a, "--hidden")) o->hidden = atoll(v);
+        else if (!strcmp(a, "--layers")) o->layers = atoll(v);
+        else if (!strcmp(a, "--micro-batch")) o->micro = atoll(v);
+        else if (!strcmp(a, "--lr")) o->lr = atof(v);
+        else if (!strcmp(a, "--dump")) o->dump = v;
+        else {
+            fprintf(stderr, "zeroshard: error: unknown option %s (see README: --config --steps --seed --memory-json)\n", a);
+            return -1;
+        }
+    }
+    if (!o->config) {
+        fprintf(stderr, "zeroshard: error: --config FILE is required (examples/configs/ has one per stage)\n");
+        return -1;
+    }
+    if (o->steps < 0 || o->hidden < 1 || o->layers < 0) {
+        fprintf(stderr, "zeroshard: error: --steps, --hidden and --layers must be non-negative (hidden >= 1)\n");
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    struct model m = {0};
+    zs_ctx *ctx = NULL;
+    zs_init_opts io = {0};
+    zs_status st;
+    int rank, world, rc = 0;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (parse_args(argc, argv, &o)) {
+        MPI_Finalize();
+        return 2;
+    }
+    io.config_path = o.config;
+    io.auto_values.micro_batch_size = o.micro;
+    io.auto_values.lr = o.lr;
+    io.auto_values.total_num_steps = o.steps;
+    io.quiet = o.quiet;
+    st = zs_init(&ctx, &io);
+    if (!st)
+        st = build_model(ctx, &o, &m);
+    if (st) {
+        if (rank == 0)
+            die(ctx, "setup", st);
+        zs_finalize(ctx);
+        free(m.l);
+        MPI_Finalize();
+        return 1;
+    }
+    if (o.memory_json)
+        print_memory(ctx, rank, world);
+
+    int64_t B = zs_micro_batch_size(ctx), gas = zs_grad_accum_steps(ctx);
+    if (B > 4096) {
+        if (rank == 0)
+            fprintf(stderr, "zeroshard: error: train_micro_batch_size_per_gpu %lld is above this example's 4096\n",
+                    (long long)B);
+        zs_finalize(ctx);
+        MPI_Finalize();
+        return 1;
+    }
+    float **acts = calloc((size_t)m.nlayers + 1, sizeof(float *));
+    float *dlog = malloc((size_t)(B * m.max_width) * sizeof(float));
+    float *dbuf = malloc((size_t)(B * m.max_width) * sizeof(float));
+    for (int i = 0; i <= m.nlayers; i++)
+        acts[i] = malloc((size_t)(B * m.max_width) * sizeof(float));
+
+    for (int64_t step = 0; step < o.steps && !rc; step++) {
+        double sum = 0.0, loss, all = 0.0;
+        for (int64_t mb = 0; mb < gas && !rc; mb++) {
+            uint64_t first = (uint64_t)(((step * gas + mb) * world + rank) * B);
+            st = micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &loss);
+            if (!st)
+                st = zs_step(ctx);
+            if (st)
+                rc = die(ctx, "train", st);
+            sum += loss;
+        }
+        if (rc)
+            break;
+        MPI_Allreduce(&sum, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        zs_step_stats s;
+        zs_stats(ctx, &s);
+        if (rank == 0)
+            printf("step %lld loss %.6f lr %.6g grad_norm %.6f\n", (long long)s.global_step,
+                   all / (double)(world * gas), s.lr, s.grad_norm);
+    }
+    if (!rc) {
+        uint64_t h;
+        st = params_hash(ctx, &h, o.dump, rank);
+        if (st)
+            rc = die(ctx, "params-hash", st);
+        else if (rank == 0)
+            printf("params-hash %016llx\n", (unsigned long long)h);
+    }
+    for (int i = 0; i <= m.nlayers; i++)
+        free(acts[i]);
+    free(acts);
+    free(dlog);
+    free(dbuf);
+    free(m.l);
+    if (rc)
+        MPI_Abort(MPI_COMM_WORLD, rc);
+    zs_finalize(ctx);
+    MPI_Finalize();
+    return 0;
+}

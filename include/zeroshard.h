@@ -1,0 +1,146 @@
+/* zeroshard.h - public C API of ZeroShard, a ZeRO-style sharded optimizer runtime.
+ *
+ * A training program drives the runtime through these hooks, shaped like DeepSpeed's and FSDP's:
+ *   zs_init -> zs_unit_add / zs_param_add ... -> zs_setup
+ *   per micro-batch:  forward  zs_unit_fetch / zs_unit_release   (unit order)
+ *                     backward zs_unit_fetch, zs_grad_get, zs_grad_ready, zs_unit_release (reverse order)
+ *                     zs_step (steps the optimizer at each gradient-accumulation boundary)
+ *   zs_finalize
+ * Every call returns a zs_status; zs_last_error() gives a one-line message naming what was wrong
+ * (config key path, parameter, rank). The library never exits the process.
+ */
+#ifndef ZEROSHARD_H
+#define ZEROSHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library is built with hidden visibility; everything declared here is its exported API. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+#define ZS_VERSION_MAJOR 0
+#define ZS_VERSION_MINOR 1
+#define ZS_VERSION_PATCH 0
+
+typedef enum zs_status {
+    ZS_OK = 0,
+    ZS_ERR_INVALID = 1,   /* bad argument or call order */
+    ZS_ERR_CONFIG = 2,    /* config could not be read, parsed or honoured */
+    ZS_ERR_NOMEM = 3,     /* allocation failed */
+    ZS_ERR_COMM = 4,      /* a collective failed */
+    ZS_ERR_MISMATCH = 5,  /* ranks disagree (config or parameter registration) */
+    ZS_ERR_IO = 6,        /* a file could not be read or written */
+    ZS_ERR_UNSUPPORTED = 7, /* a feature this build or version does not implement */
+} zs_status;
+
+typedef enum zs_dtype {
+    ZS_DTYPE_FP32 = 0,
+    ZS_DTYPE_BF16 = 1,
+    ZS_DTYPE_FP16 = 2,
+} zs_dtype;
+
+typedef struct zs_ctx zs_ctx;
+
+/* Values a program can supply for keys its config sets to "auto" (as the Hugging Face trainer does).
+ * Zero means "not supplied": the key then takes DeepSpeed's default, or is rejected by name when it has
+ * none (optimizer lr, scheduler total_num_steps). */
+typedef struct zs_auto_values {
+    int64_t micro_batch_size;     /* train_micro_batch_size_per_gpu */
+    int64_t grad_accum_steps;     /* gradient_accumulation_steps */
+    double lr;                    /* optimizer.params.lr, scheduler warmup_max_lr */
+    int64_t total_num_steps;      /* scheduler total_num_steps */
+    int64_t warmup_num_steps;     /* scheduler warmup_num_steps */
+    double gradient_clipping;     /* gradient_clipping */
+} zs_auto_values;
+
+typedef struct zs_init_opts {
+    const char *config_path;      /* a DeepSpeed-style JSON file, or */
+    const char *config_json;      /* the JSON text itself (used when config_path is NULL) */
+    MPI_Comm comm;                /* MPI_COMM_NULL (or zero-initialised) means MPI_COMM_WORLD */
+    int use_comm;                 /* nonzero: use .comm; zero: MPI_COMM_WORLD */
+    zs_auto_values auto_values;
+    int quiet;                    /* nonzero: rank 0 prints no start-up lines */
+} zs_init_opts;
+
+/* Bytes a rank holds, by category. Persistent bytes are those alive across steps. */
+typedef struct zs_memory_report {
+    int32_t rank, world, stage;
+    uint64_t params;        /* persistent parameter bytes (full or shard, by stage) */
+    uint64_t grads;         /* persistent gradient bytes (full or shard, by stage) */
+    uint64_t optimizer;     /* optimizer state bytes (moments; fp32 master copy when params are 16-bit) */
+    uint64_t buffers;       /* communication and staging buffers sized by the config */
+    uint64_t formula;       /* what the ZeRO formula predicts for params + grads + optimizer */
+    uint64_t live_params;   /* gathered (stage 3) parameter bytes alive right now */
+    uint64_t peak_live_params;
+    uint64_t numel;         /* registered parameter elements (Psi) */
+    uint64_t numel_padded;  /* elements after padding units to equal shards */
+} zs_memory_report;
+
+typedef struct zs_step_stats {
+    int64_t global_step;    /* optimizer steps taken */
+    int64_t micro_step;     /* micro-batches seen */
+    int32_t stepped;        /* 1 when the last zs_step call ran the optimizer */
+    int32_t skipped;        /* 1 when the last boundary skipped the update (overflow) */
+    double lr;              /* learning rate used by the last optimizer step */
+    double grad_norm;       /* global gradient norm before clipping (last step) */
+    double clip_coef;       /* factor applied to gradients by clipping (1 = none) */
+    double loss_scale;      /* current loss scale (1 without fp16) */
+} zs_step_stats;
+
+/* ---------------------------------------------------------------- lifetime */
+zs_status zs_init(zs_ctx **ctx, const zs_init_opts *opts);
+zs_status zs_finalize(zs_ctx *ctx);
+const char *zs_last_error(void);   /* thread-local; valid until the next failing call */
+const char *zs_status_str(zs_status s);
+
+/* ---------------------------------------------------------------- registration (before zs_setup) */
+zs_status zs_unit_add(zs_ctx *ctx, const char *name, int32_t *unit);
+zs_status zs_param_add(zs_ctx *ctx, int32_t unit, const char *name, int64_t numel, const float *init,
+                       int32_t *param);
+/* Collective: checks every rank registered the same parameters, partitions, allocates, and
+ * broadcasts rank 0's initial values. */
+zs_status zs_setup(zs_ctx *ctx);
+
+/* ---------------------------------------------------------------- forward / backward / step */
+/* Makes the unit's full parameters visible; *data (may be NULL) receives the unit's flat buffer.
+ * At stage 3 this gathers the unit and prefetches the next ones. */
+zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data);
+zs_status zs_unit_release(zs_ctx *ctx, int32_t unit);
+/* Pointer to one parameter inside its fetched unit. */
+zs_status zs_param_data(zs_ctx *ctx, int32_t param, void **data);
+/* The unit's gradient buffer (fp32, unit layout). The program ADDS its micro-batch gradient into it. */
+zs_status zs_grad_get(zs_ctx *ctx, int32_t unit, float **grad);
+/* The unit's gradients for this micro-batch are complete: starts their (bucketed) reduction. */
+zs_status zs_grad_ready(zs_ctx *ctx, int32_t unit);
+/* Called once per micro-batch; at each accumulation boundary it clips, runs the optimizer on this
+ * rank's shard and makes updated parameters visible again. */
+zs_status zs_step(zs_ctx *ctx);
+
+/* ---------------------------------------------------------------- queries */
+int32_t zs_world_size(const zs_ctx *ctx);
+int32_t zs_rank(const zs_ctx *ctx);
+zs_status zs_param_info(const zs_ctx *ctx, int32_t param, const char **name, int64_t *numel,
+                        int32_t *unit, int64_t *offset);
+int32_t zs_param_count(const zs_ctx *ctx);
+int32_t zs_unit_count(const zs_ctx *ctx);
+zs_dtype zs_param_dtype(const zs_ctx *ctx);
+zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out);
+zs_status zs_stats(const zs_ctx *ctx, zs_step_stats *out);
+int64_t zs_grad_accum_steps(const zs_ctx *ctx);
+int64_t zs_micro_batch_size(const zs_ctx *ctx);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* ZEROSHARD_H */

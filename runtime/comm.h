@@ -1,0 +1,48 @@
+/* comm.h - the collective interface the engine uses: nonblocking reduce-scatter, all-gather and
+ * all-reduce on fp32 with a fixed summation order, plus the blocking helpers init needs.
+ * Determinism contract: element i of a reduction is ((x_0 + x_1) + ... + x_{N-1}) * scale, summed in
+ * rank order, whatever the size, piece size or backend; all-reduce is reduce-scatter followed by
+ * all-gather, bit for bit. Later backends (shared memory, NCCL) implement the same contract. */
+#ifndef ZS_COMM_H
+#define ZS_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <mpi.h>
+
+#include "zeroshard.h" /* defines: zs_status */
+
+struct zs_comm;
+struct zs_comm_req;
+
+zs_status zs_comm_init(struct zs_comm **c, MPI_Comm parent);
+void zs_comm_free(struct zs_comm *c);
+int32_t zs_comm_rank(const struct zs_comm *c);
+int32_t zs_comm_size(const struct zs_comm *c);
+MPI_Comm zs_comm_mpi(const struct zs_comm *c);
+/* Bytes of scratch the backend holds now (communication buffers), for the memory report. */
+uint64_t zs_comm_scratch_bytes(const struct zs_comm *c);
+
+/* buf holds N chunks of `count` elements; rank r's result (sum over ranks of chunk r, times scale)
+ * lands in out[0..count). out may be buf + r*count (in place). */
+zs_status zs_comm_reduce_scatter(struct zs_comm *c, const float *buf, float *out, int64_t count,
+                                 float scale, struct zs_comm_req **req);
+/* buf holds N chunks of `count`; this rank's chunk buf + r*count is sent to every rank, and every
+ * other chunk is filled from its owner. */
+zs_status zs_comm_all_gather(struct zs_comm *c, float *buf, int64_t count, struct zs_comm_req **req);
+/* buf holds N chunks of `count`; every chunk becomes the scaled sum (reduce-scatter + all-gather). */
+zs_status zs_comm_all_reduce(struct zs_comm *c, float *buf, int64_t count, float scale,
+                             struct zs_comm_req **req);
+
+/* Advances every outstanding request of c (explicit progress: the engine calls this from its API). */
+zs_status zs_comm_progress(struct zs_comm *c);
+zs_status zs_comm_test(struct zs_comm *c, struct zs_comm_req *req, bool *done);
+/* Completes and frees req. */
+zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req);
+
+/* Blocking helpers for set-up and statistics. */
+zs_status zs_comm_bcast(struct zs_comm *c, void *buf, int64_t bytes, int32_t root);
+zs_status zs_comm_allgather_bytes(struct zs_comm *c, const void *mine, void *all, int32_t bytes);
+
+#endif /* ZS_COMM_H */

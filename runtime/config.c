@@ -1,0 +1,593 @@
+/* config.c - reads a DeepSpeed JSON config into struct zs_config: DeepSpeed's defaults and batch arithmetic,
+ * "auto" resolution, and a refusal by key path of anything ZeroShard would otherwise silently not do. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"       /* defines: struct zs_config, zs_config_parse */
+#include "config_json.h"  /* defines: struct zs_cfg_parser, zs_cfg_get_int, zs_cfg_fail */
+
+typedef struct zs_cfg_parser parser;
+typedef struct zs_cfg_spec spec;
+
+/* ---------------------------------------------------------------- top-level names */
+
+static const char *const top_keys[] = {
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
+    "steps_per_print", "wall_clock_breakdown", "prescale_gradients", "gradient_predivide_factor", "optimizer",
+    "scheduler", "fp16", "bf16", "bfloat16", "fp8", "zero_optimization", "aio", "sparse_gradients", "amp",
+    "tensor_parallel", "pipeline", "elasticity", "sequence_parallel_size", NULL,
+};
+
+/* Accepted with any content: the training program, not the optimizer runtime, acts on these. */
+static const char *const program_sections[] = {
+    "activation_checkpointing", "tensorboard", "wandb", "csv_monitor", "comet", "monitor_config",
+    "flops_profiler", "comms_logger", "comms_config", "autotuning", "checkpoint", "data_efficiency",
+    "curriculum_learning", "compression_training", "dump_state", "sparse_attention", "eigenvalue",
+    "progressive_layer_drop", "timers", "data_types", "weight_quantization", "hybrid_engine", "nebula",
+    "quantize_training", NULL,
+};
+
+static const char *const noeffect_keys[] = {
+    "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "cuda_visible_devices",
+    "communication_data_type", "disable_allgather", "memory_breakdown", NULL,
+};
+
+static int check_top_keys(parser *p, json_t *root)
+{
+    const char *const *const lists[] = {top_keys, program_sections, noeffect_keys, NULL};
+    const char *key;
+    json_t *v;
+
+    json_object_foreach(root, key, v) {
+        if (key[0] == '_' || zs_cfg_in_list(key, top_keys))
+            continue;
+        if (zs_cfg_in_list(key, program_sections))
+            zs_cfg_list_add(p->program, sizeof(p->program), ", ", "", key);
+        else if (zs_cfg_in_list(key, noeffect_keys))
+            zs_cfg_list_add(p->noeffect, sizeof(p->noeffect), ", ", "", key);
+        else
+            return zs_cfg_unknown_key(p, "", key, lists);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- batch sizes */
+
+/* Absent or an unresolved "auto" reads as 0 (not set); the arithmetic below fills it in. */
+static int get_batch(parser *p, json_t *root, const char *key, int64_t autov, int64_t *out, bool *is_auto)
+{
+    json_t *v = json_object_get(root, key);
+
+    *out = 0;
+    *is_auto = zs_cfg_is_auto(v);
+    if (*is_auto) {
+        *out = autov > 0 ? autov : 0;
+        return 0;
+    }
+    return zs_cfg_get_int(p, root, "", key, &(spec){ZS_GE(1)}, out);
+}
+
+static bool mul_ok(int64_t a, int64_t b, int64_t *r)
+{
+    if (a > INT64_MAX / b)
+        return false;
+    *r = a * b;
+    return true;
+}
+
+/* A batch size the others must divide; *q = tb / (x * world). */
+static int divide_batch(parser *p, int64_t tb, int64_t x, const char *xname, int64_t w, int64_t *q)
+{
+    int64_t d;
+
+    if (!mul_ok(x, w, &d) || tb % d)
+        return zs_cfg_fail(p, "", "train_batch_size",
+                           "%" PRId64 " is not divisible by %s %" PRId64 " * world size %" PRId64, tb, xname, x, w);
+    *q = tb / d;
+    return 0;
+}
+
+/* DeepSpeed's rule: train_batch_size = micro * gas * world; any two given fix the third. */
+static int parse_batch(parser *p, struct zs_config *cfg, json_t *root)
+{
+    int64_t tb, mb, gas, w = cfg->world_size, t = 0;
+    bool tb_auto, mb_auto, gas_auto;
+
+    if (get_batch(p, root, "train_batch_size", 0, &tb, &tb_auto) ||
+        get_batch(p, root, "train_micro_batch_size_per_gpu", p->av.micro_batch_size, &mb, &mb_auto) ||
+        get_batch(p, root, "gradient_accumulation_steps", p->av.grad_accum_steps, &gas, &gas_auto))
+        return -EINVAL;
+    if (tb && mb && gas) {
+        if (!mul_ok(mb, gas, &t) || !mul_ok(t, w, &t) || t != tb)
+            return zs_cfg_fail(p, "", "train_batch_size",
+                               "%" PRId64 " != train_micro_batch_size_per_gpu %" PRId64
+                               " * gradient_accumulation_steps %" PRId64 " * world size %" PRId64,
+                               tb, mb, gas, w);
+    } else if (tb && mb) {
+        if (divide_batch(p, tb, mb, "train_micro_batch_size_per_gpu", w, &gas))
+            return -EINVAL;
+    } else if (tb && gas) {
+        if (divide_batch(p, tb, gas, "gradient_accumulation_steps", w, &mb))
+            return -EINVAL;
+    } else if (tb) {
+        gas = 1;
+        if (tb % w)
+            return zs_cfg_fail(p, "", "train_batch_size", "%" PRId64 " is not divisible by the world size %" PRId64,
+                               tb, w);
+        mb = tb / w;
+    } else if (mb) {
+        gas = gas ? gas : 1;
+        if (!mul_ok(mb, gas, &tb) || !mul_ok(tb, w, &tb))
+            return zs_cfg_fail(p, "", "train_batch_size", "micro-batch * accumulation * world size overflows");
+    } else {
+        return zs_cfg_fail(p, "", "train_batch_size", "neither train_batch_size nor train_micro_batch_size_per_gpu "
+                           "is set%s", mb_auto ? " (train_micro_batch_size_per_gpu is \"auto\": the program must "
+                           "supply zs_auto_values.micro_batch_size)" : "");
+    }
+    cfg->train_batch_size = tb;
+    cfg->micro_batch_size = mb;
+    cfg->grad_accum_steps = gas;
+    return 0;
+}
+
+static int parse_scalars(parser *p, struct zs_config *cfg, json_t *root)
+{
+    double clip = p->av.gradient_clipping;
+
+    return zs_cfg_get_num(p, root, "", "gradient_clipping", &(spec){ZS_GE(0), .has_autov = clip > 0, .autov = clip},
+                          &cfg->gradient_clipping) ||
+           zs_cfg_get_int(p, root, "", "steps_per_print", &(spec){ZS_GE(0), .def = 10}, &cfg->steps_per_print) ||
+           zs_cfg_get_bool(p, root, "", "wall_clock_breakdown", false, false, &cfg->wall_clock_breakdown) ||
+           zs_cfg_get_bool(p, root, "", "prescale_gradients", false, false, &cfg->prescale_gradients) ||
+           zs_cfg_get_num(p, root, "", "gradient_predivide_factor", &(spec){ZS_GT(0), .def = 1.0},
+                          &cfg->gradient_predivide_factor)
+               ? -EINVAL : 0;
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+static const char *const adam_keys[] = {
+    "lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "amsgrad", "torch_adam", "fused",
+    "max_grad_norm", NULL,
+};
+static const char *const sgd_keys[] = {"lr", "momentum", "dampening", "nesterov", "weight_decay", NULL};
+static const char *const type_params_keys[] = {"type", "params", NULL};
+/* DeepSpeed optimizers ZeroShard knows by name but does not run yet (compared lower-case). */
+static const char *const todo_optimizers[] = {
+    "lion", "adagrad", "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam", "muadamw", "musgd",
+    "fusedadam", "cpuadam", "cpuadagrad", "muon", NULL,
+};
+
+static bool in_list_nocase(const char *s, const char *const *list)
+{
+    for (; *list; list++)
+        if (zs_cfg_streq_nocase(s, *list))
+            return true;
+    return false;
+}
+
+static int get_betas(parser *p, json_t *params, struct zs_optim_config *o)
+{
+    json_t *v = params ? json_object_get(params, "betas") : NULL;
+    const spec beta = {ZS_IN_CO(0, 1)};
+    char got[64];
+
+    if (!v || zs_cfg_is_auto(v))
+        return 0;
+    if (!json_is_array(v) || json_array_size(v) != 2) {
+        zs_cfg_describe(v, got, sizeof(got));
+        return zs_cfg_fail(p, "optimizer.params", "betas", "expected [beta1, beta2], got %s%s", got,
+                           json_is_array(v) ? " of another length" : "");
+    }
+    return zs_cfg_num_value(p, json_array_get(v, 0), "optimizer.params", "betas[0]", &beta, &o->beta1) ||
+           zs_cfg_num_value(p, json_array_get(v, 1), "optimizer.params", "betas[1]", &beta, &o->beta2)
+               ? -EINVAL : 0;
+}
+
+static int parse_adam(parser *p, struct zs_config *cfg, json_t *params, bool is_adamw)
+{
+    struct zs_optim_config *o = &cfg->optim;
+    const char *pp = "optimizer.params";
+    bool w_mode, amsgrad, unused;
+    double max_grad_norm;
+
+    if (get_betas(p, params, o) ||
+        zs_cfg_get_num(p, params, pp, "eps", &(spec){ZS_GT(0), .def = 1e-8}, &o->eps) ||
+        zs_cfg_get_bool(p, params, pp, "adam_w_mode", true, false, &w_mode) ||
+        zs_cfg_get_bool(p, params, pp, "bias_correction", true, false, &o->bias_correction) ||
+        zs_cfg_get_bool(p, params, pp, "amsgrad", false, false, &amsgrad) ||
+        zs_cfg_get_bool(p, params, pp, "torch_adam", false, false, &unused) ||
+        zs_cfg_get_bool(p, params, pp, "fused", false, false, &unused) ||
+        zs_cfg_get_num(p, params, pp, "max_grad_norm", &(spec){ZS_GE(0)}, &max_grad_norm))
+        return -EINVAL;
+    o->type = is_adamw || w_mode ? ZS_OPTIM_ADAMW : ZS_OPTIM_ADAM;
+    if (amsgrad)
+        zs_cfg_defer(p, pp, "amsgrad", "AMSGrad is not implemented yet");
+    /* apex-era configs put clipping here; the top-level key wins when both are set */
+    if (cfg->gradient_clipping == 0)
+        cfg->gradient_clipping = max_grad_norm;
+    return 0;
+}
+
+static int parse_sgd(parser *p, struct zs_optim_config *o, json_t *params)
+{
+    const char *pp = "optimizer.params";
+
+    o->type = ZS_OPTIM_SGD;
+    if (zs_cfg_get_num(p, params, pp, "momentum", &(spec){ZS_IN_CO(0, 1)}, &o->momentum) ||
+        zs_cfg_get_num(p, params, pp, "dampening", &(spec){ZS_GE(0)}, &o->dampening) ||
+        zs_cfg_get_bool(p, params, pp, "nesterov", false, false, &o->nesterov))
+        return -EINVAL;
+    if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+        return zs_cfg_fail(p, pp, "nesterov", "needs momentum > 0 and dampening 0 (momentum %g, dampening %g)",
+                           o->momentum, o->dampening);
+    return 0;
+}
+
+static int parse_optimizer(parser *p, struct zs_config *cfg, json_t *root)
+{
+    struct zs_optim_config *o = &cfg->optim;
+    double lr_auto = p->av.lr;
+    json_t *sec, *params;
+    const char *type;
+    bool sgd, adamw;
+
+    /* field by field: a struct copy could carry a temporary's padding into the hashed config */
+    o->type = ZS_OPTIM_ADAMW;
+    o->lr = lr_auto > 0 ? lr_auto : 1e-3;
+    o->beta1 = 0.9;
+    o->beta2 = 0.999;
+    o->eps = 1e-8;
+    o->bias_correction = true;
+    if (zs_cfg_get_obj(p, root, "", "optimizer", &sec))
+        return -EINVAL;
+    if (!sec) {
+        char note[96];
+        snprintf(note, sizeof(note), "no optimizer section: using AdamW(lr=%g)", o->lr);
+        zs_cfg_list_add(p->notes, sizeof(p->notes), "; ", "", note);
+        return 0;
+    }
+    if (zs_cfg_check_keys(p, sec, "optimizer", type_params_keys, NULL, NULL) ||
+        zs_cfg_get_str(p, sec, "optimizer", "type", &type))
+        return -EINVAL;
+    if (!type)
+        return zs_cfg_fail(p, "optimizer", "type", "missing");
+    if (in_list_nocase(type, todo_optimizers)) {
+        /* its params belong to an optimizer we do not model: leave them unchecked */
+        zs_cfg_defer(p, "optimizer", "type", "'%s' is not implemented yet (implemented: Adam, AdamW, SGD)", type);
+        return 0;
+    }
+    sgd = zs_cfg_streq_nocase(type, "sgd");
+    adamw = zs_cfg_streq_nocase(type, "adamw");
+    if (!sgd && !adamw && !zs_cfg_streq_nocase(type, "adam"))
+        return zs_cfg_fail(p, "optimizer", "type", "unknown optimizer '%s' (implemented: Adam, AdamW, SGD)", type);
+    if (zs_cfg_get_obj(p, sec, "optimizer", "params", &params) ||
+        (params && zs_cfg_check_keys(p, params, "optimizer.params", sgd ? sgd_keys : adam_keys,
+                                     sgd ? adam_keys : sgd_keys, sgd ? "SGD" : adamw ? "AdamW" : "Adam")) ||
+        zs_cfg_get_num(p, params, "optimizer.params", "lr",
+                       &(spec){ZS_GT(0), .required = true, .has_autov = lr_auto > 0, .autov = lr_auto, .need = "lr"},
+                       &o->lr) ||
+        zs_cfg_get_num(p, params, "optimizer.params", "weight_decay", &(spec){ZS_GE(0)}, &o->weight_decay))
+        return -EINVAL;
+    return sgd ? parse_sgd(p, o, params) : parse_adam(p, cfg, params, adamw);
+}
+
+/* ---------------------------------------------------------------- scheduler */
+
+static const char *const warmup_keys[] = {
+    "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration", NULL,
+};
+static const char *const decay_keys[] = {
+    "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration",
+    "total_num_steps", NULL,
+};
+static const char *const cosine_keys[] = {
+    "total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type",
+    "last_batch_iteration", NULL,
+};
+static const char *const all_sched_keys[] = {
+    "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration",
+    "total_num_steps", "warmup_min_ratio", "cos_min_ratio", NULL,
+};
+
+static const struct sched_kind {
+    const char *name;
+    enum zs_sched_type type;
+    const char *const *keys;
+} sched_kinds[] = {
+    {"WarmupLR", ZS_SCHED_WARMUP_LR, warmup_keys},
+    {"WarmupDecayLR", ZS_SCHED_WARMUP_DECAY_LR, decay_keys},
+    {"WarmupCosineLR", ZS_SCHED_WARMUP_COSINE_LR, cosine_keys},
+};
+static const char *const todo_schedulers[] = {"onecycle", "lrrangetest", NULL};
+
+static int get_warmup_type(parser *p, json_t *params, enum zs_warmup_type *out)
+{
+    const char *s;
+
+    if (zs_cfg_get_str(p, params, "scheduler.params", "warmup_type", &s))
+        return -EINVAL;
+    *out = ZS_WARMUP_LOG;
+    if (!s || strcmp(s, "log") == 0 || strcmp(s, "auto") == 0)
+        return 0;
+    if (strcmp(s, "linear") == 0) {
+        *out = ZS_WARMUP_LINEAR;
+        return 0;
+    }
+    return zs_cfg_fail(p, "scheduler.params", "warmup_type", "expected \"log\" or \"linear\", got \"%.40s\"", s);
+}
+
+/* Keys of another schedule were already refused, so reading every key (absent -> default) is safe. */
+static int parse_sched_params(parser *p, struct zs_sched_config *s, json_t *params, double lr)
+{
+    const char *pp = "scheduler.params";
+    int64_t warm = p->av.warmup_num_steps, total = p->av.total_num_steps, last;
+    bool needs_total = s->type != ZS_SCHED_WARMUP_LR;
+
+    if (zs_cfg_get_num(p, params, pp, "warmup_min_lr", &(spec){ZS_GE(0)}, &s->warmup_min_lr) ||
+        zs_cfg_get_num(p, params, pp, "warmup_max_lr", &(spec){ZS_GE(0), .def = lr}, &s->warmup_max_lr) ||
+        zs_cfg_get_int(p, params, pp, "warmup_num_steps",
+                       &(spec){ZS_GE(0), .def = 1000, .has_autov = warm > 0, .autov = (double)warm},
+                       &s->warmup_num_steps) ||
+        get_warmup_type(p, params, &s->warmup_type) ||
+        zs_cfg_get_int(p, params, pp, "last_batch_iteration", &(spec){ZS_ANY, .def = -1}, &last) ||
+        zs_cfg_get_int(p, params, pp, "total_num_steps",
+                       &(spec){ZS_GE(1), .required = needs_total, .has_autov = total > 0,
+                               .autov = (double)total, .need = "total_num_steps"},
+                       &s->total_num_steps) ||
+        zs_cfg_get_num(p, params, pp, "warmup_min_ratio", &(spec){ZS_IN(0, 1)}, &s->warmup_min_ratio) ||
+        zs_cfg_get_num(p, params, pp, "cos_min_ratio", &(spec){ZS_IN(0, 1), .def = 1e-4}, &s->cos_min_ratio))
+        return -EINVAL;
+    if (last != -1)
+        return zs_cfg_fail(p, pp, "last_batch_iteration", "only -1 is accepted; resuming a schedule comes from a "
+                           "checkpoint, not the config");
+    if (needs_total && s->total_num_steps <= s->warmup_num_steps) {
+        char note[160];
+        snprintf(note, sizeof(note), "scheduler.params.total_num_steps %" PRId64 " <= warmup_num_steps %" PRId64
+                 " (no decay phase)", s->total_num_steps, s->warmup_num_steps);
+        zs_cfg_list_add(p->notes, sizeof(p->notes), "; ", "", note);
+    }
+    return 0;
+}
+
+static int parse_scheduler(parser *p, struct zs_config *cfg, json_t *root)
+{
+    const struct sched_kind *kind = NULL;
+    json_t *sec, *params;
+    const char *type;
+
+    cfg->sched.type = ZS_SCHED_NONE;
+    cfg->sched.warmup_max_lr = cfg->optim.lr;
+    cfg->sched.warmup_num_steps = 1000;
+    cfg->sched.cos_min_ratio = 1e-4;
+    if (zs_cfg_get_obj(p, root, "", "scheduler", &sec))
+        return -EINVAL;
+    if (!sec)
+        return 0;
+    if (zs_cfg_check_keys(p, sec, "scheduler", type_params_keys, NULL, NULL) ||
+        zs_cfg_get_str(p, sec, "scheduler", "type", &type))
+        return -EINVAL;
+    if (!type)
+        return zs_cfg_fail(p, "scheduler", "type", "missing");
+    if (in_list_nocase(type, todo_schedulers)) {
+        zs_cfg_defer(p, "scheduler", "type",
+                     "'%s' is not implemented yet (implemented: WarmupLR, WarmupDecayLR, WarmupCosineLR)", type);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof(sched_kinds) / sizeof(sched_kinds[0]); i++)
+        if (zs_cfg_streq_nocase(type, sched_kinds[i].name))
+            kind = &sched_kinds[i];
+    if (!kind)
+        return zs_cfg_fail(p, "scheduler", "type",
+                           "unknown scheduler '%s' (implemented: WarmupLR, WarmupDecayLR, WarmupCosineLR)", type);
+    cfg->sched.type = kind->type;
+    if (zs_cfg_get_obj(p, sec, "scheduler", "params", &params) ||
+        (params && zs_cfg_check_keys(p, params, "scheduler.params", kind->keys, all_sched_keys, kind->name)))
+        return -EINVAL;
+    return parse_sched_params(p, &cfg->sched, params, cfg->optim.lr);
+}
+
+/* ---------------------------------------------------------------- precision */
+
+static const char *const loss_scale_keys[] = {
+    "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "consecutive_hysteresis",
+    "min_loss_scale", NULL,
+};
+static const char *const fp16_keys[] = {
+    "enabled", "auto_cast", "fp16_master_weights_and_grads", "loss_scale", "initial_scale_power",
+    "loss_scale_window", "hysteresis", "consecutive_hysteresis", "min_loss_scale", NULL,
+};
+static const char *const bf16_keys[] = {
+    "enabled", "immediate_grad_update", "bf16_master_weights_and_grads", "loss_scale", "initial_scale_power",
+    "loss_scale_window", "hysteresis", "consecutive_hysteresis", "min_loss_scale", NULL,
+};
+
+static int parse_loss_scaling(parser *p, json_t *sec, const char *path, struct zs_fp16_config *f)
+{
+    return zs_cfg_get_num(p, sec, path, "loss_scale", &(spec){ZS_GE(0)}, &f->loss_scale) ||
+           zs_cfg_get_int(p, sec, path, "initial_scale_power", &(spec){ZS_IN(0, 63), .def = 16},
+                          &f->initial_scale_power) ||
+           zs_cfg_get_int(p, sec, path, "loss_scale_window", &(spec){ZS_GE(1), .def = 1000},
+                          &f->loss_scale_window) ||
+           zs_cfg_get_int(p, sec, path, "hysteresis", &(spec){ZS_GE(1), .def = 2}, &f->hysteresis) ||
+           zs_cfg_get_bool(p, sec, path, "consecutive_hysteresis", false, false, &f->consecutive_hysteresis) ||
+           zs_cfg_get_num(p, sec, path, "min_loss_scale", &(spec){ZS_GE(0), .def = 1}, &f->min_loss_scale)
+               ? -EINVAL : 0;
+}
+
+static int parse_fp16(parser *p, struct zs_config *cfg, json_t *root)
+{
+    json_t *sec;
+    bool unused, master;
+
+    if (zs_cfg_get_obj(p, root, "", "fp16", &sec) ||
+        (sec && zs_cfg_check_keys(p, sec, "fp16", fp16_keys, NULL, NULL)) ||
+        zs_cfg_get_bool(p, sec, "fp16", "enabled", false, true, &cfg->fp16.enabled) ||
+        zs_cfg_get_bool(p, sec, "fp16", "auto_cast", false, false, &unused) ||
+        zs_cfg_get_bool(p, sec, "fp16", "fp16_master_weights_and_grads", false, false, &master) ||
+        parse_loss_scaling(p, sec, "fp16", &cfg->fp16))
+        return -EINVAL;
+    if (master)
+        zs_cfg_defer(p, "fp16", "fp16_master_weights_and_grads", "16-bit master weights are not implemented yet");
+    if (cfg->fp16.enabled)
+        zs_cfg_defer(p, "fp16", "enabled", "fp16 training is not implemented yet");
+    return 0;
+}
+
+/* "bfloat16" is the older name of the same section; messages use the spelling the file used. */
+static int parse_bf16(parser *p, struct zs_config *cfg, json_t *root)
+{
+    struct zs_fp16_config ignored;
+    const char *name;
+    json_t *sec;
+    bool unused, master;
+
+    if (zs_cfg_pick_alias(p, root, "", "bf16", "bfloat16", &name) ||
+        zs_cfg_get_obj(p, root, "", name, &sec) ||
+        (sec && zs_cfg_check_keys(p, sec, name, bf16_keys, NULL, NULL)) ||
+        zs_cfg_get_bool(p, sec, name, "enabled", false, true, &cfg->bf16_enabled) ||
+        zs_cfg_get_bool(p, sec, name, "immediate_grad_update", false, false, &unused) ||
+        zs_cfg_get_bool(p, sec, name, "bf16_master_weights_and_grads", false, false, &master) ||
+        parse_loss_scaling(p, sec, name, &ignored))
+        return -EINVAL;
+    for (const char *const *k = loss_scale_keys; sec && *k; k++)
+        if (json_object_get(sec, *k))
+            zs_cfg_list_add(p->noeffect, sizeof(p->noeffect), ", ", name, *k);
+    if (cfg->fp16.enabled && cfg->bf16_enabled)
+        return zs_cfg_fail(p, name, "enabled", "fp16 and bf16 cannot both be enabled");
+    if (master)
+        zs_cfg_defer(p, name, "bf16_master_weights_and_grads", "16-bit master weights are not implemented yet");
+    if (cfg->bf16_enabled)
+        zs_cfg_defer(p, name, "enabled", "bf16 training is not implemented yet");
+    return 0;
+}
+
+static int parse_fp8(parser *p, json_t *root)
+{
+    json_t *sec;
+    bool on;
+
+    if (zs_cfg_get_obj(p, root, "", "fp8", &sec) || zs_cfg_get_bool(p, sec, "fp8", "enabled", false, false, &on))
+        return -EINVAL;
+    if (on)
+        zs_cfg_defer(p, "fp8", "enabled", "fp8 training is not supported");
+    return 0;
+}
+
+/* ---------------------------------------------------------------- features switched off here */
+
+/* Sections that are fine while switched off; switched on, ZeroShard cannot honour them. */
+static const struct {
+    const char *section;
+    struct zs_cfg_gate gate;
+} feature_gates[] = {
+    {"", {"sparse_gradients", false, 0, 0, "sparse gradients are not supported"}},
+    {"amp", {"enabled", false, 0, 0, "apex AMP is not supported"}},
+    {"tensor_parallel", {"autotp_size", true, 0, 1, "tensor parallelism is not supported"}},
+    {"tensor_parallel", {"tp_size", true, 0, 1, "tensor parallelism is not supported"}},
+    {"pipeline", {"stages", true, 1, 1, "pipeline parallelism is not supported"}},
+    {"elasticity", {"enabled", false, 0, 0, "elastic training is not supported"}},
+    {"", {"sequence_parallel_size", true, 1, 1, "sequence parallelism is not supported"}},
+};
+
+static int parse_runtime_keys(parser *p, json_t *root)
+{
+    static const char *const bools[] = {"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
+                                        "disable_allgather", "memory_breakdown", NULL};
+    const char *comm;
+    bool unused;
+
+    for (const char *const *k = bools; *k; k++)
+        if (zs_cfg_get_bool(p, root, "", *k, false, false, &unused))
+            return -EINVAL;
+    if (zs_cfg_get_str(p, root, "", "communication_data_type", &comm))
+        return -EINVAL;
+    if (comm && strcmp(comm, "fp32") != 0)
+        zs_cfg_defer(p, "", "communication_data_type", "'%s' communication is not implemented yet (fp32 only)", comm);
+    for (size_t i = 0; i < sizeof(feature_gates) / sizeof(feature_gates[0]); i++) {
+        const char *name = feature_gates[i].section;
+        json_t *sec = root;
+        if ((name[0] && zs_cfg_get_obj(p, root, "", name, &sec)) ||
+            zs_cfg_check_gate(p, sec, name, &feature_gates[i].gate))
+            return -EINVAL;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+static int parse_root(parser *p, struct zs_config *cfg, json_t *root)
+{
+    if (check_top_keys(p, root) || parse_batch(p, cfg, root) || parse_scalars(p, cfg, root) ||
+        zs_cfg_parse_zero(p, cfg, root) || parse_optimizer(p, cfg, root) || parse_scheduler(p, cfg, root) ||
+        parse_fp16(p, cfg, root) || parse_bf16(p, cfg, root) || parse_fp8(p, root) || parse_runtime_keys(p, root))
+        return -EINVAL;
+    return 0;
+}
+
+/* "config: <part>; <part>", each part only when it has something to say. */
+static void build_warning(const parser *p, char *w, size_t n)
+{
+    char parts[2400] = "", part[1100];
+
+    if (p->program[0]) {
+        snprintf(part, sizeof(part), "not handled by ZeroShard (left to the training program): %s", p->program);
+        zs_cfg_list_add(parts, sizeof(parts), "; ", "", part);
+    }
+    if (p->noeffect[0]) {
+        snprintf(part, sizeof(part), "no effect here: %s", p->noeffect);
+        zs_cfg_list_add(parts, sizeof(parts), "; ", "", part);
+    }
+    if (p->notes[0])
+        zs_cfg_list_add(parts, sizeof(parts), "; ", "", p->notes);
+    w[0] = '\0';
+    if (parts[0] && snprintf(w, n, "config: %s", parts) >= (int)n && n > 4)
+        memcpy(w + n - 4, "...", 4);
+}
+
+int zs_config_parse(struct zs_config *cfg, const char *text, const char *source, int world_size,
+                    const zs_auto_values *autov, char *err, size_t errlen)
+{
+    parser p = {.err = err, .errlen = errlen};
+    json_error_t jerr;
+    json_t *root;
+    char got[64];
+    int rc;
+
+    if (err && errlen)
+        err[0] = '\0';
+    if (!cfg || !text)
+        return zs_cfg_fail(&p, "", source ? source : "<json>", "no config given");
+    memset(cfg, 0, sizeof(*cfg)); /* the engine hashes the struct across ranks: padding must be zero */
+    if (world_size < 1) {
+        if (err && errlen)
+            snprintf(err, errlen, "world size must be >= 1, got %d", world_size);
+        return -EINVAL;
+    }
+    cfg->world_size = world_size;
+    if (autov)
+        p.av = *autov;
+    root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s:%d:%d: %s", source ? source : "<json>", jerr.line, jerr.column, jerr.text);
+        return -EINVAL;
+    }
+    if (!json_is_object(root)) {
+        zs_cfg_describe(root, got, sizeof(got));
+        rc = zs_cfg_fail(&p, "", source ? source : "<json>", "the top level must be a JSON object, got %s", got);
+    } else {
+        rc = parse_root(&p, cfg, root);
+    }
+    json_decref(root);
+    if (rc == 0 && p.deferred[0]) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s", p.deferred);
+        rc = -EINVAL;
+    }
+    if (rc == 0)
+        build_warning(&p, cfg->warning, sizeof(cfg->warning));
+    return rc;
+}

@@ -1,0 +1,93 @@
+/* config.h - the DeepSpeed-style JSON config, parsed, validated and resolved into plain C values. */
+#ifndef ZS_CONFIG_H
+#define ZS_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zeroshard.h" /* defines: zs_auto_values */
+
+enum zs_optim_type { ZS_OPTIM_ADAM, ZS_OPTIM_ADAMW, ZS_OPTIM_SGD };
+enum zs_sched_type { ZS_SCHED_NONE, ZS_SCHED_WARMUP_LR, ZS_SCHED_WARMUP_DECAY_LR, ZS_SCHED_WARMUP_COSINE_LR };
+enum zs_warmup_type { ZS_WARMUP_LOG, ZS_WARMUP_LINEAR };
+enum zs_offload_device { ZS_OFFLOAD_NONE, ZS_OFFLOAD_CPU, ZS_OFFLOAD_NVME };
+
+struct zs_offload_config {
+    enum zs_offload_device device;
+    char nvme_path[512];
+    bool pin_memory;
+    int64_t buffer_count, buffer_size, max_in_cpu;
+    bool pipeline_read, pipeline_write, fast_init;
+    double ratio;
+};
+
+struct zs_optim_config {
+    enum zs_optim_type type;   /* "Adam" with adam_w_mode true (the default) resolves to ADAMW */
+    double lr, beta1, beta2, eps, weight_decay;
+    bool bias_correction;
+    double momentum, dampening; /* SGD */
+    bool nesterov;
+};
+
+struct zs_sched_config {
+    enum zs_sched_type type;
+    double warmup_min_lr, warmup_max_lr;  /* WarmupLR, WarmupDecayLR */
+    int64_t warmup_num_steps;
+    enum zs_warmup_type warmup_type;
+    int64_t total_num_steps;              /* WarmupDecayLR, WarmupCosineLR */
+    double warmup_min_ratio, cos_min_ratio; /* WarmupCosineLR */
+};
+
+struct zs_fp16_config {
+    bool enabled;
+    double loss_scale;          /* 0 = dynamic */
+    int64_t initial_scale_power;
+    int64_t loss_scale_window;
+    int64_t hysteresis;
+    bool consecutive_hysteresis;
+    double min_loss_scale;
+};
+
+struct zs_zero_config {
+    int stage;
+    bool contiguous_gradients, reduce_scatter, allgather_partitions, overlap_comm, round_robin_gradients;
+    int64_t reduce_bucket_size, allgather_bucket_size, sub_group_size;
+    int64_t prefetch_bucket_size, param_persistence_threshold, max_live_parameters, max_reuse_distance;
+    bool gather_16bit_weights_on_model_save;
+    struct zs_offload_config offload_optimizer, offload_param;
+};
+
+struct zs_aio_config {
+    int64_t block_size, queue_depth, intra_op_parallelism;
+    bool single_submit, overlap_events;
+};
+
+struct zs_config {
+    int world_size;
+    int64_t train_batch_size, micro_batch_size, grad_accum_steps;
+    double gradient_clipping;   /* 0 = off */
+    int64_t steps_per_print;
+    bool wall_clock_breakdown, prescale_gradients;
+    double gradient_predivide_factor;
+    struct zs_optim_config optim;
+    struct zs_sched_config sched;
+    struct zs_fp16_config fp16;
+    bool bf16_enabled;
+    struct zs_aio_config aio;
+    struct zs_zero_config zero;
+    /* One line naming the sections that belong to the training program or have no effect here, or
+     * "" when there are none. The engine prints it once on rank 0. */
+    char warning[1024];
+};
+
+/* Parses and resolves `text` for a world of `world_size` ranks. `source` names the text in messages
+ * (a file path, or "<json>"). `autov` may be NULL. Returns 0, or -EINVAL with a one-line message in
+ * err: "<key.path>: <what is wrong>" (or "<source>:<line>:<col>: <parse error>"). */
+int zs_config_parse(struct zs_config *cfg, const char *text, const char *source, int world_size,
+                    const zs_auto_values *autov, char *err, size_t errlen);
+
+/* Reads a whole file into a malloc'd NUL-terminated string; 0 or -errno. */
+int zs_config_read_file(const char *path, char **text);
+
+#endif /* ZS_CONFIG_H */

@@ -1,0 +1,330 @@
+/* engine.c - the life cycle of a ZeroShard context: init (config, communicator, cross-rank checks),
+ * parameter registration, set-up (partition, allocate, broadcast initial values), queries. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "error.h"
+
+/* ---------------------------------------------------------------- accounted memory */
+
+void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+{
+    void *p = NULL;
+    size_t sz = bytes ? (size_t)zs_align_up((int64_t)bytes, 64) : 64;
+
+    if (posix_memalign(&p, 64, sz))
+        return NULL;
+    memset(p, 0, sz);
+    ctx->mem[cat] += bytes;
+    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
+        ctx->peak_live = ctx->mem[cat];
+    return p;
+}
+
+void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
+{
+    if (!p)
+        return;
+    free(p);
+    ctx->mem[cat] -= bytes;
+}
+
+/* ---------------------------------------------------------------- cross-rank agreement */
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+#define ZS_FNV_SEED 0xcbf29ce484222325ULL
+
+struct cfg_summary {
+    int32_t status;  /* 0 = this rank resolved its config */
+    int32_t stage;
+    uint64_t hash;
+    int64_t micro, gas;
+    double lr;
+    int32_t optim, pad;
+};
+
+static const char *optim_name(int t)
+{
+    return t == ZS_OPTIM_ADAM ? "Adam" : t == ZS_OPTIM_ADAMW ? "AdamW" : "SGD";
+}
+
+/* Every rank reaches this exchange whether or not its own parse succeeded, so no rank is left
+ * waiting in a later collective: all of them fail together with a message that names the ranks. */
+static zs_status agree_on_config(struct zs_ctx *ctx, zs_status local)
+{
+    struct cfg_summary mine = {0}, *all;
+    char diff[512] = "";
+    size_t dl = 0;
+    int32_t bad = -1;
+    zs_status st;
+
+    mine.status = local;
+    if (!local) {
+        mine.hash = fnv1a(ZS_FNV_SEED, &ctx->cfg, sizeof(ctx->cfg));
+        mine.stage = ctx->cfg.zero.stage;
+        mine.micro = ctx->cfg.micro_batch_size;
+        mine.gas = ctx->cfg.grad_accum_steps;
+        mine.lr = ctx->cfg.optim.lr;
+        mine.optim = (int32_t)ctx->cfg.optim.type;
+    }
+    all = calloc((size_t)ctx->world, sizeof(*all));
+    if (!all)
+        return zs_fail(ZS_ERR_NOMEM, "init: out of memory");
+    st = zs_comm_allgather_bytes(ctx->comm, &mine, all, (int32_t)sizeof(mine));
+    if (st) {
+        free(all);
+        return st;
+    }
+    for (int32_t r = 0; r < ctx->world; r++) {
+        if (all[r].status) {
+            /* The first failing rank's message goes to every rank, so each reports the same line. */
+            char msg[1024];
+            zs_status code = (zs_status)all[r].status;
+            snprintf(msg, sizeof(msg), "%s", zs_last_error());
+            free(all);
+            st = zs_comm_bcast(ctx->comm, msg, (int64_t)sizeof(msg), r);
+            if (st)
+                return st;
+            msg[sizeof(msg) - 1] = '\0';
+            if (r == 0)
+                return zs_fail(code, "%s", msg);
+            return zs_fail(code, "rank %d: %s", r, msg);
+        }
+    }
+    for (int32_t r = 1; r < ctx->world && bad < 0; r++)
+        if (all[r].hash != all[0].hash)
+            bad = r;
+    if (bad >= 0) {
+        const struct cfg_summary *a = &all[0], *b = &all[bad];
+        if (a->stage != b->stage)
+            dl += (size_t)snprintf(diff + dl, sizeof(diff) - dl, "; zero_optimization.stage %d vs %d", a->stage, b->stage);
+        if (a->micro != b->micro && dl < sizeof(diff))
+            dl += (size_t)snprintf(diff + dl, sizeof(diff) - dl, "; train_micro_batch_size_per_gpu %lld vs %lld",
+                                   (long long)a->micro, (long long)b->micro);
+        if (a->gas != b->gas && dl < sizeof(diff))
+            dl += (size_t)snprintf(diff + dl, sizeof(diff) - dl, "; gradient_accumulation_steps %lld vs %lld",
+                                   (long long)a->gas, (long long)b->gas);
+        if (a->optim != b->optim && dl < sizeof(diff))
+            dl += (size_t)snprintf(diff + dl, sizeof(diff) - dl, "; optimizer.type %s vs %s", optim_name(a->optim),
+                                   optim_name(b->optim));
+        if (a->lr != b->lr && dl < sizeof(diff))
+            snprintf(diff + dl, sizeof(diff) - dl, "; optimizer.params.lr %g vs %g", a->lr, b->lr);
+        char ranks[256] = "";
+        size_t rl = 0;
+        for (int32_t r = 1; r < ctx->world && rl < sizeof(ranks) - 16; r++)
+            if (all[r].hash != all[0].hash)
+                rl += (size_t)snprintf(ranks + rl, sizeof(ranks) - rl, "%s%d", rl ? "," : "", r);
+        free(all);
+        return zs_fail(ZS_ERR_MISMATCH, "config differs between ranks: rank(s) %s resolved a different config than rank 0%s",
+                       ranks, diff[0] ? diff : " (values outside stage/batch/optimizer differ)");
+    }
+    free(all);
+    return ZS_OK;
+}
+
+/* ---------------------------------------------------------------- init / finalize */
+
+static zs_status load_config(struct zs_ctx *ctx, const zs_init_opts *o)
+{
+    char err[768];
+    char *text = NULL;
+    const char *source = "<json>";
+    int rc;
+
+    if (o->config_path) {
+        rc = zs_config_read_file(o->config_path, &text);
+        if (rc)
+            return zs_fail(ZS_ERR_CONFIG, "%s: cannot read config: %s", o->config_path, strerror(-rc));
+        source = o->config_path;
+    } else if (o->config_json) {
+        text = strdup(o->config_json);
+        if (!text)
+            return zs_fail(ZS_ERR_NOMEM, "init: out of memory");
+    } else {
+        return zs_fail(ZS_ERR_INVALID, "init: neither config_path nor config_json given");
+    }
+    memset(&ctx->cfg, 0, sizeof(ctx->cfg)); /* the resolved struct is hashed: keep padding zero */
+    rc = zs_config_parse(&ctx->cfg, text, source, ctx->world, &o->auto_values, err, sizeof(err));
+    free(text);
+    if (rc)
+        return zs_fail(ZS_ERR_CONFIG, "%s", err);
+    return ZS_OK;
+}
+
+static zs_status start_mpi(struct zs_ctx *ctx, const zs_init_opts *o)
+{
+    int inited = 0, provided = 0;
+    MPI_Comm parent = MPI_COMM_WORLD;
+
+    MPI_Initialized(&inited);
+    if (!inited) {
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return zs_fail(ZS_ERR_COMM, "init: MPI_Init_thread failed");
+        ctx->own_mpi = true;
+    }
+    if (o->use_comm)
+        parent = o->comm;
+    return zs_comm_init(&ctx->comm, parent);
+}
+
+zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
+{
+    struct zs_ctx *ctx;
+    zs_status st;
+
+    if (!out || !o)
+        return zs_fail(ZS_ERR_INVALID, "zs_init: NULL argument");
+    *out = NULL;
+    ctx = calloc(1, sizeof(*ctx));
+    if (!ctx)
+        return zs_fail(ZS_ERR_NOMEM, "zs_init: out of memory");
+    st = start_mpi(ctx, o);
+    if (st) {
+        free(ctx);
+        return st;
+    }
+    ctx->rank = zs_comm_rank(ctx->comm);
+    ctx->world = zs_comm_size(ctx->comm);
+    ctx->quiet = o->quiet != 0;
+    st = agree_on_config(ctx, load_config(ctx, o));
+    if (st) {
+        zs_finalize(ctx);
+        return st;
+    }
+    ctx->stats.loss_scale = 1.0;
+    ctx->stats.clip_coef = 1.0;
+    if (ctx->rank == 0 && !ctx->quiet) {
+        zs_log("stage %d, world %d, micro-batch %lld, gradient accumulation %lld, train batch %lld, optimizer %s lr %g",
+               ctx->cfg.zero.stage, ctx->world, (long long)ctx->cfg.micro_batch_size,
+               (long long)ctx->cfg.grad_accum_steps, (long long)ctx->cfg.train_batch_size,
+               optim_name(ctx->cfg.optim.type), ctx->cfg.optim.lr);
+        if (ctx->cfg.warning[0])
+            zs_log("warning: %s", ctx->cfg.warning);
+    }
+    *out = ctx;
+    return ZS_OK;
+}
+
+zs_status zs_finalize(zs_ctx *ctx)
+{
+    bool own;
+
+    if (!ctx)
+        return ZS_OK;
+    own = ctx->own_mpi;
+    zs_fetch_free_all(ctx);
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        uint64_t pad = (uint64_t)un->part.padded * sizeof(float), sh = (uint64_t)un->part.shard * sizeof(float);
+        bool s0 = ctx->cfg.zero.stage == 0;
+        if (un->reduce_req)
+            zs_comm_wait(ctx->comm, un->reduce_req);
+        zs_mem_free(ctx, ZS_MEM_PARAMS, un->full, pad);
+        zs_mem_free(ctx, ZS_MEM_PARAMS, un->shard, sh);
+        if (ctx->cfg.zero.stage <= 1)
+            zs_mem_free(ctx, ZS_MEM_GRADS, un->grad, pad);
+        zs_mem_free(ctx, ZS_MEM_GRADS, un->grad_shard, sh);
+        zs_mem_free(ctx, ZS_MEM_OPTIM, un->m, s0 ? pad : sh);
+        zs_mem_free(ctx, ZS_MEM_OPTIM, un->v, s0 ? pad : sh);
+        free(un->name);
+    }
+    for (int32_t p = 0; p < ctx->nparams; p++)
+        free(ctx->params[p].name);
+    zs_mem_free(ctx, ZS_MEM_BUFFERS, ctx->arena, (uint64_t)ctx->arena_cap * sizeof(float));
+    free(ctx->params);
+    free(ctx->units);
+    free(ctx->pending);
+    free(ctx->trace);
+    free(ctx->rec);
+    zs_comm_free(ctx->comm);
+    free(ctx);
+    if (own) {
+        int fin = 0;
+        MPI_Finalized(&fin);
+        if (!fin)
+            MPI_Finalize();
+    }
+    return ZS_OK;
+}
+
+/* ---------------------------------------------------------------- registration */
+
+zs_status zs_unit_add(zs_ctx *ctx, const char *name, int32_t *unit)
+{
+    struct zs_unit *un;
+
+    if (!ctx || !name || !unit)
+        return zs_fail(ZS_ERR_INVALID, "zs_unit_add: NULL argument");
+    if (ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_unit_add: unit '%s' added after zs_setup", name);
+    if (ctx->nunits == ctx->cap_units) {
+        int32_t cap = ctx->cap_units ? ctx->cap_units * 2 : 16;
+        void *p = realloc(ctx->units, (size_t)cap * sizeof(*ctx->units));
+        if (!p)
+            return zs_fail(ZS_ERR_NOMEM, "zs_unit_add: out of memory");
+        ctx->units = p;
+        ctx->cap_units = cap;
+    }
+    un = &ctx->units[ctx->nunits];
+    memset(un, 0, sizeof(*un));
+    un->name = strdup(name);
+    if (!un->name)
+        return zs_fail(ZS_ERR_NOMEM, "zs_unit_add: out of memory");
+    un->first_param = ctx->nparams;
+    un->ready_micro = -1;
+    *unit = ctx->nunits++;
+    return ZS_OK;
+}
+
+zs_status zs_param_add(zs_ctx *ctx, int32_t unit, const char *name, int64_t numel, const float *init, int32_t *param)
+{
+    struct zs_unit *un;
+    struct zs_param_rec *pr;
+
+    if (!ctx || !name || !param)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_add: NULL argument");
+    if (ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_add: parameter '%s' added after zs_setup", name);
+    if (unit < 0 || unit >= ctx->nunits)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_add: parameter '%s': no unit %d", name, unit);
+    if (unit != ctx->nunits - 1)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_add: parameter '%s': units are filled in order; unit %d is closed",
+                       name, unit);
+    if (numel < 1)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_add: parameter '%s' has %lld elements (must be >= 1)", name,
+                       (long long)numel);
+    if (ctx->nparams == ctx->cap_params) {
+        int32_t cap = ctx->cap_params ? ctx->cap_params * 2 : 32;
+        void *p = realloc(ctx->params, (size_t)cap * sizeof(*ctx->params));
+        if (!p)
+            return zs_fail(ZS_ERR_NOMEM, "zs_param_add: out of memory");
+        ctx->params = p;
+        ctx->cap_params = cap;
+    }
+    un = &ctx->units[unit];
+    pr = &ctx->params[ctx->nparams];
+    pr->name = strdup(name);
+    if (!pr->name)
+        return zs_fail(ZS_ERR_NOMEM, "zs_param_add: out of memory");
+    pr->unit = unit;
+    pr->numel = numel;
+    pr->offset = zs_align_up(un->numel, ZS_PARAM_ALIGN);
+    pr->init = init;
+    un->numel = pr->offset + numel;
+    un->nparams++;
+    *param = ctx->nparams++;
+    return ZS_OK;
+}

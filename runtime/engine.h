@@ -1,0 +1,108 @@
+/* engine.h - the context behind zs_ctx, shared by runtime/ (life cycle, step) and sharding/ (fetch,
+ * gradients, buckets). Internal: nothing here is exported. */
+#ifndef ZS_ENGINE_H
+#define ZS_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm.h"      /* defines: struct zs_comm, zs_comm_* */
+#include "config.h"    /* defines: struct zs_config */
+#include "partition.h" /* defines: struct zs_partition */
+#include "zeroshard.h"
+
+enum zs_mem_cat { ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_OPTIM, ZS_MEM_BUFFERS, ZS_MEM_LIVE, ZS_MEM_NCAT };
+
+enum zs_gather_state { ZS_GATHER_NONE, ZS_GATHER_PENDING, ZS_GATHER_READY };
+enum zs_grad_state { ZS_GRAD_IDLE, ZS_GRAD_OPEN, ZS_GRAD_REDUCING };
+
+struct zs_param_rec {
+    char *name;
+    int32_t unit;
+    int64_t numel, offset; /* offset inside the unit's flat buffer */
+    const float *init;     /* borrowed until zs_setup */
+};
+
+struct zs_unit {
+    char *name;
+    int32_t first_param, nparams;
+    int64_t numel;               /* last parameter's end, alignment gaps included */
+    struct zs_partition part;
+    bool sharded;                /* stage 3 and not kept whole by the persistence threshold */
+    float *full;                 /* whole parameters: persistent unless sharded */
+    float *shard;                /* sharded: this rank's persistent shard */
+    float *gathered;             /* sharded: the gathered unit while live */
+    enum zs_gather_state gather;
+    struct zs_comm_req *gather_req;
+    bool prefetched;             /* gathered ahead of its fetch, not yet fetched */
+    int32_t fetched;             /* program references (fetch minus release) */
+    float *grad;                 /* stages 0-1: persistent full gradients; 2-3: bucket staging */
+    float *grad_shard;           /* stages 2-3: persistent accumulator for this rank's shard */
+    enum zs_grad_state grad_state;
+    struct zs_comm_req *reduce_req;
+    int64_t ready_micro;         /* micro-step of the last zs_grad_ready, -1 before any */
+    int64_t accumulated;         /* micro-batches folded into grad_shard this window */
+    float *m, *v;                /* optimizer state (whole at stage 0, shard otherwise) */
+};
+
+struct zs_ctx {
+    struct zs_config cfg;
+    struct zs_comm *comm;
+    int32_t rank, world;
+    bool own_mpi, quiet, set_up, broken;
+
+    struct zs_param_rec *params;
+    int32_t nparams, cap_params;
+    struct zs_unit *units;
+    int32_t nunits, cap_units;
+    uint64_t numel, numel_padded;
+
+    /* Gradient bucket (stages 2-3): a bump arena of staging buffers, reset when all its reductions end. */
+    float *arena;
+    int64_t arena_cap, arena_used;
+    int32_t arena_users;
+    int32_t *pending;            /* units with a reduction in flight, in launch order */
+    int32_t npending;
+
+    /* Stage 3 fetch trace: the unit order of one accumulation window, used to prefetch and to decide
+     * which released units are worth keeping. */
+    int32_t *trace, *rec;        /* the previous window's order, and the one being recorded */
+    int64_t trace_len, trace_cap, trace_pos, rec_len, rec_cap;
+    bool trace_valid, trace_broken;
+
+    int64_t micro_step, global_step;
+    float pre_scale, post_scale;
+    zs_step_stats stats;
+    double t_reduce, t_optim, t_gather; /* wall_clock_breakdown, seconds since last print */
+
+    uint64_t mem[ZS_MEM_NCAT];
+    uint64_t peak_live;
+};
+
+/* Accounted allocation: every byte the runtime holds is counted in one category. 64-byte aligned,
+ * zero-filled. */
+void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes);
+void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes);
+
+/* sharding/fetch.c */
+zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, float **data);
+zs_status zs_release_unit(struct zs_ctx *ctx, int32_t u);
+zs_status zs_fetch_step_end(struct zs_ctx *ctx);  /* drops stale gathered copies, closes the trace window */
+void zs_fetch_free_all(struct zs_ctx *ctx);
+
+/* sharding/grads.c */
+zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, float **grad);
+zs_status zs_grads_ready(struct zs_ctx *ctx, int32_t u);
+zs_status zs_grads_progress(struct zs_ctx *ctx);
+zs_status zs_grads_flush(struct zs_ctx *ctx);      /* waits for every reduction in flight */
+/* This rank's reduced gradient shard of unit u (valid after flush at a boundary). */
+float *zs_grads_shard(struct zs_ctx *ctx, int32_t u);
+void zs_grads_zero(struct zs_ctx *ctx);            /* starts a new accumulation window */
+
+/* runtime/step.c */
+zs_status zs_step_boundary(struct zs_ctx *ctx);
+
+/* Parameters the optimizer updates for unit u on this rank, and how many elements. */
+float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n);
+
+#endif /* ZS_ENGINE_H */

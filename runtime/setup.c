@@ -1,0 +1,279 @@
+/* setup.c - zs_setup: check that every rank registered the same model, partition each unit, allocate
+ * what this stage keeps, and load rank 0's initial values; plus the read-only queries. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "error.h"
+
+struct reg_summary {
+    uint64_t hash;
+    int64_t numel;
+    int32_t nunits, nparams;
+};
+
+static uint64_t mix(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
+static struct reg_summary registration_summary(const struct zs_ctx *ctx)
+{
+    struct reg_summary s = { .hash = 0xcbf29ce484222325ULL, .nunits = ctx->nunits, .nparams = ctx->nparams };
+
+    for (int32_t p = 0; p < ctx->nparams; p++) {
+        const struct zs_param_rec *pr = &ctx->params[p];
+        s.hash = mix(s.hash, pr->name, strlen(pr->name) + 1);
+        s.hash = mix(s.hash, &pr->unit, sizeof(pr->unit));
+        s.hash = mix(s.hash, &pr->numel, sizeof(pr->numel));
+        s.numel += pr->numel;
+    }
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        s.hash = mix(s.hash, ctx->units[u].name, strlen(ctx->units[u].name) + 1);
+    return s;
+}
+
+/* Before any collective that could hang on a different model, all ranks compare what they registered. */
+static zs_status agree_on_registration(struct zs_ctx *ctx)
+{
+    struct reg_summary mine = registration_summary(ctx), *all;
+    char ranks[256] = "";
+    size_t rl = 0;
+    int32_t bad = -1;
+    zs_status st;
+
+    all = calloc((size_t)ctx->world, sizeof(*all));
+    if (!all)
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
+    st = zs_comm_allgather_bytes(ctx->comm, &mine, all, (int32_t)sizeof(mine));
+    if (st) {
+        free(all);
+        return st;
+    }
+    for (int32_t r = 1; r < ctx->world; r++) {
+        if (all[r].hash == all[0].hash && all[r].numel == all[0].numel)
+            continue;
+        if (bad < 0)
+            bad = r;
+        if (rl < sizeof(ranks) - 16)
+            rl += (size_t)snprintf(ranks + rl, sizeof(ranks) - rl, "%s%d", rl ? "," : "", r);
+    }
+    if (bad >= 0) {
+        st = zs_fail(ZS_ERR_MISMATCH,
+                     "parameter registration differs between ranks: rank(s) %s differ from rank 0 "
+                     "(rank 0: %d units, %d params, %lld elements; rank %d: %d units, %d params, %lld elements%s)",
+                     ranks, all[0].nunits, all[0].nparams, (long long)all[0].numel, bad, all[bad].nunits,
+                     all[bad].nparams, (long long)all[bad].numel,
+                     all[0].numel == all[bad].numel && all[0].nparams == all[bad].nparams ? ", names differ" : "");
+    }
+    free(all);
+    return st;
+}
+
+static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
+{
+    int stage = ctx->cfg.zero.stage;
+    uint64_t pad = (uint64_t)un->part.padded * sizeof(float), sh = (uint64_t)un->part.shard * sizeof(float);
+    uint64_t opt = stage == 0 ? pad : sh;
+    bool momentum = ctx->cfg.optim.type != ZS_OPTIM_SGD || ctx->cfg.optim.momentum != 0.0;
+
+    un->sharded = stage == 3 && un->numel >= ctx->cfg.zero.param_persistence_threshold;
+    if (un->sharded)
+        un->shard = zs_mem_alloc(ctx, ZS_MEM_PARAMS, sh);
+    else
+        un->full = zs_mem_alloc(ctx, ZS_MEM_PARAMS, pad);
+    if (stage <= 1)
+        un->grad = zs_mem_alloc(ctx, ZS_MEM_GRADS, pad);
+    else
+        un->grad_shard = zs_mem_alloc(ctx, ZS_MEM_GRADS, sh);
+    if (momentum)
+        un->m = zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
+    if (ctx->cfg.optim.type != ZS_OPTIM_SGD)
+        un->v = zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
+    if ((un->sharded ? !un->shard : !un->full) || (stage <= 1 ? !un->grad : !un->grad_shard) ||
+        (momentum && !un->m) || (ctx->cfg.optim.type != ZS_OPTIM_SGD && !un->v))
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory allocating unit '%s' (%lld elements)", un->name,
+                       (long long)un->part.padded);
+    return ZS_OK;
+}
+
+/* Rank 0's initial values win, as in DeepSpeed, so ranks that seeded differently still agree. */
+static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un)
+{
+    float *buf = un->sharded ? malloc((size_t)un->part.padded * sizeof(float)) : un->full;
+    zs_status st;
+
+    if (!buf)
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory staging unit '%s'", un->name);
+    if (ctx->rank == 0) {
+        memset(buf, 0, (size_t)un->part.padded * sizeof(float));
+        for (int32_t i = 0; i < un->nparams; i++) {
+            const struct zs_param_rec *pr = &ctx->params[un->first_param + i];
+            if (pr->init)
+                memcpy(buf + pr->offset, pr->init, (size_t)pr->numel * sizeof(float));
+        }
+    }
+    st = zs_comm_bcast(ctx->comm, buf, un->part.padded * (int64_t)sizeof(float), 0);
+    if (!st && un->sharded)
+        memcpy(un->shard, buf + zs_partition_begin(&un->part, ctx->rank), (size_t)un->part.shard * sizeof(float));
+    if (un->sharded)
+        free(buf);
+    return st;
+}
+
+static zs_status setup_bucket(struct zs_ctx *ctx)
+{
+    int64_t largest = 0, cap;
+
+    if (ctx->cfg.zero.stage < 2)
+        return ZS_OK;
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        if (ctx->units[u].part.padded > largest)
+            largest = ctx->units[u].part.padded;
+    /* A bucket never needs more than the whole model, and must hold the largest unit. */
+    cap = ctx->cfg.zero.reduce_bucket_size;
+    if (cap > (int64_t)ctx->numel_padded)
+        cap = (int64_t)ctx->numel_padded;
+    if (cap < largest)
+        cap = largest;
+    ctx->arena = zs_mem_alloc(ctx, ZS_MEM_BUFFERS, (uint64_t)cap * sizeof(float));
+    if (!ctx->arena)
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket", (long long)cap);
+    ctx->arena_cap = cap;
+    ctx->pending = calloc((size_t)ctx->nunits, sizeof(int32_t));
+    if (!ctx->pending)
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
+    return ZS_OK;
+}
+
+zs_status zs_setup(zs_ctx *ctx)
+{
+    zs_status st;
+
+    if (!ctx)
+        return zs_fail(ZS_ERR_INVALID, "zs_setup: NULL context");
+    if (ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_setup: called twice");
+    st = agree_on_registration(ctx);
+    if (st)
+        return st;
+    if (ctx->nunits == 0)
+        return zs_fail(ZS_ERR_INVALID, "zs_setup: no units registered");
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        if (un->nparams == 0)
+            return zs_fail(ZS_ERR_INVALID, "zs_setup: unit '%s' has no parameters (zero-size units are not allowed)",
+                           un->name);
+        if (zs_partition_init(&un->part, un->numel, ctx->world))
+            return zs_fail(ZS_ERR_INVALID, "zs_setup: unit '%s' of %lld elements cannot be partitioned", un->name,
+                           (long long)un->numel);
+        ctx->numel_padded += (uint64_t)un->part.padded;
+    }
+    for (int32_t p = 0; p < ctx->nparams; p++)
+        ctx->numel += (uint64_t)ctx->params[p].numel;
+    if (!ctx->pending) {
+        ctx->pending = calloc((size_t)ctx->nunits, sizeof(int32_t));
+        if (!ctx->pending)
+            return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
+    }
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        st = alloc_unit(ctx, &ctx->units[u]);
+        if (!st)
+            st = load_initial_values(ctx, &ctx->units[u]);
+        if (st)
+            return st;
+    }
+    st = setup_bucket(ctx);
+    if (st)
+        return st;
+    for (int32_t p = 0; p < ctx->nparams; p++)
+        ctx->params[p].init = NULL;
+    /* DeepSpeed's averaging: 1/(N * accumulation) after the sum, or the predivide factor split around it. */
+    double n = (double)ctx->world * (double)ctx->cfg.grad_accum_steps;
+    double pre = ctx->cfg.prescale_gradients ? ctx->cfg.gradient_predivide_factor : 1.0;
+    ctx->pre_scale = (float)(1.0 / pre);
+    ctx->post_scale = (float)(pre / n);
+    ctx->set_up = true;
+    return ZS_OK;
+}
+
+/* ---------------------------------------------------------------- queries */
+
+int32_t zs_world_size(const zs_ctx *ctx) { return ctx ? ctx->world : 0; }
+int32_t zs_rank(const zs_ctx *ctx) { return ctx ? ctx->rank : -1; }
+int32_t zs_param_count(const zs_ctx *ctx) { return ctx ? ctx->nparams : 0; }
+int32_t zs_unit_count(const zs_ctx *ctx) { return ctx ? ctx->nunits : 0; }
+zs_dtype zs_param_dtype(const zs_ctx *ctx) { (void)ctx; return ZS_DTYPE_FP32; }
+int64_t zs_grad_accum_steps(const zs_ctx *ctx) { return ctx ? ctx->cfg.grad_accum_steps : 0; }
+int64_t zs_micro_batch_size(const zs_ctx *ctx) { return ctx ? ctx->cfg.micro_batch_size : 0; }
+
+zs_status zs_param_info(const zs_ctx *ctx, int32_t param, const char **name, int64_t *numel, int32_t *unit,
+                        int64_t *offset)
+{
+    if (!ctx || param < 0 || param >= ctx->nparams)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_info: no parameter %d", param);
+    const struct zs_param_rec *pr = &ctx->params[param];
+    if (name)
+        *name = pr->name;
+    if (numel)
+        *numel = pr->numel;
+    if (unit)
+        *unit = pr->unit;
+    if (offset)
+        *offset = pr->offset;
+    return ZS_OK;
+}
+
+/* Bytes per parameter of optimizer state: Adam keeps m and v; SGD keeps a momentum buffer if any. */
+static uint64_t optim_bytes_per_param(const struct zs_config *c)
+{
+    if (c->optim.type == ZS_OPTIM_SGD)
+        return c->optim.momentum != 0.0 ? 4 : 0;
+    return 8;
+}
+
+zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
+{
+    uint64_t psi, n, k, p = 4, g = 4, f;
+
+    if (!ctx || !out)
+        return zs_fail(ZS_ERR_INVALID, "zs_memory: NULL argument");
+    psi = ctx->numel;
+    n = (uint64_t)ctx->world;
+    k = optim_bytes_per_param(&ctx->cfg);
+    switch (ctx->cfg.zero.stage) {
+    case 0: f = (p + g + k) * psi; break;
+    case 1: f = (p + g) * psi + k * psi / n; break;
+    case 2: f = p * psi + (g + k) * psi / n; break;
+    default: f = (p + g + k) * psi / n; break;
+    }
+    memset(out, 0, sizeof(*out));
+    out->rank = ctx->rank;
+    out->world = ctx->world;
+    out->stage = ctx->cfg.zero.stage;
+    out->params = ctx->mem[ZS_MEM_PARAMS];
+    out->grads = ctx->mem[ZS_MEM_GRADS];
+    out->optimizer = ctx->mem[ZS_MEM_OPTIM];
+    out->buffers = ctx->mem[ZS_MEM_BUFFERS] + zs_comm_scratch_bytes(ctx->comm);
+    out->formula = f;
+    out->live_params = ctx->mem[ZS_MEM_LIVE];
+    out->peak_live_params = ctx->peak_live;
+    out->numel = ctx->numel;
+    out->numel_padded = ctx->numel_padded;
+    return ZS_OK;
+}
+
+zs_status zs_stats(const zs_ctx *ctx, zs_step_stats *out)
+{
+    if (!ctx || !out)
+        return zs_fail(ZS_ERR_INVALID, "zs_stats: NULL argument");
+    *out = ctx->stats;
+    return ZS_OK;
+}

@@ -1,0 +1,194 @@
+/* step.c - zs_step: at each accumulation boundary, wait for the gradient reductions, compute the global
+ * norm in a fixed order, clip, run the optimizer on this rank's shard, and make the updated parameters
+ * visible again (all-gather at stages 1-2, drop stale gathered copies at stage 3). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine.h"
+#include "error.h"
+#include "optim.h"
+#include "schedule.h"
+
+static double now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n)
+{
+    struct zs_unit *un = &ctx->units[u];
+
+    if (ctx->cfg.zero.stage == 0) {
+        *n = un->part.padded;
+        return un->full;
+    }
+    *n = un->part.shard;
+    return un->sharded ? un->shard : un->full + zs_partition_begin(&un->part, ctx->rank);
+}
+
+/* Per rank: squares summed over its shard range of each unit in unit order; across ranks: the partials
+ * gathered and added in rank order. Every stage sums the same ranges in the same order. */
+static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm)
+{
+    double mine = 0.0, total = 0.0, *all;
+    zs_status st;
+
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        mine += zs_sumsq_ref(zs_grads_shard(ctx, u), ctx->units[u].part.shard);
+    all = malloc((size_t)ctx->world * sizeof(double));
+    if (!all)
+        return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
+    st = zs_comm_allgather_bytes(ctx->comm, &mine, all, (int32_t)sizeof(double));
+    for (int32_t r = 0; !st && r < ctx->world; r++)
+        total += all[r];
+    free(all);
+    *norm = sqrt(total);
+    return st;
+}
+
+static void adam_scalars(const struct zs_ctx *ctx, double lr, float coef, struct zs_adam_step *s)
+{
+    const struct zs_optim_config *o = &ctx->cfg.optim;
+    double t = (double)(ctx->global_step + 1);
+    double bc1 = o->bias_correction ? 1.0 - pow(o->beta1, t) : 1.0;
+    double bc2 = o->bias_correction ? 1.0 - pow(o->beta2, t) : 1.0;
+
+    s->lr = (float)lr;
+    s->beta1 = (float)o->beta1;
+    s->beta2 = (float)o->beta2;
+    s->one_minus_beta1 = (float)(1.0 - o->beta1);
+    s->one_minus_beta2 = (float)(1.0 - o->beta2);
+    s->eps = (float)o->eps;
+    s->weight_decay = (float)o->weight_decay;
+    s->step_size = (float)(lr / bc1);
+    s->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    s->decay = (float)(lr * o->weight_decay);
+    s->grad_scale = coef;
+    s->adamw = o->type == ZS_OPTIM_ADAMW;
+}
+
+static void run_optimizer(struct zs_ctx *ctx, double lr, float coef)
+{
+    const struct zs_optim_config *o = &ctx->cfg.optim;
+    struct zs_adam_step as;
+    struct zs_sgd_step ss = {
+        .lr = (float)lr, .momentum = (float)o->momentum, .dampening_c = (float)(1.0 - o->dampening),
+        .weight_decay = (float)o->weight_decay, .grad_scale = coef, .nesterov = o->nesterov,
+        .first = ctx->global_step == 0,
+    };
+
+    if (o->type != ZS_OPTIM_SGD)
+        adam_scalars(ctx, lr, coef, &as);
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        int64_t n;
+        float *p = zs_unit_master(ctx, u, &n);
+        const float *g = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
+        if (o->type == ZS_OPTIM_SGD)
+            zs_sgd_ref(p, g, un->m, n, &ss);
+        else
+            zs_adam_ref(p, g, un->m, un->v, n, &as);
+    }
+}
+
+/* Stages 1-2 (and units kept whole at stage 3): every rank's updated shard is gathered in place. */
+static zs_status gather_updated(struct zs_ctx *ctx)
+{
+    struct zs_comm_req **reqs;
+    zs_status st = ZS_OK, st2;
+
+    if (ctx->cfg.zero.stage == 0)
+        return ZS_OK;
+    reqs = calloc((size_t)ctx->nunits, sizeof(*reqs));
+    if (!reqs)
+        return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
+    for (int32_t u = 0; u < ctx->nunits && !st; u++)
+        if (!ctx->units[u].sharded)
+            st = zs_comm_all_gather(ctx->comm, ctx->units[u].full, ctx->units[u].part.shard, &reqs[u]);
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        if (!reqs[u])
+            continue;
+        st2 = zs_comm_wait(ctx->comm, reqs[u]);
+        if (st2 && !st) {
+            st = st2;
+            zs_error_prefix("gather updated parameters of unit '%s'", ctx->units[u].name);
+        }
+    }
+    free(reqs);
+    return st;
+}
+
+zs_status zs_step_boundary(struct zs_ctx *ctx)
+{
+    double t0 = now(), t1, t2, norm = 0.0, lr;
+    float coef = 1.0f;
+    zs_status st;
+
+    st = zs_grads_flush(ctx);
+    if (st)
+        return st;
+    t1 = now();
+    if (ctx->cfg.gradient_clipping > 0.0) {
+        st = global_grad_norm(ctx, &norm);
+        if (st)
+            return st;
+        double c = ctx->cfg.gradient_clipping / (norm + 1e-6);
+        if (c < 1.0)
+            coef = (float)c;
+    }
+    lr = zs_schedule_lr(&ctx->cfg.sched, ctx->cfg.optim.lr, ctx->global_step + 1);
+    run_optimizer(ctx, lr, coef);
+    t2 = now();
+    st = gather_updated(ctx);
+    if (!st)
+        st = zs_fetch_step_end(ctx);
+    if (st)
+        return st;
+    zs_grads_zero(ctx);
+    ctx->global_step++;
+    ctx->stats.global_step = ctx->global_step;
+    ctx->stats.stepped = 1;
+    ctx->stats.lr = lr;
+    ctx->stats.grad_norm = norm;
+    ctx->stats.clip_coef = coef;
+    ctx->t_reduce += t1 - t0;
+    ctx->t_optim += t2 - t1;
+    ctx->t_gather += now() - t2;
+    if (ctx->rank == 0 && !ctx->quiet && ctx->cfg.steps_per_print > 0 &&
+        ctx->global_step % ctx->cfg.steps_per_print == 0) {
+        zs_log("step %lld lr %.6g grad_norm %.6g", (long long)ctx->global_step, lr, norm);
+        if (ctx->cfg.wall_clock_breakdown)
+            zs_log("time (ms, last %lld steps): reduce-wait %.3f optimizer %.3f gather %.3f",
+                   (long long)ctx->cfg.steps_per_print, 1e3 * ctx->t_reduce, 1e3 * ctx->t_optim, 1e3 * ctx->t_gather);
+        ctx->t_reduce = ctx->t_optim = ctx->t_gather = 0.0;
+    }
+    return ZS_OK;
+}
+
+zs_status zs_step(zs_ctx *ctx)
+{
+    zs_status st;
+
+    if (!ctx || !ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_step: call zs_setup first");
+    if (ctx->broken)
+        return zs_fail(ZS_ERR_INVALID, "zs_step: an earlier step failed; the context cannot continue");
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        if (ctx->units[u].ready_micro != ctx->micro_step)
+            return zs_fail(ZS_ERR_INVALID,
+                           "zs_step: unit '%s' had no zs_grad_ready in this micro-batch (every unit needs one)",
+                           ctx->units[u].name);
+    ctx->stats.stepped = 0;
+    ctx->stats.micro_step = ++ctx->micro_step;
+    if (ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
+        return zs_grads_progress(ctx);
+    st = zs_step_boundary(ctx);
+    if (st)
+        ctx->broken = true;
+    return st;
+}

@@ -1,0 +1,265 @@
+/* fetch.c - making a unit's parameters visible: a no-op below stage 3, a gather at stage 3, with
+ * prefetch of the next units (stage3_prefetch_bucket_size), a cap on gathered elements alive at once
+ * (stage3_max_live_parameters) and reuse of released units that come back soon
+ * (stage3_max_reuse_distance). The unit order comes from the trace of the previous window. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "error.h"
+
+static uint64_t unit_bytes(const struct zs_unit *un) { return (uint64_t)un->part.padded * sizeof(float); }
+static uint64_t live_elems(const struct zs_ctx *ctx) { return ctx->mem[ZS_MEM_LIVE] / sizeof(float); }
+
+static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+    zs_status st;
+
+    un->gathered = zs_mem_alloc(ctx, ZS_MEM_LIVE, unit_bytes(un));
+    if (!un->gathered)
+        return zs_fail(ZS_ERR_NOMEM, "fetch: out of memory gathering unit '%s' (%lld elements)", un->name,
+                       (long long)un->part.padded);
+    memcpy(un->gathered + zs_partition_begin(&un->part, ctx->rank), un->shard,
+           (size_t)un->part.shard * sizeof(float));
+    st = zs_comm_all_gather(ctx->comm, un->gathered, un->part.shard, &un->gather_req);
+    if (st) {
+        zs_mem_free(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(un));
+        un->gathered = NULL;
+        zs_error_prefix("fetch unit '%s'", un->name);
+        return st;
+    }
+    un->gather = ZS_GATHER_PENDING;
+    return ZS_OK;
+}
+
+static zs_status gather_wait(struct zs_ctx *ctx, struct zs_unit *un)
+{
+    zs_status st;
+
+    if (un->gather != ZS_GATHER_PENDING)
+        return ZS_OK;
+    st = zs_comm_wait(ctx->comm, un->gather_req);
+    un->gather_req = NULL;
+    if (st) {
+        zs_error_prefix("gather unit '%s'", un->name);
+        return st;
+    }
+    un->gather = ZS_GATHER_READY;
+    return ZS_OK;
+}
+
+static zs_status gather_drop(struct zs_ctx *ctx, struct zs_unit *un)
+{
+    zs_status st = gather_wait(ctx, un);
+
+    zs_mem_free(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(un));
+    un->gathered = NULL;
+    un->gather = ZS_GATHER_NONE;
+    un->prefetched = false;
+    return st;
+}
+
+/* Frees kept or prefetched units nobody holds until `need` more elements fit under the cap.
+ * A unit the program fetches is always gathered, even alone above the cap. */
+static zs_status make_room(struct zs_ctx *ctx, int64_t need, int32_t except)
+{
+    for (int32_t u = 0; u < ctx->nunits && live_elems(ctx) + (uint64_t)need > (uint64_t)ctx->cfg.zero.max_live_parameters;
+         u++) {
+        struct zs_unit *un = &ctx->units[u];
+        if (u == except || un->gather == ZS_GATHER_NONE || un->fetched > 0)
+            continue;
+        zs_status st = gather_drop(ctx, un);
+        if (st)
+            return st;
+    }
+    return ZS_OK;
+}
+
+static zs_status trace_note(struct zs_ctx *ctx, int32_t u)
+{
+    if (ctx->trace_valid && !ctx->trace_broken) {
+        if (ctx->trace_pos < ctx->trace_len && ctx->trace[ctx->trace_pos] == u)
+            ctx->trace_pos++;
+        else
+            ctx->trace_broken = true; /* the program changed its order: no prefetch until re-learned */
+    }
+    if (ctx->rec_len == ctx->rec_cap) {
+        int64_t cap = ctx->rec_cap ? ctx->rec_cap * 2 : 256;
+        int32_t *p = realloc(ctx->rec, (size_t)cap * sizeof(int32_t));
+        if (!p)
+            return zs_fail(ZS_ERR_NOMEM, "fetch: out of memory for the fetch trace");
+        ctx->rec = p;
+        ctx->rec_cap = cap;
+    }
+    ctx->rec[ctx->rec_len++] = u;
+    return ZS_OK;
+}
+
+static zs_status prefetch(struct zs_ctx *ctx)
+{
+    int64_t budget = ctx->cfg.zero.prefetch_bucket_size, inflight = 0;
+
+    if (!ctx->trace_valid || ctx->trace_broken || budget <= 0)
+        return ZS_OK;
+    for (int64_t i = ctx->trace_pos; i < ctx->trace_len; i++) {
+        struct zs_unit *un = &ctx->units[ctx->trace[i]];
+        if (!un->sharded || un->fetched > 0)
+            continue;
+        if (un->gather != ZS_GATHER_NONE) {
+            if (un->prefetched)
+                inflight += un->part.padded;
+            continue;
+        }
+        if (inflight + un->part.padded > budget ||
+            live_elems(ctx) + (uint64_t)un->part.padded > (uint64_t)ctx->cfg.zero.max_live_parameters)
+            break;
+        zs_status st = gather_start(ctx, ctx->trace[i]);
+        if (st)
+            return st;
+        un->prefetched = true;
+        inflight += un->part.padded;
+    }
+    return ZS_OK;
+}
+
+/* Elements fetched between now and the next use of u, or -1 if the trace does not bring it back. */
+static int64_t reuse_distance(const struct zs_ctx *ctx, int32_t u)
+{
+    int64_t dist = 0;
+
+    if (!ctx->trace_valid || ctx->trace_broken)
+        return -1;
+    for (int64_t i = ctx->trace_pos; i < ctx->trace_len; i++) {
+        if (ctx->trace[i] == u)
+            return dist;
+        dist += ctx->units[ctx->trace[i]].part.padded;
+    }
+    return -1;
+}
+
+zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, float **data)
+{
+    struct zs_unit *un = &ctx->units[u];
+    zs_status st;
+
+    st = trace_note(ctx, u);
+    if (st)
+        return st;
+    if (!un->sharded) {
+        un->fetched++;
+        *data = un->full;
+        return ZS_OK;
+    }
+    if (un->gather == ZS_GATHER_NONE) {
+        st = make_room(ctx, un->part.padded, u);
+        if (!st)
+            st = gather_start(ctx, u);
+        if (st)
+            return st;
+    }
+    st = gather_wait(ctx, un);
+    if (st)
+        return st;
+    un->prefetched = false;
+    un->fetched++;
+    *data = un->gathered;
+    return prefetch(ctx);
+}
+
+zs_status zs_release_unit(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+    int64_t dist;
+
+    if (un->fetched <= 0)
+        return zs_fail(ZS_ERR_INVALID, "zs_unit_release: unit '%s' is not fetched", un->name);
+    if (--un->fetched > 0 || !un->sharded)
+        return ZS_OK;
+    dist = reuse_distance(ctx, u);
+    if (dist >= 0 && dist <= ctx->cfg.zero.max_reuse_distance)
+        return ZS_OK; /* comes back soon: keep it gathered (make_room frees it if space runs out) */
+    return gather_drop(ctx, un);
+}
+
+void zs_fetch_free_all(struct zs_ctx *ctx)
+{
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        if (ctx->units[u].gather != ZS_GATHER_NONE)
+            gather_drop(ctx, &ctx->units[u]);
+}
+
+/* After the optimizer step every gathered copy is stale; the window just recorded becomes the trace. */
+zs_status zs_fetch_step_end(struct zs_ctx *ctx)
+{
+    zs_status st = ZS_OK;
+
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        if (un->fetched > 0)
+            return zs_fail(ZS_ERR_INVALID, "zs_step: unit '%s' is still fetched; release every unit before the step",
+                           un->name);
+        if (un->gather != ZS_GATHER_NONE && !st)
+            st = gather_drop(ctx, un);
+    }
+    if (ctx->rec_len > 0 && (!ctx->trace_valid || ctx->rec_len != ctx->trace_len ||
+                             memcmp(ctx->rec, ctx->trace, (size_t)ctx->rec_len * sizeof(int32_t)))) {
+        int32_t *t = ctx->trace;
+        int64_t cap = ctx->trace_cap;
+        ctx->trace = ctx->rec;
+        ctx->trace_cap = ctx->rec_cap;
+        ctx->trace_len = ctx->rec_len;
+        ctx->rec = t;
+        ctx->rec_cap = cap;
+        ctx->trace_valid = true;
+    }
+    ctx->rec_len = 0;
+    ctx->trace_pos = 0;
+    ctx->trace_broken = false;
+    return st;
+}
+
+/* ---------------------------------------------------------------- public API */
+
+zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data)
+{
+    float *p = NULL;
+    zs_status st;
+
+    if (!ctx || !ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_unit_fetch: call zs_setup first");
+    if (unit < 0 || unit >= ctx->nunits)
+        return zs_fail(ZS_ERR_INVALID, "zs_unit_fetch: no unit %d", unit);
+    st = zs_grads_progress(ctx);
+    if (!st)
+        st = zs_fetch_unit(ctx, unit, &p);
+    if (!st && data)
+        *data = p;
+    return st;
+}
+
+zs_status zs_unit_release(zs_ctx *ctx, int32_t unit)
+{
+    if (!ctx || !ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_unit_release: call zs_setup first");
+    if (unit < 0 || unit >= ctx->nunits)
+        return zs_fail(ZS_ERR_INVALID, "zs_unit_release: no unit %d", unit);
+    return zs_release_unit(ctx, unit);
+}
+
+zs_status zs_param_data(zs_ctx *ctx, int32_t param, void **data)
+{
+    const struct zs_param_rec *pr;
+    const struct zs_unit *un;
+
+    if (!ctx || !ctx->set_up || !data)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_data: call zs_setup first");
+    if (param < 0 || param >= ctx->nparams)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_data: no parameter %d", param);
+    pr = &ctx->params[param];
+    un = &ctx->units[pr->unit];
+    if (un->sharded && (un->fetched == 0 || !un->gathered))
+        return zs_fail(ZS_ERR_INVALID, "zs_param_data: parameter '%s': unit '%s' is not fetched", pr->name, un->name);
+    *data = (un->sharded ? un->gathered : un->full) + pr->offset;
+    return ZS_OK;
+}

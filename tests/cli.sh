@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# cli.sh TRAIN CONFIGS - the example's command line as scripts use it: shipped configs train and agree,
+# the loss falls, --memory-json prints one line per rank, and bad input gives one
+# "zeroshard: error:" line naming the key or rank with a non-zero exit.
+set -u
+TRAIN=$1 CONFIGS=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+pass=0 fail=0
+check() { if [ "$1" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2" >&2; fi; }
+mpi() { mpirun --oversubscribe "$@"; }
+
+# shipped configs: all four stages give the same parameters
+hashes=""
+for s in 0 1 2 3; do
+  out=$(mpi -np 2 "$TRAIN" --config "$CONFIGS/zero$s.json" --steps 40 --seed 5 2>&1)
+  rc=$?
+  h=$(echo "$out" | awk '/^params-hash/ {print $2}')
+  first=$(echo "$out" | awk '/^step 1 loss/ {print $4}')
+  last=$(echo "$out" | awk '/^step 40 loss/ {print $4}')
+  echo "zero$s.json: rc $rc loss $first -> $last params-hash $h"
+  [ $rc -eq 0 ] && [ -n "$h" ] && r=ok || r=bad; check $r "zero$s.json did not train: $out"
+  awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.6 * a)}' && r=ok || r=bad
+  check $r "zero$s.json: loss did not fall enough ($first -> $last)"
+  [ "$(echo "$out" | tail -n 1 | cut -d' ' -f1)" = params-hash ] && r=ok || r=bad
+  check $r "zero$s.json: last line is not params-hash"
+  hashes="$hashes $h"
+done
+[ "$(echo $hashes | tr ' ' '\n' | sort -u | wc -l)" = 1 ] && r=ok || r=bad
+check $r "shipped configs disagree: $hashes"
+
+# --memory-json: one line per rank, stage 3 shards parameters
+out=$(mpi -np 3 "$TRAIN" --config "$CONFIGS/zero3.json" --steps 1 --memory-json 2>&1)
+n=$(echo "$out" | grep -c '^{"memory": {"rank": [0-9]*, "stage": 3, "world": 3, "params": ')
+[ "$n" = 3 ] && r=ok || r=bad; check $r "--memory-json printed $n lines: $out"
+
+# a bad config: one error line naming the key, non-zero exit
+cat > "$tmp/bad.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2, "stage3_param_persitance_threshold": 10}}
+JSON
+out=$(mpi -np 2 "$TRAIN" --config "$tmp/bad.json" --steps 1 2>&1 >/dev/null); rc=$?
+echo "bad config: rc $rc: $out"
+lines=$(echo "$out" | grep -c '^zeroshard: error: .*zero_optimization.stage3_param_persitance_threshold')
+[ $rc -ne 0 ] && [ "$lines" = 1 ] && r=ok || r=bad; check $r "bad config: rc $rc, output: $out"
+
+# a rank with a different config: the error names the rank (two programs under one mpirun)
+sed 's/"stage": 2/"stage": 3/' "$CONFIGS/zero2.json" > "$tmp/other.json"
+out=$(mpi -np 2 "$TRAIN" --config "$CONFIGS/zero2.json" --steps 1 : -np 1 "$TRAIN" --config "$tmp/other.json" --steps 1 \
+      2>&1 >/dev/null); rc=$?
+echo "mismatched rank: rc $rc: $out"
+echo "$out" | grep -q '^zeroshard: error: .*config differs between ranks: rank(s) 2 .*zero_optimization.stage 2 vs 3' \
+  && [ $rc -ne 0 ] && r=ok || r=bad
+check $r "mismatched rank: $out"
+
+# missing file, missing --config
+out=$(mpi -np 1 "$TRAIN" --config "$tmp/nope.json" 2>&1 >/dev/null); rc=$?
+echo "$out" | grep -q "^zeroshard: error: .*nope.json: cannot read config" && [ $rc -ne 0 ] && r=ok || r=bad
+check $r "missing file: $out"
+out=$(mpi -np 1 "$TRAIN" 2>&1 >/dev/null); rc=$?
+echo "$out" | grep -q "^zeroshard: error: --config FILE is required" && [ $rc -ne 0 ] && r=ok || r=bad
+check $r "missing --config: $out"
+echo "cli: $pass passed, $fail failed"
+[ $fail -eq 0 ]

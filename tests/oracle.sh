@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# oracle.sh N TRAIN CMP - the stage oracle at N ranks. With gradient accumulation 1, stages 0-3, overlap
+# on and off, and small and large buckets must give bit-identical parameters (same params-hash); with
+# accumulation 2 they must agree to 1e-6 (relative L2 norm of the difference); and N ranks must match
+# one rank to WORLD_TOL (relative L2). Both comparisons also print the largest element-wise difference.
+set -u
+N=$1 TRAIN=$2 CMP=$3
+WORLD_TOL=${WORLD_TOL:-1e-5}
+STEPS=30
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+pass=0 fail=0
+
+# cfg NAME STAGE OVERLAP BUCKET GAS [OPTIMIZER_AND_SCHEDULER_JSON] [EXTRA_ZERO_KEYS]
+cfg() {
+  local opt=${6:-'"optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 5, "total_num_steps": 30, "warmup_type": "linear"}}'}
+  cat > "$tmp/$1.json" <<JSON
+{
+  "train_batch_size": 24,
+  "gradient_accumulation_steps": $5,
+  "gradient_clipping": 0.5,
+  "steps_per_print": 0,
+  $opt,
+  "zero_optimization": {"stage": $2, "overlap_comm": $3, "reduce_bucket_size": $4,
+                        "stage3_param_persistence_threshold": 0 ${7:-}}
+}
+JSON
+}
+
+run() { # run NAME RANKS -> prints the params-hash, leaves $tmp/NAME.bin
+  local out
+  out=$(mpirun --oversubscribe -np "$2" "$TRAIN" --config "$tmp/$1.json" --steps $STEPS --seed 3 --hidden 32 \
+        --quiet --dump "$tmp/$1.bin" 2>&1)
+  if [ $? -ne 0 ]; then echo "run $1 failed:" >&2; echo "$out" >&2; echo "FAILED"; return; fi
+  echo "$out" | awk '/^params-hash/ {print $2}'
+}
+
+check() { if [ "$1" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2" >&2; fi; }
+
+# 1. bit-identical with accumulation 1
+cfg ref 0 false 500000000 1
+ref=$(run ref "$N")
+echo "np $N reference (stage 0) params-hash $ref"
+for stage in 0 1 2 3; do
+  for ov in false true; do
+    for bucket in 1 500000000; do
+      name="s${stage}_ov${ov}_b${bucket}"
+      cfg "$name" $stage $ov $bucket 1
+      h=$(run "$name" "$N")
+      [ "$h" = "$ref" ] && r=ok || r=bad
+      echo "np $N stage $stage overlap $ov bucket $bucket: $h $r"
+      check $r "$name: params-hash $h != $ref"
+    done
+  done
+done
+# stage 3 with no prefetch and a live cap below one unit (every fetch gathers, nothing kept),
+# and with prefetch and reuse at their defaults
+cfg s3_tight 3 true 1 1 "" ', "stage3_prefetch_bucket_size": 0, "stage3_max_live_parameters": 1, "stage3_max_reuse_distance": 0'
+cfg s3_loose 3 true 1 1 "" ', "stage3_prefetch_bucket_size": 100000, "stage3_max_live_parameters": 1000000000'
+for name in s3_tight s3_loose; do
+  h=$(run $name "$N"); [ "$h" = "$ref" ] && r=ok || r=bad
+  echo "np $N $name: $h $r"; check $r "$name: params-hash $h != $ref"
+done
+# SGD with Nesterov momentum and a cosine schedule, stage 0 against stage 3
+sgd='"optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "nesterov": true, "weight_decay": 1e-4}},
+  "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 30, "warmup_num_steps": 4}}'
+cfg sgd0 0 false 500000000 1 "$sgd"; cfg sgd3 3 true 1 1 "$sgd"
+h0=$(run sgd0 "$N"); h3=$(run sgd3 "$N")
+[ "$h0" = "$h3" ] && [ "$h0" != FAILED ] && r=ok || r=bad
+echo "np $N SGD stage 0 $h0 stage 3 $h3 $r"; check $r "SGD stage 3 $h3 != stage 0 $h0"
+
+# 2. accumulation 2: every stage within 1e-6 of stage 0
+cfg gas_s0 0 false 500000000 2
+run gas_s0 "$N" > /dev/null
+for stage in 1 2 3; do
+  cfg "gas_s$stage" $stage true 1 2
+  run "gas_s$stage" "$N" > /dev/null
+  if msg=$("$CMP" "$tmp/gas_s$stage.bin" "$tmp/gas_s0.bin" 1e-6 l2); then r=ok; else r=bad; fi
+  echo "np $N accumulation 2 stage $stage vs stage 0: $msg $r"
+  check $r "accumulation 2 stage $stage: $msg"
+done
+
+# 3. world size: N ranks against one rank, same global batch
+if [ "$N" -gt 1 ]; then
+  run ref 1 > /dev/null 2>&1; cp "$tmp/ref.bin" "$tmp/one.bin"
+  run ref "$N" > /dev/null
+  if msg=$("$CMP" "$tmp/ref.bin" "$tmp/one.bin" "$WORLD_TOL" l2); then r=ok; else r=bad; fi
+  echo "np $N vs np 1 after $STEPS steps: $msg $r"
+  check $r "world size $N vs 1: $msg"
+fi
+echo "oracle np $N: $pass passed, $fail failed"
+[ $fail -eq 0 ]

@@ -1,0 +1,176 @@
+/* test_engine.c - engine behaviour that needs several ranks: agreement checks at init and set-up
+ * (a differing config or registration fails on every rank with the ranks named, never hangs), API
+ * misuse errors, and per-rank memory against the ZeRO formulas. Run under mpirun -np 4 (and 3). */
+#include <stdlib.h>
+#include <string.h>
+#include <mpi.h>
+
+#include "check.h"
+#include "zeroshard.h"
+
+static int rank, world;
+
+static zs_status init_json(zs_ctx **ctx, const char *json)
+{
+    zs_init_opts o = { .config_json = json, .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1 };
+    return zs_init(ctx, &o);
+}
+
+static void test_config_mismatch(void)
+{
+    char json[256];
+    zs_ctx *ctx = NULL;
+    zs_status st;
+
+    snprintf(json, sizeof(json), "{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": {\"stage\": %d}}",
+             rank == world - 1 ? 2 : 1);
+    st = init_json(&ctx, json);
+    CHECK(st == ZS_ERR_MISMATCH && ctx == NULL, "config mismatch gave %d: %s", st, zs_last_error());
+    char want[64];
+    snprintf(want, sizeof(want), "rank(s) %d", world - 1);
+    CHECK(strstr(zs_last_error(), want) && strstr(zs_last_error(), "zero_optimization.stage 1 vs 2"),
+          "message: %s", zs_last_error());
+}
+
+static void test_bad_config_on_one_rank(void)
+{
+    zs_ctx *ctx = NULL;
+    const char *good = "{\"train_micro_batch_size_per_gpu\": 2}";
+    const char *bad = "{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": {\"stage\": 7}}";
+    zs_status st = init_json(&ctx, rank == 1 ? bad : good);
+
+    CHECK(st == ZS_ERR_CONFIG && ctx == NULL, "bad config on rank 1 gave %d: %s", st, zs_last_error());
+    CHECK(!strncmp(zs_last_error(), "rank 1: zero_optimization.stage", 31), "message: %s", zs_last_error());
+}
+
+static void test_registration_mismatch(void)
+{
+    zs_ctx *ctx = NULL;
+    int32_t u, p;
+    zs_status st = init_json(&ctx, "{\"train_micro_batch_size_per_gpu\": 2, \"zero_optimization\": {\"stage\": 3}}");
+
+    CHECK(st == ZS_OK, "%s", zs_last_error());
+    if (st)
+        return;
+    zs_unit_add(ctx, "block0", &u);
+    zs_param_add(ctx, u, "w", 100, NULL, &p);
+    if (rank == 1)
+        zs_param_add(ctx, u, "extra", 7, NULL, &p);
+    st = zs_setup(ctx);
+    CHECK(st == ZS_ERR_MISMATCH, "registration mismatch gave %d: %s", st, zs_last_error());
+    CHECK(strstr(zs_last_error(), "rank(s) 1 differ from rank 0"), "message: %s", zs_last_error());
+    zs_finalize(ctx);
+}
+
+static void test_misuse(void)
+{
+    zs_ctx *ctx = NULL;
+    int32_t u, p;
+    float *g;
+
+    CHECK(init_json(&ctx, "{\"train_micro_batch_size_per_gpu\": 1}") == ZS_OK, "%s", zs_last_error());
+    if (!ctx)
+        return;
+    CHECK(zs_unit_fetch(ctx, 0, NULL) == ZS_ERR_INVALID && strstr(zs_last_error(), "zs_setup"), "%s", zs_last_error());
+    zs_unit_add(ctx, "empty", &u);
+    CHECK(zs_param_add(ctx, u, "nothing", 0, NULL, &p) == ZS_ERR_INVALID && strstr(zs_last_error(), "'nothing' has 0"),
+          "zero-size param: %s", zs_last_error());
+    CHECK(zs_setup(ctx) == ZS_ERR_INVALID && strstr(zs_last_error(), "unit 'empty' has no parameters"),
+          "zero-size unit: %s", zs_last_error());
+    zs_finalize(ctx);
+
+    CHECK(init_json(&ctx, "{\"train_micro_batch_size_per_gpu\": 1}") == ZS_OK, "%s", zs_last_error());
+    zs_unit_add(ctx, "a", &u);
+    zs_param_add(ctx, u, "w", 5, NULL, &p);
+    CHECK(zs_setup(ctx) == ZS_OK, "%s", zs_last_error());
+    CHECK(zs_grad_ready(ctx, u) == ZS_ERR_INVALID && strstr(zs_last_error(), "zs_grad_get first"), "%s", zs_last_error());
+    CHECK(zs_step(ctx) == ZS_ERR_INVALID && strstr(zs_last_error(), "unit 'a' had no zs_grad_ready"), "%s",
+          zs_last_error());
+    CHECK(zs_grad_get(ctx, u, &g) == ZS_OK && zs_grad_ready(ctx, u) == ZS_OK, "%s", zs_last_error());
+    CHECK(zs_grad_get(ctx, u, &g) == ZS_ERR_INVALID && strstr(zs_last_error(), "already marked ready"), "%s",
+          zs_last_error());
+    CHECK(zs_unit_release(ctx, u) == ZS_ERR_INVALID && strstr(zs_last_error(), "not fetched"), "%s", zs_last_error());
+    CHECK(zs_unit_fetch(ctx, 9, NULL) == ZS_ERR_INVALID && strstr(zs_last_error(), "no unit 9"), "%s", zs_last_error());
+    zs_finalize(ctx);
+}
+
+/* One full training iteration, then persistent bytes against 16Psi-style formulas for fp32 AdamW. */
+static void test_memory(int stage)
+{
+    enum { UNITS = 4, W = 262000, B = 144 };
+    char json[512];
+    zs_ctx *ctx = NULL;
+    int32_t units[UNITS], p;
+    zs_memory_report m;
+    float *w = calloc(W, sizeof(float)), *g;
+
+    snprintf(json, sizeof(json),
+             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1, \"stage3_param_persistence_threshold\": 0,"
+             " \"stage3_max_live_parameters\": 600000, \"stage3_prefetch_bucket_size\": 300000}}", stage);
+    CHECK(init_json(&ctx, json) == ZS_OK, "%s", zs_last_error());
+    if (!ctx) {
+        free(w);
+        return;
+    }
+    for (int i = 0; i < UNITS; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "block%d", i);
+        zs_unit_add(ctx, name, &units[i]);
+        zs_param_add(ctx, units[i], "w", W, w, &p);
+        zs_param_add(ctx, units[i], "b", B, NULL, &p);
+    }
+    CHECK(zs_setup(ctx) == ZS_OK, "%s", zs_last_error());
+    for (int it = 0; it < 2; it++) { /* the second iteration runs with a trace: prefetch and reuse */
+        for (int i = 0; i < UNITS; i++)
+            CHECK(zs_unit_fetch(ctx, units[i], NULL) == ZS_OK && zs_unit_release(ctx, units[i]) == ZS_OK, "%s",
+                  zs_last_error());
+        for (int i = UNITS - 1; i >= 0; i--) {
+            CHECK(zs_unit_fetch(ctx, units[i], NULL) == ZS_OK && zs_grad_get(ctx, units[i], &g) == ZS_OK, "%s",
+                  zs_last_error());
+            g[0] = 1.0f;
+            CHECK(zs_grad_ready(ctx, units[i]) == ZS_OK && zs_unit_release(ctx, units[i]) == ZS_OK, "%s",
+                  zs_last_error());
+        }
+        CHECK(zs_step(ctx) == ZS_OK, "%s", zs_last_error());
+    }
+    CHECK(zs_memory(ctx, &m) == ZS_OK, "%s", zs_last_error());
+    uint64_t persistent = m.params + m.grads + m.optimizer;
+    double ratio = (double)persistent / (double)m.formula;
+    if (rank == 0)
+        printf("stage %d world %d: params %llu grads %llu optimizer %llu buffers %llu | formula %llu ratio %.4f "
+               "peak live %llu\n", stage, world, (unsigned long long)m.params, (unsigned long long)m.grads,
+               (unsigned long long)m.optimizer, (unsigned long long)m.buffers, (unsigned long long)m.formula, ratio,
+               (unsigned long long)m.peak_live_params);
+    CHECK(ratio > 0.95 && ratio < 1.05, "stage %d: persistent %llu vs formula %llu (ratio %.4f)", stage,
+          (unsigned long long)persistent, (unsigned long long)m.formula, ratio);
+    CHECK(m.numel == (uint64_t)UNITS * (W + B), "numel %llu", (unsigned long long)m.numel);
+    if (stage == 3) /* a cap above one unit: never more than the cap gathered at once */
+        CHECK(m.peak_live_params <= 600000 * 4, "peak live %llu above stage3_max_live_parameters",
+              (unsigned long long)m.peak_live_params);
+    if (stage >= 2) /* the bucket holds one unit (reduce_bucket_size 1 is raised to the largest unit) */
+        CHECK(m.buffers >= (uint64_t)(W + B) * 4, "buffers %llu", (unsigned long long)m.buffers);
+    zs_finalize(ctx);
+    free(w);
+}
+
+int main(int argc, char **argv)
+{
+    int fails, any = 0;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    test_misuse();
+    if (world >= 2) {
+        test_config_mismatch();
+        test_bad_config_on_one_rank();
+        test_registration_mismatch();
+    }
+    for (int stage = 0; stage <= 3; stage++)
+        test_memory(stage);
+    fails = zs_test_fail;
+    MPI_Allreduce(&fails, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any ? (zs_test_summary("test_engine"), 1) : zs_test_summary("test_engine");
+}

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# build.sh [BUILD_DIR] [cmake options...] - configures and builds ZeroShard (default dir: build).
+set -eu
+cd "$(dirname "$0")/.."
+dir=${1:-build}
+shift || true
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" > "$dir.cmake.log" 2>&1 || { cat "$dir.cmake.log"; exit 1; }
+cmake --build "$dir" -j "$(nproc)"
