@@ -34,19 +34,6 @@ void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t byte
 
 /* ---------------------------------------------------------------- cross-rank agreement */
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-#define ZS_FNV_SEED 0xcbf29ce484222325ULL
-
 struct cfg_summary {
     int32_t status;  /* 0 = this rank resolved its config */
     int32_t stage;
@@ -73,7 +60,7 @@ static zs_status agree_on_config(struct zs_ctx *ctx, zs_status local)
 
     mine.status = local;
     if (!local) {
-        mine.hash = fnv1a(ZS_FNV_SEED, &ctx->cfg, sizeof(ctx->cfg));
+        mine.hash = zs_fnv1a(ZS_FNV_SEED, &ctx->cfg, sizeof(ctx->cfg));
         mine.stage = ctx->cfg.zero.stage;
         mine.micro = ctx->cfg.micro_batch_size;
         mine.gas = ctx->cfg.grad_accum_steps;

@@ -4,6 +4,7 @@
 #define ZS_ENGINE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comm.h"      /* defines: struct zs_comm, zs_comm_* */
@@ -78,6 +79,19 @@ struct zs_ctx {
     uint64_t mem[ZS_MEM_NCAT];
     uint64_t peak_live;
 };
+
+/* FNV-1a, for the cross-rank agreement hashes (config, registration). */
+#define ZS_FNV_SEED 0xcbf29ce484222325ULL
+static inline uint64_t zs_fnv1a(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
 
 /* Accounted allocation: every byte the runtime holds is counted in one category. 64-byte aligned,
  * zero-filled. */

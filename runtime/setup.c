@@ -13,30 +13,19 @@ struct reg_summary {
     int32_t nunits, nparams;
 };
 
-static uint64_t mix(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
 static struct reg_summary registration_summary(const struct zs_ctx *ctx)
 {
-    struct reg_summary s = { .hash = 0xcbf29ce484222325ULL, .nunits = ctx->nunits, .nparams = ctx->nparams };
+    struct reg_summary s = { .hash = ZS_FNV_SEED, .nunits = ctx->nunits, .nparams = ctx->nparams };
 
     for (int32_t p = 0; p < ctx->nparams; p++) {
         const struct zs_param_rec *pr = &ctx->params[p];
-        s.hash = mix(s.hash, pr->name, strlen(pr->name) + 1);
-        s.hash = mix(s.hash, &pr->unit, sizeof(pr->unit));
-        s.hash = mix(s.hash, &pr->numel, sizeof(pr->numel));
+        s.hash = zs_fnv1a(s.hash, pr->name, strlen(pr->name) + 1);
+        s.hash = zs_fnv1a(s.hash, &pr->unit, sizeof(pr->unit));
+        s.hash = zs_fnv1a(s.hash, &pr->numel, sizeof(pr->numel));
         s.numel += pr->numel;
     }
     for (int32_t u = 0; u < ctx->nunits; u++)
-        s.hash = mix(s.hash, ctx->units[u].name, strlen(ctx->units[u].name) + 1);
+        s.hash = zs_fnv1a(s.hash, ctx->units[u].name, strlen(ctx->units[u].name) + 1);
     return s;
 }
 
