@@ -17,7 +17,7 @@ static const char *const top_keys[] = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
     "steps_per_print", "wall_clock_breakdown", "prescale_gradients", "gradient_predivide_factor", "optimizer",
     "scheduler", "fp16", "bf16", "bfloat16", "fp8", "zero_optimization", "aio", "sparse_gradients", "amp",
-    "tensor_parallel", "pipeline", "elasticity", "sequence_parallel_size", NULL,
+    "tensor_parallel", "pipeline", "elasticity", "sequence_parallel_size", "zeroshard", NULL,
 };
 
 /* Accepted with any content: the training program, not the optimizer runtime, acts on these. */
@@ -148,16 +148,25 @@ static int parse_scalars(parser *p, struct zs_config *cfg, json_t *root)
 
 /* ---------------------------------------------------------------- optimizer */
 
+#define IMPLEMENTED_OPTIMIZERS "Adam, AdamW, SGD, Lion, Adagrad"
+
 static const char *const adam_keys[] = {
     "lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "amsgrad", "torch_adam", "fused",
     "max_grad_norm", NULL,
 };
 static const char *const sgd_keys[] = {"lr", "momentum", "dampening", "nesterov", "weight_decay", NULL};
+static const char *const lion_keys[] = {"lr", "betas", "weight_decay", NULL};
+static const char *const adagrad_keys[] = {"lr", "eps", "weight_decay", "lr_decay", "initial_accumulator_value", NULL};
+/* Every optimizer's keys: one given to the wrong optimizer is "not a parameter of X", not an unknown key. */
+static const char *const all_optim_keys[] = {
+    "lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "amsgrad", "torch_adam", "fused",
+    "max_grad_norm", "momentum", "dampening", "nesterov", "lr_decay", "initial_accumulator_value", NULL,
+};
 static const char *const type_params_keys[] = {"type", "params", NULL};
 /* DeepSpeed optimizers ZeroShard knows by name but does not run yet (compared lower-case). */
 static const char *const todo_optimizers[] = {
-    "lion", "adagrad", "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam", "muadamw", "musgd",
-    "fusedadam", "cpuadam", "cpuadagrad", "muon", NULL,
+    "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam", "muadamw", "musgd", "fusedadam", "cpuadam",
+    "cpuadagrad", "muon", NULL,
 };
 
 static bool in_list_nocase(const char *s, const char *const *list)
@@ -168,6 +177,7 @@ static bool in_list_nocase(const char *s, const char *const *list)
     return false;
 }
 
+/* Absent or "auto" leaves the defaults already in *o. */
 static int get_betas(parser *p, json_t *params, struct zs_optim_config *o)
 {
     json_t *v = params ? json_object_get(params, "betas") : NULL;
@@ -186,7 +196,7 @@ static int get_betas(parser *p, json_t *params, struct zs_optim_config *o)
                ? -EINVAL : 0;
 }
 
-static int parse_adam(parser *p, struct zs_config *cfg, json_t *params, bool is_adamw)
+static int parse_adam(parser *p, struct zs_config *cfg, json_t *params, enum zs_optim_type type)
 {
     struct zs_optim_config *o = &cfg->optim;
     const char *pp = "optimizer.params";
@@ -202,7 +212,7 @@ static int parse_adam(parser *p, struct zs_config *cfg, json_t *params, bool is_
         zs_cfg_get_bool(p, params, pp, "fused", false, false, &unused) ||
         zs_cfg_get_num(p, params, pp, "max_grad_norm", &(spec){ZS_GE(0)}, &max_grad_norm))
         return -EINVAL;
-    o->type = is_adamw || w_mode ? ZS_OPTIM_ADAMW : ZS_OPTIM_ADAM;
+    o->type = type == ZS_OPTIM_ADAMW || w_mode ? ZS_OPTIM_ADAMW : ZS_OPTIM_ADAM;
     if (amsgrad)
         zs_cfg_defer(p, pp, "amsgrad", "AMSGrad is not implemented yet");
     /* apex-era configs put clipping here; the top-level key wins when both are set */
@@ -211,11 +221,12 @@ static int parse_adam(parser *p, struct zs_config *cfg, json_t *params, bool is_
     return 0;
 }
 
-static int parse_sgd(parser *p, struct zs_optim_config *o, json_t *params)
+static int parse_sgd(parser *p, struct zs_config *cfg, json_t *params, enum zs_optim_type type)
 {
+    struct zs_optim_config *o = &cfg->optim;
     const char *pp = "optimizer.params";
 
-    o->type = ZS_OPTIM_SGD;
+    o->type = type;
     if (zs_cfg_get_num(p, params, pp, "momentum", &(spec){ZS_IN_CO(0, 1)}, &o->momentum) ||
         zs_cfg_get_num(p, params, pp, "dampening", &(spec){ZS_GE(0)}, &o->dampening) ||
         zs_cfg_get_bool(p, params, pp, "nesterov", false, false, &o->nesterov))
@@ -226,13 +237,54 @@ static int parse_sgd(parser *p, struct zs_optim_config *o, json_t *params)
     return 0;
 }
 
+/* DeepSpeed's FusedLion / DeepSpeedCPULion: betas default to (0.9, 0.999), the Adam defaults already set. */
+static int parse_lion(parser *p, struct zs_config *cfg, json_t *params, enum zs_optim_type type)
+{
+    cfg->optim.type = type;
+    return get_betas(p, params, &cfg->optim);
+}
+
+/* DeepSpeed builds DeepSpeedCPUAdagrad with offload and torch.optim.Adagrad without, so torch's lr_decay and
+ * initial_accumulator_value appear in real configs: read (a bad value is named) but run only at 0 so far. */
+static int parse_adagrad(parser *p, struct zs_config *cfg, json_t *params, enum zs_optim_type type)
+{
+    struct zs_optim_config *o = &cfg->optim;
+    const char *pp = "optimizer.params";
+    double lr_decay, initial_acc;
+
+    o->type = type;
+    if (zs_cfg_get_num(p, params, pp, "eps", &(spec){ZS_GT(0), .def = 1e-10}, &o->eps) ||
+        zs_cfg_get_num(p, params, pp, "lr_decay", &(spec){ZS_GE(0)}, &lr_decay) ||
+        zs_cfg_get_num(p, params, pp, "initial_accumulator_value", &(spec){ZS_GE(0)}, &initial_acc))
+        return -EINVAL;
+    if (lr_decay != 0)
+        zs_cfg_defer(p, pp, "lr_decay", "a non-zero lr_decay is not implemented yet (only 0)");
+    if (initial_acc != 0)
+        zs_cfg_defer(p, pp, "initial_accumulator_value",
+                     "a non-zero initial_accumulator_value is not implemented yet (only 0)");
+    return 0;
+}
+
+static const struct optim_kind {
+    const char *name;  /* DeepSpeed's spelling; matched ignoring case */
+    enum zs_optim_type type;
+    const char *const *keys;
+    int (*parse)(parser *p, struct zs_config *cfg, json_t *params, enum zs_optim_type type);
+} optim_kinds[] = {
+    {"Adam", ZS_OPTIM_ADAM, adam_keys, parse_adam},
+    {"AdamW", ZS_OPTIM_ADAMW, adam_keys, parse_adam},
+    {"SGD", ZS_OPTIM_SGD, sgd_keys, parse_sgd},
+    {"Lion", ZS_OPTIM_LION, lion_keys, parse_lion},
+    {"Adagrad", ZS_OPTIM_ADAGRAD, adagrad_keys, parse_adagrad},
+};
+
 static int parse_optimizer(parser *p, struct zs_config *cfg, json_t *root)
 {
+    const struct optim_kind *kind = NULL;
     struct zs_optim_config *o = &cfg->optim;
     double lr_auto = p->av.lr;
     json_t *sec, *params;
     const char *type;
-    bool sgd, adamw;
 
     /* field by field: a struct copy could carry a temporary's padding into the hashed config */
     o->type = ZS_OPTIM_ADAMW;
@@ -256,22 +308,24 @@ static int parse_optimizer(parser *p, struct zs_config *cfg, json_t *root)
         return zs_cfg_fail(p, "optimizer", "type", "missing");
     if (in_list_nocase(type, todo_optimizers)) {
         /* its params belong to an optimizer we do not model: leave them unchecked */
-        zs_cfg_defer(p, "optimizer", "type", "'%s' is not implemented yet (implemented: Adam, AdamW, SGD)", type);
+        zs_cfg_defer(p, "optimizer", "type", "'%s' is not implemented yet (implemented: " IMPLEMENTED_OPTIMIZERS ")",
+                     type);
         return 0;
     }
-    sgd = zs_cfg_streq_nocase(type, "sgd");
-    adamw = zs_cfg_streq_nocase(type, "adamw");
-    if (!sgd && !adamw && !zs_cfg_streq_nocase(type, "adam"))
-        return zs_cfg_fail(p, "optimizer", "type", "unknown optimizer '%s' (implemented: Adam, AdamW, SGD)", type);
+    for (size_t i = 0; i < sizeof(optim_kinds) / sizeof(optim_kinds[0]); i++)
+        if (zs_cfg_streq_nocase(type, optim_kinds[i].name))
+            kind = &optim_kinds[i];
+    if (!kind)
+        return zs_cfg_fail(p, "optimizer", "type", "unknown optimizer '%s' (implemented: " IMPLEMENTED_OPTIMIZERS ")",
+                           type);
     if (zs_cfg_get_obj(p, sec, "optimizer", "params", &params) ||
-        (params && zs_cfg_check_keys(p, params, "optimizer.params", sgd ? sgd_keys : adam_keys,
-                                     sgd ? adam_keys : sgd_keys, sgd ? "SGD" : adamw ? "AdamW" : "Adam")) ||
+        (params && zs_cfg_check_keys(p, params, "optimizer.params", kind->keys, all_optim_keys, kind->name)) ||
         zs_cfg_get_num(p, params, "optimizer.params", "lr",
                        &(spec){ZS_GT(0), .required = true, .has_autov = lr_auto > 0, .autov = lr_auto, .need = "lr"},
                        &o->lr) ||
         zs_cfg_get_num(p, params, "optimizer.params", "weight_decay", &(spec){ZS_GE(0)}, &o->weight_decay))
         return -EINVAL;
-    return sgd ? parse_sgd(p, o, params) : parse_adam(p, cfg, params, adamw);
+    return kind->parse(p, cfg, params, kind->type);
 }
 
 /* ---------------------------------------------------------------- scheduler */
@@ -522,7 +576,8 @@ static int parse_root(parser *p, struct zs_config *cfg, json_t *root)
 {
     if (check_top_keys(p, root) || parse_batch(p, cfg, root) || parse_scalars(p, cfg, root) ||
         zs_cfg_parse_zero(p, cfg, root) || parse_optimizer(p, cfg, root) || parse_scheduler(p, cfg, root) ||
-        parse_fp16(p, cfg, root) || parse_bf16(p, cfg, root) || parse_fp8(p, root) || parse_runtime_keys(p, root))
+        parse_fp16(p, cfg, root) || parse_bf16(p, cfg, root) || parse_fp8(p, root) || parse_runtime_keys(p, root) ||
+        zs_cfg_parse_cpu(p, cfg, root))
         return -EINVAL;
     return 0;
 }

@@ -8,7 +8,8 @@
 
 #include "zeroshard.h" /* defines: zs_auto_values */
 
-enum zs_optim_type { ZS_OPTIM_ADAM, ZS_OPTIM_ADAMW, ZS_OPTIM_SGD };
+/* Append only: existing values keep their numbers. */
+enum zs_optim_type { ZS_OPTIM_ADAM, ZS_OPTIM_ADAMW, ZS_OPTIM_SGD, ZS_OPTIM_LION, ZS_OPTIM_ADAGRAD };
 enum zs_sched_type { ZS_SCHED_NONE, ZS_SCHED_WARMUP_LR, ZS_SCHED_WARMUP_DECAY_LR, ZS_SCHED_WARMUP_COSINE_LR };
 enum zs_warmup_type { ZS_WARMUP_LOG, ZS_WARMUP_LINEAR };
 enum zs_offload_device { ZS_OFFLOAD_NONE, ZS_OFFLOAD_CPU, ZS_OFFLOAD_NVME };
@@ -24,7 +25,10 @@ struct zs_offload_config {
 
 struct zs_optim_config {
     enum zs_optim_type type;   /* "Adam" with adam_w_mode true (the default) resolves to ADAMW */
-    double lr, beta1, beta2, eps, weight_decay;
+    double lr;
+    double beta1, beta2;       /* Adam(W), Lion */
+    double eps;                /* Adam(W), Adagrad */
+    double weight_decay;       /* decoupled for AdamW and Lion; L2 for Adam, SGD and Adagrad */
     bool bias_correction;
     double momentum, dampening; /* SGD */
     bool nesterov;
@@ -63,6 +67,14 @@ struct zs_aio_config {
     bool single_submit, overlap_events;
 };
 
+/* The ZeroShard-only "zeroshard" section (DeepSpeed ignores it). The engine applies ZS_THREADS and ZS_KERNEL
+ * on top of these; the parser never reads the environment, so the resolved config depends on the text alone. */
+struct zs_cpu_config {
+    int64_t threads;    /* 0: this rank's share of the node's cores */
+    char kernel[16];    /* "auto", "scalar", "avx2" or "avx512" */
+    bool bind;          /* bind each worker thread to one core */
+};
+
 struct zs_config {
     int world_size;
     int64_t train_batch_size, micro_batch_size, grad_accum_steps;
@@ -76,6 +88,7 @@ struct zs_config {
     bool bf16_enabled;
     struct zs_aio_config aio;
     struct zs_zero_config zero;
+    struct zs_cpu_config cpu;
     /* One line naming the sections that belong to the training program or have no effect here, or
      * "" when there are none. The engine prints it once on rank 0. */
     char warning[1024];

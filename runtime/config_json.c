@@ -207,12 +207,32 @@ static int edit_distance(const char *a, const char *b)
     return row[lb];
 }
 
-/* Up to 3 edits, but no more than half the key's length: "foo" should not suggest "aio". */
+/* Whether `key` is one or more whole '_'-separated words of `name`: "threads" of "cpu_threads". */
+static bool is_words_of(const char *key, const char *name)
+{
+    size_t lk = strlen(key), ln = strlen(name);
+
+    for (size_t at = 0; at + lk <= ln; at++) {
+        size_t i = 0;
+        if ((at > 0 && name[at - 1] != '_') || (at + lk < ln && name[at + lk] != '_'))
+            continue;
+        while (i < lk && tolower((unsigned char)key[i]) == tolower((unsigned char)name[at + i]))
+            i++;
+        if (i == lk)
+            return true;
+    }
+    return false;
+}
+
+/* Up to 3 edits, but no more than half the key's length: "foo" should not suggest "aio". Failing that, a
+ * name the key is a whole-word part of ("threads" for "cpu_threads"), the shortest one, unless two tie. */
 int zs_cfg_unknown_key(struct zs_cfg_parser *p, const char *path, const char *key,
                        const char *const *const *lists)
 {
     int limit = (int)(strlen(key) / 2), bestd = INT_MAX;
-    const char *best = NULL;
+    size_t bestlen = SIZE_MAX;
+    const char *best = NULL, *part = NULL;
+    bool tie = false;
 
     if (limit > 3)
         limit = 3;
@@ -223,7 +243,14 @@ int zs_cfg_unknown_key(struct zs_cfg_parser *p, const char *path, const char *ke
                 bestd = d;
                 best = *k;
             }
+            if (strlen(key) >= 3 && strlen(*k) <= bestlen && is_words_of(key, *k)) {
+                tie = strlen(*k) == bestlen;
+                bestlen = strlen(*k);
+                part = *k;
+            }
         }
+    if (!best && !tie)
+        best = part;
     if (best)
         return zs_cfg_fail(p, path, key, "unknown key (did you mean '%s'?)", best);
     return zs_cfg_fail(p, path, key, "unknown key");

@@ -1,10 +1,11 @@
 /* config_zero.c - the zero_optimization and aio sections of a DeepSpeed config: stage, bucket sizes, stage-3
- * knobs and offload, including the legacy spellings (cpu_offload, unprefixed stage-3 keys) real files carry. */
+ * knobs and offload, including the legacy spellings (cpu_offload, unprefixed stage-3 keys) real files carry;
+ * and the ZeroShard-only "zeroshard" section: the CPU threads and kernels that run the sharded step. */
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
 
-#include "config.h"       /* defines: struct zs_zero_config, struct zs_aio_config */
+#include "config.h"       /* defines: struct zs_zero_config, struct zs_aio_config, struct zs_cpu_config */
 #include "config_json.h"  /* defines: zs_cfg_get_int, zs_cfg_fail, zs_cfg_defer */
 
 typedef struct zs_cfg_parser parser;
@@ -268,4 +269,32 @@ int zs_cfg_parse_zero(parser *p, struct zs_config *cfg, json_t *root)
         check_offload(p, zc, false, legacy_opt) || check_offload(p, zc, true, legacy_param))
         return -EINVAL;
     return parse_aio(p, cfg, root);
+}
+
+/* ---------------------------------------------------------------- zeroshard */
+
+/* DeepSpeed skips top-level keys it does not know, so one file serves both runtimes. */
+static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", NULL};
+static const char *const cpu_kernels[] = {"auto", "scalar", "avx2", "avx512", NULL};
+
+int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
+{
+    struct zs_cpu_config *c = &cfg->cpu;
+    const char *kernel;
+    json_t *sec;
+
+    if (zs_cfg_get_obj(p, root, "", "zeroshard", &sec) ||
+        (sec && zs_cfg_check_keys(p, sec, "zeroshard", cpu_keys, NULL, NULL)) ||
+        zs_cfg_get_int(p, sec, "zeroshard", "cpu_threads", &(struct zs_cfg_spec){ZS_GE(0)}, &c->threads) ||
+        zs_cfg_get_str(p, sec, "zeroshard", "kernel", &kernel) ||
+        zs_cfg_get_bool(p, sec, "zeroshard", "bind_threads", true, false, &c->bind))
+        return -EINVAL;
+    if (!kernel)
+        kernel = "auto";
+    if (!zs_cfg_in_list(kernel, cpu_kernels))
+        return zs_cfg_fail(p, "zeroshard", "kernel",
+                           "expected \"auto\", \"scalar\", \"avx2\" or \"avx512\", got \"%.40s\"", kernel);
+    /* the struct was zeroed, so the bytes after the NUL are zero too */
+    memcpy(c->kernel, kernel, strlen(kernel) + 1);
+    return 0;
 }

@@ -45,7 +45,9 @@ struct cfg_summary {
 
 static const char *optim_name(int t)
 {
-    return t == ZS_OPTIM_ADAM ? "Adam" : t == ZS_OPTIM_ADAMW ? "AdamW" : "SGD";
+    static const char *const names[] = { "Adam", "AdamW", "SGD", "Lion", "Adagrad" };
+
+    return t >= 0 && t < (int)(sizeof(names) / sizeof(names[0])) ? names[t] : "?";
 }
 
 /* Every rank reaches this exchange whether or not its own parse succeeded, so no rank is left
@@ -151,6 +153,72 @@ static zs_status load_config(struct zs_ctx *ctx, const zs_init_opts *o)
     return ZS_OK;
 }
 
+static enum zs_kopt kernel_opt(enum zs_optim_type t)
+{
+    switch (t) {
+    case ZS_OPTIM_ADAM: return ZS_KOPT_ADAM;
+    case ZS_OPTIM_ADAMW: return ZS_KOPT_ADAMW;
+    case ZS_OPTIM_SGD: return ZS_KOPT_SGD;
+    case ZS_OPTIM_LION: return ZS_KOPT_LION;
+    case ZS_OPTIM_ADAGRAD: return ZS_KOPT_ADAGRAD;
+    }
+    return ZS_KOPT_ADAMW;
+}
+
+/* The kernel path: ZS_KERNEL in the environment, else zeroshard.kernel, else the best the CPU runs.
+ * Resolved before the ranks compare notes, so a rank that cannot honour it fails them all. */
+static zs_status choose_kernel(struct zs_ctx *ctx)
+{
+    const char *env = getenv("ZS_KERNEL"), *name = env && *env ? env : ctx->cfg.cpu.kernel;
+    const char *what = env && *env ? "ZS_KERNEL" : "zeroshard.kernel";
+    int rc = zs_kpath_parse(name[0] ? name : "auto", &ctx->kpath);
+
+    if (rc == -ENOTSUP)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "%s: this CPU cannot run the '%s' kernels (best here: %s)", what, name,
+                       zs_kpath_name(zs_kpath_best()));
+    if (rc)
+        return zs_fail(ZS_ERR_CONFIG, "%s: unknown kernel path '%s' (auto, scalar, avx2, avx512)", what, name);
+    ctx->kernel = zs_optim_kernel(ctx->kpath, kernel_opt(ctx->cfg.optim.type), ZS_DTYPE_FP32, ZS_DTYPE_FP32);
+    if (!ctx->kernel)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "no %s kernel for %s", zs_kpath_name(ctx->kpath),
+                       zs_kopt_name(kernel_opt(ctx->cfg.optim.type)));
+    return ZS_OK;
+}
+
+/* Threads: ZS_THREADS, else zeroshard.cpu_threads, else this rank's share of the node's cores. */
+static zs_status start_threads(struct zs_ctx *ctx)
+{
+    struct zs_pool_opts po = { .threads = (int32_t)ctx->cfg.cpu.threads, .bind = ctx->cfg.cpu.bind };
+    const char *env = getenv("ZS_THREADS");
+    char warning[256];
+    MPI_Comm node;
+    int rc;
+
+    if (ctx->cfg.cpu.threads > 4096)
+        return zs_fail(ZS_ERR_CONFIG, "zeroshard.cpu_threads: %lld is more than 4096", (long long)ctx->cfg.cpu.threads);
+    if (env && *env) {
+        char *end;
+        long v = strtol(env, &end, 10);
+        if (*end || v < 0 || v > 4096)
+            return zs_fail(ZS_ERR_CONFIG, "ZS_THREADS: expected a thread count 0..4096, got '%s'", env);
+        po.threads = (int32_t)v;
+    }
+    if (MPI_Comm_split_type(zs_comm_mpi(ctx->comm), MPI_COMM_TYPE_SHARED, ctx->rank, MPI_INFO_NULL, &node) !=
+        MPI_SUCCESS)
+        return zs_fail(ZS_ERR_COMM, "init: could not find the ranks sharing this node");
+    MPI_Comm_rank(node, &ctx->local_rank);
+    MPI_Comm_size(node, &ctx->local_size);
+    MPI_Comm_free(&node);
+    po.local_rank = ctx->local_rank;
+    po.local_size = ctx->local_size;
+    rc = zs_pool_create(&ctx->pool, &po, warning, (int)sizeof(warning));
+    if (rc)
+        return zs_fail(ZS_ERR_NOMEM, "init: could not start the optimizer threads: %s", strerror(-rc));
+    if (warning[0] && !ctx->quiet)
+        zs_log("rank %d: warning: %s", ctx->rank, warning);
+    return ZS_OK;
+}
+
 static zs_status start_mpi(struct zs_ctx *ctx, const zs_init_opts *o)
 {
     int inited = 0, provided = 0;
@@ -186,7 +254,12 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
     ctx->rank = zs_comm_rank(ctx->comm);
     ctx->world = zs_comm_size(ctx->comm);
     ctx->quiet = o->quiet != 0;
-    st = agree_on_config(ctx, load_config(ctx, o));
+    st = load_config(ctx, o);
+    if (!st)
+        st = choose_kernel(ctx);
+    st = agree_on_config(ctx, st);
+    if (!st)
+        st = start_threads(ctx);
     if (st) {
         zs_finalize(ctx);
         return st;
@@ -198,6 +271,8 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
                ctx->cfg.zero.stage, ctx->world, (long long)ctx->cfg.micro_batch_size,
                (long long)ctx->cfg.grad_accum_steps, (long long)ctx->cfg.train_batch_size,
                optim_name(ctx->cfg.optim.type), ctx->cfg.optim.lr);
+        zs_log("optimizer kernels: %s, %s per rank (%d ranks on this node)", zs_kpath_name(ctx->kpath),
+               zs_pool_describe(ctx->pool), ctx->local_size);
         if (ctx->cfg.warning[0])
             zs_log("warning: %s", ctx->cfg.warning);
     }
@@ -236,6 +311,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     free(ctx->pending);
     free(ctx->trace);
     free(ctx->rec);
+    zs_pool_free(ctx->pool);
     zs_comm_free(ctx->comm);
     free(ctx);
     if (own) {

@@ -9,7 +9,9 @@
 
 #include "comm.h"      /* defines: struct zs_comm, zs_comm_* */
 #include "config.h"    /* defines: struct zs_config */
+#include "optim.h"     /* defines: zs_optim_fn, enum zs_kpath */
 #include "partition.h" /* defines: struct zs_partition */
+#include "threads.h"   /* defines: struct zs_pool */
 #include "zeroshard.h"
 
 enum zs_mem_cat { ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_OPTIM, ZS_MEM_BUFFERS, ZS_MEM_LIVE, ZS_MEM_NCAT };
@@ -50,6 +52,10 @@ struct zs_ctx {
     struct zs_config cfg;
     struct zs_comm *comm;
     int32_t rank, world;
+    int32_t local_rank, local_size;  /* among the ranks sharing this node */
+    struct zs_pool *pool;            /* the optimizer's threads, bound to this rank's cores */
+    enum zs_kpath kpath;
+    zs_optim_fn kernel;
     bool own_mpi, quiet, set_up, broken;
 
     struct zs_param_rec *params;

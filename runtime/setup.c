@@ -71,7 +71,9 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
     int stage = ctx->cfg.zero.stage;
     uint64_t pad = (uint64_t)un->part.padded * sizeof(float), sh = (uint64_t)un->part.shard * sizeof(float);
     uint64_t opt = stage == 0 ? pad : sh;
+    /* Adam keeps m and v; SGD a momentum buffer when it has momentum; Lion m; Adagrad the squared sum. */
     bool momentum = ctx->cfg.optim.type != ZS_OPTIM_SGD || ctx->cfg.optim.momentum != 0.0;
+    bool second = ctx->cfg.optim.type == ZS_OPTIM_ADAM || ctx->cfg.optim.type == ZS_OPTIM_ADAMW;
 
     un->sharded = stage == 3 && un->numel >= ctx->cfg.zero.param_persistence_threshold;
     if (un->sharded)
@@ -84,10 +86,10 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
         un->grad_shard = zs_mem_alloc(ctx, ZS_MEM_GRADS, sh);
     if (momentum)
         un->m = zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
-    if (ctx->cfg.optim.type != ZS_OPTIM_SGD)
+    if (second)
         un->v = zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
     if ((un->sharded ? !un->shard : !un->full) || (stage <= 1 ? !un->grad : !un->grad_shard) ||
-        (momentum && !un->m) || (ctx->cfg.optim.type != ZS_OPTIM_SGD && !un->v))
+        (momentum && !un->m) || (second && !un->v))
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory allocating unit '%s' (%lld elements)", un->name,
                        (long long)un->part.padded);
     return ZS_OK;
@@ -220,12 +222,15 @@ zs_status zs_param_info(const zs_ctx *ctx, int32_t param, const char **name, int
     return ZS_OK;
 }
 
-/* Bytes per parameter of optimizer state: Adam keeps m and v; SGD keeps a momentum buffer if any. */
+/* Bytes per parameter of optimizer state: Adam keeps m and v; SGD a momentum buffer if any; Lion and
+ * Adagrad one array. */
 static uint64_t optim_bytes_per_param(const struct zs_config *c)
 {
+    if (c->optim.type == ZS_OPTIM_ADAM || c->optim.type == ZS_OPTIM_ADAMW)
+        return 8;
     if (c->optim.type == ZS_OPTIM_SGD)
         return c->optim.momentum != 0.0 ? 4 : 0;
-    return 8;
+    return 4;
 }
 
 zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)

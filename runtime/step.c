@@ -51,13 +51,16 @@ static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm)
     return st;
 }
 
-static void adam_scalars(const struct zs_ctx *ctx, double lr, float coef, struct zs_adam_step *s)
+/* The per-step scalars of the configured optimizer, in double and rounded once to float. */
+static void step_scalars(const struct zs_ctx *ctx, double lr, float coef, struct zs_optim_step *s)
 {
     const struct zs_optim_config *o = &ctx->cfg.optim;
     double t = (double)(ctx->global_step + 1);
-    double bc1 = o->bias_correction ? 1.0 - pow(o->beta1, t) : 1.0;
-    double bc2 = o->bias_correction ? 1.0 - pow(o->beta2, t) : 1.0;
+    bool adam = o->type == ZS_OPTIM_ADAM || o->type == ZS_OPTIM_ADAMW;
+    double bc1 = adam && o->bias_correction ? 1.0 - pow(o->beta1, t) : 1.0;
+    double bc2 = adam && o->bias_correction ? 1.0 - pow(o->beta2, t) : 1.0;
 
+    memset(s, 0, sizeof(*s));
     s->lr = (float)lr;
     s->beta1 = (float)o->beta1;
     s->beta2 = (float)o->beta2;
@@ -69,30 +72,41 @@ static void adam_scalars(const struct zs_ctx *ctx, double lr, float coef, struct
     s->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     s->decay = (float)(lr * o->weight_decay);
     s->grad_scale = coef;
-    s->adamw = o->type == ZS_OPTIM_ADAMW;
+    s->momentum = (float)o->momentum;
+    s->dampening_c = (float)(1.0 - o->dampening);
+    s->nesterov = o->nesterov;
+    s->first = ctx->global_step == 0;
 }
 
+struct optim_job {
+    zs_optim_fn fn;
+    const struct zs_optim_step *step;
+    struct zs_optim_bufs bufs;
+};
+
+static void optim_chunk(void *arg, int64_t begin, int64_t end)
+{
+    const struct optim_job *j = arg;
+
+    j->fn(j->step, &j->bufs, begin, end);
+}
+
+/* Each unit's owned range goes through the pool: threads split it in aligned chunks, and the kernel is
+ * elementwise, so neither the thread count nor the path changes a bit of the result. */
 static void run_optimizer(struct zs_ctx *ctx, double lr, float coef)
 {
-    const struct zs_optim_config *o = &ctx->cfg.optim;
-    struct zs_adam_step as;
-    struct zs_sgd_step ss = {
-        .lr = (float)lr, .momentum = (float)o->momentum, .dampening_c = (float)(1.0 - o->dampening),
-        .weight_decay = (float)o->weight_decay, .grad_scale = coef, .nesterov = o->nesterov,
-        .first = ctx->global_step == 0,
-    };
+    struct zs_optim_step s;
 
-    if (o->type != ZS_OPTIM_SGD)
-        adam_scalars(ctx, lr, coef, &as);
+    step_scalars(ctx, lr, coef, &s);
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         int64_t n;
-        float *p = zs_unit_master(ctx, u, &n);
-        const float *g = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
-        if (o->type == ZS_OPTIM_SGD)
-            zs_sgd_ref(p, g, un->m, n, &ss);
-        else
-            zs_adam_ref(p, g, un->m, un->v, n, &as);
+        struct optim_job job = { .fn = ctx->kernel, .step = &s };
+        job.bufs.param = zs_unit_master(ctx, u, &n);
+        job.bufs.grad = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
+        job.bufs.s1 = un->m;
+        job.bufs.s2 = un->v;
+        zs_pool_run(ctx->pool, optim_chunk, &job, n);
     }
 }
 

@@ -30,6 +30,20 @@ done
 [ "$(echo $hashes | tr ' ' '\n' | sort -u | wc -l)" = 1 ] && r=ok || r=bad
 check $r "shipped configs disagree: $hashes"
 
+# the kernel path and the thread count never change a bit (units above the pool's parallel threshold)
+ref=""
+for env in "ZS_KERNEL=scalar ZS_THREADS=1" "ZS_KERNEL=auto ZS_THREADS=1" "ZS_KERNEL=auto ZS_THREADS=2" "ZS_KERNEL=scalar ZS_THREADS=3"; do
+  out=$(env $env mpirun --oversubscribe -np 2 -x ZS_KERNEL -x ZS_THREADS "$TRAIN" --config "$CONFIGS/zero2.json" \
+        --steps 5 --hidden 256 2>&1)
+  h=$(echo "$out" | awk '/^params-hash/ {print $2}')
+  echo "$env: params-hash $h"
+  [ -z "$ref" ] && ref=$h
+  [ -n "$h" ] && [ "$h" = "$ref" ] && r=ok || r=bad; check $r "$env changed the result: $h vs $ref: $out"
+done
+out=$(ZS_KERNEL=sse mpirun --oversubscribe -np 1 -x ZS_KERNEL "$TRAIN" --config "$CONFIGS/zero2.json" 2>&1 >/dev/null)
+echo "$out" | grep -q "^zeroshard: error: .*ZS_KERNEL: unknown kernel path 'sse'" && r=ok || r=bad
+check $r "bad ZS_KERNEL: $out"
+
 # --memory-json: one line per rank, stage 3 shards parameters
 out=$(mpi -np 3 "$TRAIN" --config "$CONFIGS/zero3.json" --steps 1 --memory-json 2>&1)
 n=$(echo "$out" | grep -c '^{"memory": {"rank": [0-9]*, "stage": 3, "world": 3, "params": ')

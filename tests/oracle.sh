@@ -71,6 +71,16 @@ h0=$(run sgd0 "$N"); h3=$(run sgd3 "$N")
 [ "$h0" = "$h3" ] && [ "$h0" != FAILED ] && r=ok || r=bad
 echo "np $N SGD stage 0 $h0 stage 3 $h3 $r"; check $r "SGD stage 3 $h3 != stage 0 $h0"
 
+# Lion and Adagrad: stage 0 against stages 2 and 3
+for opt in '"optimizer": {"type": "Lion", "params": {"lr": 0.002, "weight_decay": 0.01}}' \
+           '"optimizer": {"type": "Adagrad", "params": {"lr": 0.05, "weight_decay": 0.001}}'; do
+  cfg o0 0 false 500000000 1 "$opt"; cfg o2 2 true 1 1 "$opt"; cfg o3 3 true 1 1 "$opt"
+  h0=$(run o0 "$N"); h2=$(run o2 "$N"); h3=$(run o3 "$N")
+  [ "$h0" = "$h2" ] && [ "$h0" = "$h3" ] && [ "$h0" != FAILED ] && r=ok || r=bad
+  echo "np $N $(echo "$opt" | sed 's/.*"type": "\([A-Za-z]*\)".*/\1/') stage 0 $h0 stage 2 $h2 stage 3 $h3 $r"
+  check $r "$opt: stages disagree ($h0 $h2 $h3)"
+done
+
 # 2. accumulation 2: every stage within 1e-6 of stage 0
 cfg gas_s0 0 false 500000000 2
 run gas_s0 "$N" > /dev/null

@@ -90,10 +90,35 @@ static const struct err_case err_cases[] = {
      NULL, 0},
     {"lr must be positive", "{" MB "'optimizer': {'type': 'Adam', 'params': {'lr': 0}}}",
      "optimizer.params.lr: expected a number > 0, got 0", NULL, 0},
-    {"known optimizer not implemented", "{" MB "'optimizer': {'type': 'Lion', 'params': {'lr': 1e-4}}}",
-     "optimizer.type: 'Lion' is not implemented yet (implemented: Adam, AdamW, SGD)", NULL, 0},
+    {"known optimizer not implemented", "{" MB "'optimizer': {'type': 'Lamb', 'params': {'lr': 1e-4}}}",
+     "optimizer.type: 'Lamb' is not implemented yet (implemented: Adam, AdamW, SGD, Lion, Adagrad)", NULL, 0},
+    {"CPU Adagrad by name not implemented", "{" MB "'optimizer': {'type': 'CPUAdagrad', 'params': {'lr': 1e-2}}}",
+     "optimizer.type: 'CPUAdagrad' is not implemented yet (implemented: Adam, AdamW, SGD, Lion, Adagrad)", NULL, 0},
     {"unknown optimizer", "{" MB "'optimizer': {'type': 'Foo', 'params': {'lr': 1}}}",
-     "optimizer.type: unknown optimizer 'Foo' (implemented: Adam, AdamW, SGD)", NULL, 0},
+     "optimizer.type: unknown optimizer 'Foo' (implemented: Adam, AdamW, SGD, Lion, Adagrad)", NULL, 0},
+    {"SGD key given to Lion", "{" MB "'optimizer': {'type': 'Lion', 'params': {'lr': 1e-4, 'momentum': 0.9}}}",
+     "optimizer.params.momentum: not a parameter of Lion", NULL, 0},
+    {"Adam key given to Lion", "{" MB "'optimizer': {'type': 'lion', 'params': {'lr': 1e-4, 'eps': 1e-8}}}",
+     "optimizer.params.eps: not a parameter of Lion", NULL, 0},
+    {"Adagrad key given to Adam", "{" MB "'optimizer': {'type': 'Adam', 'params': {'lr': 1e-4, 'lr_decay': 0}}}",
+     "optimizer.params.lr_decay: not a parameter of Adam", NULL, 0},
+    {"Lion lr missing", "{" MB "'optimizer': {'type': 'Lion', 'params': {'betas': [0.9, 0.99]}}}",
+     "optimizer.params.lr: missing", NULL, 0},
+    {"Lion beta1 out of range", "{" MB "'optimizer': {'type': 'Lion', 'params': {'lr': 1e-4, 'betas': [1, 0.99]}}}",
+     "optimizer.params.betas[0]: expected a number in [0, 1), got 1", NULL, 0},
+    {"Lion weight_decay negative", "{" MB "'optimizer': {'type': 'Lion', 'params': {'lr': 1e-4, 'weight_decay': -1}}}",
+     "optimizer.params.weight_decay: expected a number >= 0, got -1", NULL, 0},
+    {"Adagrad lr_decay not implemented", "{" MB "'optimizer': {'type': 'Adagrad', 'params': {'lr': 1e-2, "
+     "'lr_decay': 0.1}}}", "optimizer.params.lr_decay:", "not implemented yet", 0},
+    {"Adagrad initial_accumulator_value not implemented", "{" MB "'optimizer': {'type': 'Adagrad', 'params': "
+     "{'lr': 1e-2, 'initial_accumulator_value': 0.1}}}", "optimizer.params.initial_accumulator_value:",
+     "not implemented yet", 0},
+    {"Adagrad lr_decay negative", "{" MB "'optimizer': {'type': 'Adagrad', 'params': {'lr': 1, 'lr_decay': -1}}}",
+     "optimizer.params.lr_decay: expected a number >= 0, got -1", NULL, 0},
+    {"Adagrad eps must be positive", "{" MB "'optimizer': {'type': 'Adagrad', 'params': {'lr': 1, 'eps': 0}}}",
+     "optimizer.params.eps: expected a number > 0, got 0", NULL, 0},
+    {"Adam key given to Adagrad", "{" MB "'optimizer': {'type': 'Adagrad', 'params': {'lr': 1, 'betas': [0.9, 0.99]}}}",
+     "optimizer.params.betas: not a parameter of Adagrad", NULL, 0},
     {"Adam key given to SGD", "{" MB "'optimizer': {'type': 'SGD', 'params': {'lr': 0.1, 'betas': [0.9, 0.99]}}}",
      "optimizer.params.betas: not a parameter of SGD", NULL, 0},
     {"misspelled optimizer parameter", "{" MB "'optimizer': {'type': 'Adam', 'params': {'lrr': 0.1}}}",
@@ -229,6 +254,19 @@ static const struct err_case err_cases[] = {
      "optimizer.params: expected an object, got an array", NULL, 0},
     {"config mistake reported before an unsupported feature", "{" MB "'fp16': {'enabled': true}, "
      "'zero_optimization': {'stage': 7}}", "zero_optimization.stage:", NULL, 0},
+    {"zeroshard kernel unknown", "{" MB "'zeroshard': {'kernel': 'sse'}}",
+     "zeroshard.kernel: expected \"auto\", \"scalar\", \"avx2\" or \"avx512\", got \"sse\"", NULL, 0},
+    {"zeroshard kernel not a string", "{" MB "'zeroshard': {'kernel': 2}}", "zeroshard.kernel: expected a string",
+     NULL, 0},
+    {"zeroshard cpu_threads negative", "{" MB "'zeroshard': {'cpu_threads': -1}}",
+     "zeroshard.cpu_threads: expected an integer >= 0, got -1", NULL, 0},
+    {"zeroshard bind_threads as a string", "{" MB "'zeroshard': {'bind_threads': 'yes'}}",
+     "zeroshard.bind_threads: expected true or false, got \"yes\"", NULL, 0},
+    {"zeroshard unknown key names the nearest word", "{" MB "'zeroshard': {'threads': 4}}",
+     "zeroshard.threads: unknown key (did you mean 'cpu_threads'?)", NULL, 0},
+    {"zeroshard misspelled key", "{" MB "'zeroshard': {'kernal': 'avx2'}}",
+     "zeroshard.kernal: unknown key (did you mean 'kernel'?)", NULL, 0},
+    {"zeroshard of the wrong type", "{" MB "'zeroshard': true}", "zeroshard: expected an object, got true", NULL, 0},
     {"control characters kept off the message line", "{" MB "'bad\\nkey': 1}", "bad?key: unknown key", NULL, 0},
 };
 
@@ -492,6 +530,63 @@ static bool t_sgd(void)
     return true;
 }
 
+static bool t_lion(void)
+{
+    zs_auto_values av = {.lr = 3e-5};
+    struct zs_config c;
+
+    PARSE_OK("{" MB "'optimizer': {'type': 'Lion', 'params': {'lr': 1e-4}}}", 1, NULL, &c);
+    EXPECT(c.optim.type == ZS_OPTIM_LION && c.optim.lr == 1e-4 && c.optim.beta1 == 0.9 && c.optim.beta2 == 0.999);
+    EXPECT(c.optim.weight_decay == 0 && c.gradient_clipping == 0);
+    PARSE_OK("{" MB "'optimizer': {'type': 'LION', 'params': {'lr': 2e-4, 'betas': [0.95, 0.98], "
+             "'weight_decay': 0.1}}}", 1, NULL, &c);
+    EXPECT(c.optim.type == ZS_OPTIM_LION && c.optim.beta1 == 0.95 && c.optim.beta2 == 0.98);
+    EXPECT(c.optim.lr == 2e-4 && c.optim.weight_decay == 0.1);
+    PARSE_OK("{" MB "'optimizer': {'type': 'lion', 'params': {'lr': 'auto', 'betas': 'auto', 'weight_decay': "
+             "'auto'}}}", 1, &av, &c);
+    EXPECT(c.optim.lr == 3e-5 && c.optim.beta1 == 0.9 && c.optim.beta2 == 0.999 && c.optim.weight_decay == 0);
+    return true;
+}
+
+static bool t_adagrad(void)
+{
+    struct zs_config c;
+
+    PARSE_OK("{" MB "'optimizer': {'type': 'Adagrad', 'params': {'lr': 1e-2}}}", 1, NULL, &c);
+    EXPECT(c.optim.type == ZS_OPTIM_ADAGRAD && c.optim.lr == 1e-2 && c.optim.eps == 1e-10);
+    EXPECT(c.optim.weight_decay == 0);
+    PARSE_OK("{" MB "'optimizer': {'type': 'adagrad', 'params': {'lr': 0.1, 'eps': 1e-8, 'weight_decay': 1e-4, "
+             "'lr_decay': 0, 'initial_accumulator_value': 0.0}}}", 1, NULL, &c);
+    EXPECT(c.optim.type == ZS_OPTIM_ADAGRAD && c.optim.eps == 1e-8 && c.optim.weight_decay == 1e-4);
+    PARSE_OK("{" MB "'optimizer': {'type': 'Adagrad', 'params': {'lr': 0.1, 'eps': 'auto'}}}", 1, NULL, &c);
+    EXPECT(c.optim.eps == 1e-10);
+    return true;
+}
+
+static bool t_zeroshard_section(void)
+{
+    struct zs_config c, d;
+
+    PARSE_OK("{'train_micro_batch_size_per_gpu': 1}", 1, NULL, &c);
+    EXPECT(c.cpu.threads == 0 && strcmp(c.cpu.kernel, "auto") == 0 && c.cpu.bind);
+    PARSE_OK("{" MB "'zeroshard': {}}", 1, NULL, &d);
+    EXPECT(memcmp(&c, &d, sizeof(c)) == 0);
+    PARSE_OK("{" MB "'zeroshard': {'cpu_threads': 6, 'kernel': 'avx512', 'bind_threads': false, '_note': 1}}", 1,
+             NULL, &c);
+    EXPECT(c.cpu.threads == 6 && strcmp(c.cpu.kernel, "avx512") == 0 && !c.cpu.bind);
+    EXPECT(strstr(c.warning, "zeroshard") == NULL);
+    PARSE_OK("{" MB "'zeroshard': {'cpu_threads': 'auto', 'kernel': 'scalar', 'bind_threads': true}}", 1, NULL, &c);
+    EXPECT(c.cpu.threads == 0 && strcmp(c.cpu.kernel, "scalar") == 0 && c.cpu.bind);
+    PARSE_OK("{" MB "'zeroshard': {'cpu_threads': 2.0, 'kernel': 'avx2', 'bind_threads': true}}", 1, NULL, &c);
+    EXPECT(c.cpu.threads == 2 && strcmp(c.cpu.kernel, "avx2") == 0);
+    /* the bytes after the name are zero whatever was parsed before, so equal configs hash alike */
+    PARSE_OK("{" MB "'zeroshard': {'kernel': 'auto'}}", 1, NULL, &d);
+    PARSE_OK("{" MB "'zeroshard': {'kernel': 'avx512'}}", 1, NULL, &c);
+    PARSE_OK("{" MB "'zeroshard': {'kernel': 'auto'}}", 1, NULL, &c);
+    EXPECT(memcmp(&c, &d, sizeof(c)) == 0);
+    return true;
+}
+
 static bool t_schedulers(void)
 {
     struct zs_config c;
@@ -629,7 +724,8 @@ static bool t_mangled_input(void)
         "\"params\": {\"lr\": 1e-4, \"betas\": [0.9, 0.95]}}, \"scheduler\": {\"type\": \"WarmupDecayLR\", "
         "\"params\": {\"total_num_steps\": 100}}, \"zero_optimization\": {\"stage\": 3, \"offload_param\": "
         "{\"device\": \"none\"}, \"stage3_max_live_parameters\": 1e9}, \"aio\": {\"thread_count\": 1}, "
-        "\"fp16\": {\"enabled\": \"auto\"}, \"_c\": null, \"tensorboard\": {\"enabled\": false}}";
+        "\"fp16\": {\"enabled\": \"auto\"}, \"_c\": null, \"tensorboard\": {\"enabled\": false}, "
+        "\"zeroshard\": {\"kernel\": \"avx2\", \"cpu_threads\": 2}}";
     char buf[sizeof(base)], err[128];
     struct zs_config c;
     unsigned int seed = 12345;
@@ -673,6 +769,9 @@ static const struct {
     {"Adam, AdamW and adam_w_mode", t_adam_modes},
     {"legacy max_grad_norm", t_max_grad_norm},
     {"SGD with nesterov", t_sgd},
+    {"Lion defaults and explicit betas", t_lion},
+    {"Adagrad defaults", t_adagrad},
+    {"zeroshard section defaults and values", t_zeroshard_section},
     {"schedulers", t_schedulers},
     {"precision blocks parsed while disabled", t_precision_disabled},
     {"offload blocks with device none", t_offload_none},

@@ -10,7 +10,14 @@
 
 static const char *optim_name(enum zs_optim_type t)
 {
-    return t == ZS_OPTIM_SGD ? "SGD" : t == ZS_OPTIM_ADAM ? "Adam" : "AdamW";
+    switch (t) {
+    case ZS_OPTIM_ADAM: return "Adam";
+    case ZS_OPTIM_ADAMW: return "AdamW";
+    case ZS_OPTIM_SGD: return "SGD";
+    case ZS_OPTIM_LION: return "Lion";
+    case ZS_OPTIM_ADAGRAD: return "Adagrad";
+    }
+    return "?";
 }
 
 static int check_file(const char *path, int world, const zs_auto_values *av)

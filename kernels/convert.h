@@ -1,0 +1,54 @@
+/* convert.h - fp32 <-> bf16 / fp16 conversions written with integer and exact float operations only,
+ * so the scalar and vectorized builds of the kernels produce the same bits, subnormals included
+ * (hardware converters such as AVX512_BF16 flush subnormal inputs, so they are not used). */
+#ifndef ZS_CONVERT_H
+#define ZS_CONVERT_H
+
+#include <stdint.h>
+#include <string.h>
+
+static inline uint32_t zs_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static inline float zs_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static inline float zs_cvt_bf16_f32(uint16_t h) { return zs_float((uint32_t)h << 16); }
+
+/* Round to nearest even on the upper 16 bits; a NaN keeps its sign and top payload and is made quiet. */
+static inline uint16_t zs_cvt_f32_bf16(float f)
+{
+    uint32_t u = zs_bits(f);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x40u;
+
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+/* Exact: every fp16 value is an fp32 value. Subnormals are rebuilt by one exact subtraction. */
+static inline float zs_cvt_f16_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
+    uint32_t exp = em & 0x0f800000u;
+    uint32_t normal = em + (112u << 23);                 /* rebias 15 -> 127 */
+    uint32_t infnan = normal + (112u << 23);             /* exponent 31 -> 255, payload kept */
+    uint32_t sub = zs_bits(zs_float(em + (113u << 23)) - 6.103515625e-05f); /* (2^-14 + m 2^-24) - 2^-14 */
+    uint32_t r = exp == 0x0f800000u ? infnan : (exp == 0 ? sub : normal);
+
+    return zs_float(r | sign);
+}
+
+/* Round to nearest even. Results below 2^-14 come from one float addition that rounds on the fp16
+ * subnormal grid; |f| >= 65520 becomes Inf; a NaN stays a quiet NaN with its top payload bits. */
+static inline uint16_t zs_cvt_f32_f16(float f)
+{
+    uint32_t u = zs_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t big = a > 0x7f800000u ? 0x7e00u | ((a >> 13) & 0x3ffu) : 0x7c00u;
+    uint32_t sub = zs_bits(zs_float(a) + 0.5f) - 0x3f000000u;
+    uint32_t nrm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13; /* rebias 127 -> 15, round half to even */
+    uint32_t r = a >= 0x47800000u ? big : (a < 0x38800000u ? sub : nrm);
+
+    return (uint16_t)(r | sign);
+}
+
+#endif /* ZS_CONVERT_H */
