@@ -1,0 +1,44 @@
+/* bench.h - what the zs-bench subcommands share: the command table entry, timing, size parsing and
+ * aligned buffers. Each subcommand lives in its own bench_<name>.c. */
+#ifndef ZS_BENCH_H
+#define ZS_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Exit statuses: 0 success, 1 a run that failed, 2 a usage error. */
+enum { BENCH_OK = 0, BENCH_FAIL = 1, BENCH_USAGE = 2 };
+
+/* A subcommand gets the whole command line: argv[0] is the program, argv[1] the subcommand name. */
+struct bench_cmd {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;  /* one line for the usage listing */
+    const char *usage; /* the option synopsis */
+};
+
+int bench_optimizer(int argc, char **argv);
+extern const char bench_optimizer_usage[];
+
+/* Monotonic seconds. */
+double bench_now(void);
+
+/* "4096", "1K", "4M", "2G" (powers of two); 0 or -EINVAL. The value must be at least 1. */
+int bench_parse_count(const char *s, int64_t *out);
+/* A positive integer no larger than max; 0 or -EINVAL. */
+int bench_parse_int(const char *s, int max, int *out);
+/* A finite number >= 0; 0 or -EINVAL. */
+int bench_parse_double(const char *s, double *out);
+
+/* For "--name V" and "--name=V": when argv[*i] is option name, sets *val to its value, advances *i past
+ * it and returns 1; 0 when argv[*i] is another option; -EINVAL when the value is missing. */
+int bench_opt_value(int argc, char **argv, int *i, const char *name, const char **val);
+
+/* The command line as one string for the header line; truncated to fit. */
+void bench_cmdline(int argc, char **argv, char *buf, size_t len);
+
+/* 64-byte aligned (cache line, AVX-512 vector); NULL on failure. Free with bench_free. */
+void *bench_alloc(size_t bytes);
+void bench_free(void *p);
+
+#endif /* ZS_BENCH_H */
