@@ -16,13 +16,36 @@
 struct zs_comm;
 struct zs_comm_req;
 
-zs_status zs_comm_init(struct zs_comm **c, MPI_Comm parent);
+/* Backends: MPI point-to-point between every pair of ranks, or shared memory between the ranks of a
+ * node (zero-copy for buffers from zs_comm_alloc) with MPI point-to-point to ranks on other nodes. */
+enum zs_comm_mode { ZS_COMM_AUTO, ZS_COMM_MPI, ZS_COMM_SHM };
+
+struct zs_comm_opts {
+    enum zs_comm_mode mode;
+    int32_t fake_node_size; /* > 0: pretend every block of this many consecutive ranks is a node */
+};
+
+/* Reads ZS_COMM (auto, mpi, shm) and ZS_FAKE_NODE_SIZE; 0, or -EINVAL naming the bad variable in err. */
+int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen);
+
+/* Collective over parent. opts may be NULL (automatic). */
+zs_status zs_comm_init(struct zs_comm **c, MPI_Comm parent, const struct zs_comm_opts *opts);
+/* "mpi", "shm" (one node) or "shm+mpi" (several nodes), with the node layout, for the start-up line. */
+const char *zs_comm_describe(const struct zs_comm *c);
+/* Memory for buffers that collectives read from other ranks: from the node's shared heap with the shm
+ * backend (every rank must make the same calls in the same order), else plain aligned memory.
+ * Zero-filled. zs_comm_release frees it. */
+void *zs_comm_alloc(struct zs_comm *c, size_t bytes);
+void zs_comm_release(struct zs_comm *c, void *p);
 void zs_comm_free(struct zs_comm *c);
 int32_t zs_comm_rank(const struct zs_comm *c);
 int32_t zs_comm_size(const struct zs_comm *c);
 MPI_Comm zs_comm_mpi(const struct zs_comm *c);
 /* Bytes of scratch the backend holds now (communication buffers), for the memory report. */
 uint64_t zs_comm_scratch_bytes(const struct zs_comm *c);
+/* Ranks on this rank's node (real or forced layout). */
+int32_t zs_comm_local_size(const struct zs_comm *c);
+int32_t zs_comm_local_rank(const struct zs_comm *c);
 
 /* buf holds N chunks of `count` elements; rank r's result (sum over ranks of chunk r, times scale)
  * lands in out[0..count). out may be buf + r*count (in place). */

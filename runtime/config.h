@@ -73,6 +73,8 @@ struct zs_cpu_config {
     int64_t threads;    /* 0: this rank's share of the node's cores */
     char kernel[16];    /* "auto", "scalar", "avx2" or "avx512" */
     bool bind;          /* bind each worker thread to one core */
+    char comm[8];       /* collective backend: "auto", "mpi" or "shm" */
+    int64_t fake_node_size; /* > 0: treat blocks of this many consecutive ranks as nodes (testing) */
 };
 
 struct zs_config {

@@ -274,21 +274,29 @@ int zs_cfg_parse_zero(parser *p, struct zs_config *cfg, json_t *root)
 /* ---------------------------------------------------------------- zeroshard */
 
 /* DeepSpeed skips top-level keys it does not know, so one file serves both runtimes. */
-static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", NULL};
+static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", "comm", "fake_node_size", NULL};
+static const char *const comm_backends[] = {"auto", "mpi", "shm", NULL};
 static const char *const cpu_kernels[] = {"auto", "scalar", "avx2", "avx512", NULL};
 
 int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
 {
     struct zs_cpu_config *c = &cfg->cpu;
-    const char *kernel;
+    const char *kernel, *comm;
     json_t *sec;
 
     if (zs_cfg_get_obj(p, root, "", "zeroshard", &sec) ||
         (sec && zs_cfg_check_keys(p, sec, "zeroshard", cpu_keys, NULL, NULL)) ||
         zs_cfg_get_int(p, sec, "zeroshard", "cpu_threads", &(struct zs_cfg_spec){ZS_GE(0)}, &c->threads) ||
         zs_cfg_get_str(p, sec, "zeroshard", "kernel", &kernel) ||
-        zs_cfg_get_bool(p, sec, "zeroshard", "bind_threads", true, false, &c->bind))
+        zs_cfg_get_bool(p, sec, "zeroshard", "bind_threads", true, false, &c->bind) ||
+        zs_cfg_get_str(p, sec, "zeroshard", "comm", &comm) ||
+        zs_cfg_get_int(p, sec, "zeroshard", "fake_node_size", &(struct zs_cfg_spec){ZS_GE(0)}, &c->fake_node_size))
         return -EINVAL;
+    if (!comm)
+        comm = "auto";
+    if (!zs_cfg_in_list(comm, comm_backends))
+        return zs_cfg_fail(p, "zeroshard", "comm", "expected \"auto\", \"mpi\" or \"shm\", got \"%.40s\"", comm);
+    memcpy(c->comm, comm, strlen(comm) + 1);
     if (!kernel)
         kernel = "auto";
     if (!zs_cfg_in_list(kernel, cpu_kernels))

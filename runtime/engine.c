@@ -24,6 +24,26 @@ void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
     return p;
 }
 
+void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+{
+    void *p = zs_comm_alloc(ctx->comm, (size_t)bytes);
+
+    if (!p)
+        return NULL;
+    ctx->mem[cat] += bytes;
+    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
+        ctx->peak_live = ctx->mem[cat];
+    return p;
+}
+
+void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
+{
+    if (!p)
+        return;
+    zs_comm_release(ctx->comm, p);
+    ctx->mem[cat] -= bytes;
+}
+
 void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
 {
     if (!p)
@@ -72,7 +92,8 @@ static zs_status agree_on_config(struct zs_ctx *ctx, zs_status local)
     all = calloc((size_t)ctx->world, sizeof(*all));
     if (!all)
         return zs_fail(ZS_ERR_NOMEM, "init: out of memory");
-    st = zs_comm_allgather_bytes(ctx->comm, &mine, all, (int32_t)sizeof(mine));
+    st = MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, ctx->parent) == MPI_SUCCESS
+             ? ZS_OK : zs_fail(ZS_ERR_COMM, "init: all-gather of the config summaries failed");
     if (st) {
         free(all);
         return st;
@@ -84,7 +105,8 @@ static zs_status agree_on_config(struct zs_ctx *ctx, zs_status local)
             zs_status code = (zs_status)all[r].status;
             snprintf(msg, sizeof(msg), "%s", zs_last_error());
             free(all);
-            st = zs_comm_bcast(ctx->comm, msg, (int64_t)sizeof(msg), r);
+            st = MPI_Bcast(msg, sizeof(msg), MPI_BYTE, r, ctx->parent) == MPI_SUCCESS
+                     ? ZS_OK : zs_fail(ZS_ERR_COMM, "init: broadcast of rank %d's error failed", r);
             if (st)
                 return st;
             msg[sizeof(msg) - 1] = '\0';
@@ -222,7 +244,6 @@ static zs_status start_threads(struct zs_ctx *ctx)
 static zs_status start_mpi(struct zs_ctx *ctx, const zs_init_opts *o)
 {
     int inited = 0, provided = 0;
-    MPI_Comm parent = MPI_COMM_WORLD;
 
     MPI_Initialized(&inited);
     if (!inited) {
@@ -230,9 +251,27 @@ static zs_status start_mpi(struct zs_ctx *ctx, const zs_init_opts *o)
             return zs_fail(ZS_ERR_COMM, "init: MPI_Init_thread failed");
         ctx->own_mpi = true;
     }
-    if (o->use_comm)
-        parent = o->comm;
-    return zs_comm_init(&ctx->comm, parent);
+    ctx->parent = o->use_comm ? o->comm : MPI_COMM_WORLD;
+    MPI_Comm_rank(ctx->parent, &ctx->rank);
+    MPI_Comm_size(ctx->parent, &ctx->world);
+    return ZS_OK;
+}
+
+/* The collective backend: ZS_COMM / ZS_FAKE_NODE_SIZE in the environment, else the zeroshard section,
+ * else automatic (shared memory inside a node, MPI between nodes). Collective over the parent. */
+static zs_status start_comm(struct zs_ctx *ctx)
+{
+    struct zs_comm_opts co;
+    char err[256];
+
+    if (zs_comm_opts_from_env(&co, err, sizeof(err)))
+        return zs_fail(ZS_ERR_CONFIG, "%s", err);
+    if (!getenv("ZS_COMM") || !*getenv("ZS_COMM"))
+        co.mode = !strcmp(ctx->cfg.cpu.comm, "mpi") ? ZS_COMM_MPI : !strcmp(ctx->cfg.cpu.comm, "shm") ? ZS_COMM_SHM
+                                                                                                        : ZS_COMM_AUTO;
+    if (co.fake_node_size == 0)
+        co.fake_node_size = (int32_t)ctx->cfg.cpu.fake_node_size;
+    return zs_comm_init(&ctx->comm, ctx->parent, &co);
 }
 
 zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
@@ -251,13 +290,13 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
         free(ctx);
         return st;
     }
-    ctx->rank = zs_comm_rank(ctx->comm);
-    ctx->world = zs_comm_size(ctx->comm);
     ctx->quiet = o->quiet != 0;
     st = load_config(ctx, o);
     if (!st)
         st = choose_kernel(ctx);
     st = agree_on_config(ctx, st);
+    if (!st)
+        st = start_comm(ctx);
     if (!st)
         st = start_threads(ctx);
     if (st) {
@@ -273,6 +312,7 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
                optim_name(ctx->cfg.optim.type), ctx->cfg.optim.lr);
         zs_log("optimizer kernels: %s, %s per rank (%d ranks on this node)", zs_kpath_name(ctx->kpath),
                zs_pool_describe(ctx->pool), ctx->local_size);
+        zs_log("collectives: %s", zs_comm_describe(ctx->comm));
         if (ctx->cfg.warning[0])
             zs_log("warning: %s", ctx->cfg.warning);
     }
@@ -294,10 +334,13 @@ zs_status zs_finalize(zs_ctx *ctx)
         bool s0 = ctx->cfg.zero.stage == 0;
         if (un->reduce_req)
             zs_comm_wait(ctx->comm, un->reduce_req);
-        zs_mem_free(ctx, ZS_MEM_PARAMS, un->full, pad);
+        if (ctx->cfg.zero.stage == 0)
+            zs_mem_free(ctx, ZS_MEM_PARAMS, un->full, pad);
+        else
+            zs_mem_free_comm(ctx, ZS_MEM_PARAMS, un->full, pad);
         zs_mem_free(ctx, ZS_MEM_PARAMS, un->shard, sh);
         if (ctx->cfg.zero.stage <= 1)
-            zs_mem_free(ctx, ZS_MEM_GRADS, un->grad, pad);
+            zs_mem_free_comm(ctx, ZS_MEM_GRADS, un->grad, pad);
         zs_mem_free(ctx, ZS_MEM_GRADS, un->grad_shard, sh);
         zs_mem_free(ctx, ZS_MEM_OPTIM, un->m, s0 ? pad : sh);
         zs_mem_free(ctx, ZS_MEM_OPTIM, un->v, s0 ? pad : sh);
@@ -305,7 +348,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     }
     for (int32_t p = 0; p < ctx->nparams; p++)
         free(ctx->params[p].name);
-    zs_mem_free(ctx, ZS_MEM_BUFFERS, ctx->arena, (uint64_t)ctx->arena_cap * sizeof(float));
+    zs_mem_free_comm(ctx, ZS_MEM_BUFFERS, ctx->arena, (uint64_t)ctx->arena_cap * sizeof(float));
     free(ctx->params);
     free(ctx->units);
     free(ctx->pending);

@@ -51,6 +51,7 @@ struct zs_unit {
 struct zs_ctx {
     struct zs_config cfg;
     struct zs_comm *comm;
+    MPI_Comm parent;                 /* the program's communicator (not owned) */
     int32_t rank, world;
     int32_t local_rank, local_size;  /* among the ranks sharing this node */
     struct zs_pool *pool;            /* the optimizer's threads, bound to this rank's cores */
@@ -66,8 +67,7 @@ struct zs_ctx {
 
     /* Gradient bucket (stages 2-3): a bump arena of staging buffers, reset when all its reductions end. */
     float *arena;
-    int64_t arena_cap, arena_used;
-    int32_t arena_users;
+    int64_t arena_cap, arena_used;   /* restarts only at deterministic points (full, step) */
     int32_t *pending;            /* units with a reduction in flight, in launch order */
     int32_t npending;
 
@@ -103,6 +103,10 @@ static inline uint64_t zs_fnv1a(uint64_t h, const void *data, size_t n)
  * zero-filled. */
 void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes);
 void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes);
+/* The same for buffers other ranks read during collectives (the shared heap with the shm backend).
+ * Every rank must make the same calls in the same order. */
+void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes);
+void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes);
 
 /* sharding/fetch.c */
 zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, float **data);

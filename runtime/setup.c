@@ -79,9 +79,9 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
     if (un->sharded)
         un->shard = zs_mem_alloc(ctx, ZS_MEM_PARAMS, sh);
     else
-        un->full = zs_mem_alloc(ctx, ZS_MEM_PARAMS, pad);
+        un->full = stage == 0 ? zs_mem_alloc(ctx, ZS_MEM_PARAMS, pad) : zs_mem_alloc_comm(ctx, ZS_MEM_PARAMS, pad);
     if (stage <= 1)
-        un->grad = zs_mem_alloc(ctx, ZS_MEM_GRADS, pad);
+        un->grad = zs_mem_alloc_comm(ctx, ZS_MEM_GRADS, pad);
     else
         un->grad_shard = zs_mem_alloc(ctx, ZS_MEM_GRADS, sh);
     if (momentum)
@@ -134,7 +134,7 @@ static zs_status setup_bucket(struct zs_ctx *ctx)
         cap = (int64_t)ctx->numel_padded;
     if (cap < largest)
         cap = largest;
-    ctx->arena = zs_mem_alloc(ctx, ZS_MEM_BUFFERS, (uint64_t)cap * sizeof(float));
+    ctx->arena = zs_mem_alloc_comm(ctx, ZS_MEM_BUFFERS, (uint64_t)cap * sizeof(float));
     if (!ctx->arena)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket", (long long)cap);
     ctx->arena_cap = cap;

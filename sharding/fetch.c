@@ -16,7 +16,7 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
     struct zs_unit *un = &ctx->units[u];
     zs_status st;
 
-    un->gathered = zs_mem_alloc(ctx, ZS_MEM_LIVE, unit_bytes(un));
+    un->gathered = zs_mem_alloc_comm(ctx, ZS_MEM_LIVE, unit_bytes(un));
     if (!un->gathered)
         return zs_fail(ZS_ERR_NOMEM, "fetch: out of memory gathering unit '%s' (%lld elements)", un->name,
                        (long long)un->part.padded);
@@ -24,7 +24,7 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
            (size_t)un->part.shard * sizeof(float));
     st = zs_comm_all_gather(ctx->comm, un->gathered, un->part.shard, &un->gather_req);
     if (st) {
-        zs_mem_free(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(un));
+        zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(un));
         un->gathered = NULL;
         zs_error_prefix("fetch unit '%s'", un->name);
         return st;
@@ -53,7 +53,7 @@ static zs_status gather_drop(struct zs_ctx *ctx, struct zs_unit *un)
 {
     zs_status st = gather_wait(ctx, un);
 
-    zs_mem_free(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(un));
+    zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(un));
     un->gathered = NULL;
     un->gather = ZS_GATHER_NONE;
     un->prefetched = false;

@@ -30,8 +30,6 @@ static void finish_reduction(struct zs_ctx *ctx, int32_t u)
             dst[i] += src[i];
     un->accumulated++;
     un->grad = NULL;
-    if (--ctx->arena_users == 0)
-        ctx->arena_used = 0;
 }
 
 static zs_status pop_head(struct zs_ctx *ctx)
@@ -117,14 +115,17 @@ zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, float **grad)
             return st;
     }
     if (ctx->cfg.zero.stage >= 2) {
+        /* The bucket restarts only here and at the step, never when reductions happen to finish: every
+         * rank must place a unit's staging buffer at the same offset, because peers on the node read it
+         * there. */
         if (ctx->arena_used + un->part.padded > ctx->arena_cap) {
             st = zs_grads_flush(ctx); /* the bucket is full: its reductions must land before reuse */
             if (st)
                 return st;
+            ctx->arena_used = 0;
         }
         un->grad = ctx->arena + ctx->arena_used;
         ctx->arena_used += un->part.padded;
-        ctx->arena_users++;
         memset(un->grad, 0, (size_t)un->part.padded * sizeof(float));
     }
     un->grad_state = ZS_GRAD_OPEN;
@@ -158,6 +159,7 @@ float *zs_grads_shard(struct zs_ctx *ctx, int32_t u)
 
 void zs_grads_zero(struct zs_ctx *ctx)
 {
+    ctx->arena_used = 0; /* called after the step flushed every reduction */
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         if (ctx->cfg.zero.stage < 2)

@@ -29,10 +29,10 @@ cfg() {
 JSON
 }
 
-run() { # run NAME RANKS -> prints the params-hash, leaves $tmp/NAME.bin
+run() { # run NAME RANKS -> prints the params-hash, leaves $tmp/NAME.bin (ZS_COMM / ZS_FAKE_NODE_SIZE pass through)
   local out
-  out=$(mpirun --oversubscribe -np "$2" "$TRAIN" --config "$tmp/$1.json" --steps $STEPS --seed 3 --hidden 32 \
-        --quiet --dump "$tmp/$1.bin" 2>&1)
+  out=$(mpirun --oversubscribe -np "$2" -x ZS_COMM -x ZS_FAKE_NODE_SIZE "$TRAIN" --config "$tmp/$1.json" \
+        --steps $STEPS --seed 3 --hidden 32 --quiet --dump "$tmp/$1.bin" 2>&1)
   if [ $? -ne 0 ]; then echo "run $1 failed:" >&2; echo "$out" >&2; echo "FAILED"; return; fi
   echo "$out" | awk '/^params-hash/ {print $2}'
 }
@@ -80,6 +80,17 @@ for opt in '"optimizer": {"type": "Lion", "params": {"lr": 0.002, "weight_decay"
   echo "np $N $(echo "$opt" | sed 's/.*"type": "\([A-Za-z]*\)".*/\1/') stage 0 $h0 stage 2 $h2 stage 3 $h3 $r"
   check $r "$opt: stages disagree ($h0 $h2 $h3)"
 done
+
+# every collective backend and node layout gives the same bits: MPI only, shared memory, and a forced
+# layout of one or two ranks per node (shared memory inside, MPI between)
+for env in "ZS_COMM=mpi" "ZS_COMM=shm" "ZS_COMM=shm ZS_FAKE_NODE_SIZE=1" "ZS_COMM=shm ZS_FAKE_NODE_SIZE=2"; do
+  for stage in 1 3; do
+    h=$(env $env bash -c "$(declare -f run cfg); tmp=$tmp TRAIN=$TRAIN STEPS=$STEPS run s${stage}_ovtrue_b1 $N")
+    [ "$h" = "$ref" ] && r=ok || r=bad
+    echo "np $N stage $stage $env: $h $r"; check $r "$env stage $stage: params-hash $h != $ref"
+  done
+done
+export ZS_COMM= ZS_FAKE_NODE_SIZE=
 
 # 2. accumulation 2: every stage within 1e-6 of stage 0
 cfg gas_s0 0 false 500000000 2

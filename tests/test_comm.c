@@ -1,6 +1,8 @@
 /* test_comm.c - collectives against a reference computed locally: every rank regenerates every rank's
  * data, sums it in rank order and compares bit for bit. Sizes are odd, some cross piece boundaries
- * (run it with ZS_COMM_PIECE small), and many requests are in flight at once. Run under mpirun -np 1..4. */
+ * (run it with ZS_COMM_PIECE small), many requests are in flight at once, and every check runs twice:
+ * on buffers from zs_comm_alloc (zero copy between ranks of a node) and on plain malloc'd buffers.
+ * The backend comes from ZS_COMM / ZS_FAKE_NODE_SIZE. Run under mpirun -np 1..4. */
 #include <stdlib.h>
 #include <string.h>
 #include <mpi.h>
@@ -31,10 +33,25 @@ static float reference_sum(int world, int64_t i, int op, float scale)
     return acc * scale;
 }
 
+static int use_heap;
+
+static float *tbuf(struct zs_comm *c, int64_t n)
+{
+    return use_heap ? zs_comm_alloc(c, (size_t)(n + 1) * sizeof(float)) : malloc((size_t)(n + 1) * sizeof(float));
+}
+
+static void tfree(struct zs_comm *c, float *p)
+{
+    if (use_heap)
+        zs_comm_release(c, p);
+    else
+        free(p);
+}
+
 static void check_rs(struct zs_comm *c, int64_t count, int in_place, int op)
 {
     int rank = zs_comm_rank(c), world = zs_comm_size(c);
-    float *buf = malloc((size_t)(count * world + 1) * sizeof(float));
+    float *buf = tbuf(c, count * world);
     float *out = in_place ? buf + (size_t)rank * (size_t)count : malloc((size_t)(count + 1) * sizeof(float));
     struct zs_comm_req *q = NULL;
     int64_t bad = 0;
@@ -47,17 +64,18 @@ static void check_rs(struct zs_comm *c, int64_t count, int in_place, int op)
         float want = reference_sum(world, (int64_t)rank * count + i, op, scale);
         bad += memcmp(&out[i], &want, sizeof(float)) != 0;
     }
-    CHECK(bad == 0, "reduce-scatter count %lld in_place %d: %lld wrong", (long long)count, in_place, (long long)bad);
+    CHECK(bad == 0, "reduce-scatter count %lld in_place %d heap %d: %lld wrong", (long long)count, in_place, use_heap,
+          (long long)bad);
     if (!in_place)
         free(out);
-    free(buf);
+    tfree(c, buf);
 }
 
 static void check_ag_ar(struct zs_comm *c, int64_t count, int op)
 {
     int rank = zs_comm_rank(c), world = zs_comm_size(c);
     int64_t total = count * world, bad = 0;
-    float *buf = malloc((size_t)(total + 1) * sizeof(float)), *two = malloc((size_t)(total + 1) * sizeof(float));
+    float *buf = tbuf(c, total), *two = tbuf(c, total);
     struct zs_comm_req *q = NULL;
 
     /* all-gather: only my chunk is valid before, every chunk after */
@@ -86,9 +104,9 @@ static void check_ag_ar(struct zs_comm *c, int64_t count, int op)
         float want = reference_sum(world, i, op + 1, 0.5f);
         bad += memcmp(&buf[i], &want, 4) != 0;
     }
-    CHECK(bad == 0, "all-reduce count %lld: %lld wrong", (long long)count, (long long)bad);
-    free(buf);
-    free(two);
+    CHECK(bad == 0, "all-reduce count %lld heap %d: %lld wrong", (long long)count, use_heap, (long long)bad);
+    tfree(c, buf);
+    tfree(c, two);
 }
 
 /* Sixteen reductions in flight, completed in reverse order: no deadlock, no mix-up between them. */
@@ -101,40 +119,48 @@ static void check_many_in_flight(struct zs_comm *c)
     int64_t bad = 0;
 
     for (int k = 0; k < K; k++) {
-        int64_t count = 1000 + 37 * k;
-        bufs[k] = malloc((size_t)(count * world) * sizeof(float));
+        int64_t count = 1000 + 37 * k + (k % 4) * 300000; /* some span several pieces */
+        bufs[k] = tbuf(c, count * world);
         fill(bufs[k], rank, count * world, 100 + k);
         CHECK(zs_comm_reduce_scatter(c, bufs[k], bufs[k] + rank * count, count, 1.0f, &q[k]) == ZS_OK, "%s",
               zs_last_error());
         CHECK(zs_comm_progress(c) == ZS_OK, "%s", zs_last_error());
     }
     for (int k = K - 1; k >= 0; k--) {
-        int64_t count = 1000 + 37 * k;
+        int64_t count = 1000 + 37 * k + (k % 4) * 300000;
         CHECK(zs_comm_wait(c, q[k]) == ZS_OK, "%s", zs_last_error());
         for (int64_t i = 0; i < count; i++) {
             float want = reference_sum(world, rank * count + i, 100 + k, 1.0f);
             bad += memcmp(&bufs[k][rank * count + i], &want, 4) != 0;
         }
-        free(bufs[k]);
     }
-    CHECK(bad == 0, "many in flight: %lld wrong", (long long)bad);
+    for (int k = 0; k < K; k++) /* the heap is freed in the same order on every rank */
+        tfree(c, bufs[k]);
+    CHECK(bad == 0, "many in flight (heap %d): %lld wrong", use_heap, (long long)bad);
 }
 
 int main(int argc, char **argv)
 {
     static const int64_t counts[] = { 0, 1, 3, 16, 17, 1000, 4099, 300001 };
     struct zs_comm *c = NULL;
+    struct zs_comm_opts o;
+    char err[256];
     int rank;
 
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    CHECK(zs_comm_init(&c, MPI_COMM_WORLD) == ZS_OK, "%s", zs_last_error());
-    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
-        check_rs(c, counts[i], 0, (int)i);
-        check_rs(c, counts[i], 1, (int)i + 50);
-        check_ag_ar(c, counts[i], (int)i + 200);
+    CHECK(zs_comm_opts_from_env(&o, err, sizeof(err)) == 0, "%s", err);
+    CHECK(zs_comm_init(&c, MPI_COMM_WORLD, &o) == ZS_OK, "%s", zs_last_error());
+    if (rank == 0)
+        printf("backend: %s\n", zs_comm_describe(c));
+    for (use_heap = 0; use_heap <= 1; use_heap++) {
+        for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+            check_rs(c, counts[i], 0, (int)i);
+            check_rs(c, counts[i], 1, (int)i + 50);
+            check_ag_ar(c, counts[i], (int)i + 200);
+        }
+        check_many_in_flight(c);
     }
-    check_many_in_flight(c);
     zs_comm_free(c);
     int fails = zs_test_fail, any = 0;
     MPI_Allreduce(&fails, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
