@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
 #include "error.h"
 #include "shm.h"
 
@@ -40,8 +41,10 @@ struct zs_comm_req {
     enum req_kind kind;
     enum req_stage stage;
     uint32_t seq;          /* tag base and flag index, agreed by all ranks through call order */
-    const float *src;
-    float *out, *gbuf;
+    const char *src;       /* reduce-scatter input: N chunks of count elements of dt_in */
+    char *out, *gbuf;      /* its output (dt_out); the all-gather buffer (dt_out) */
+    zs_dtype dt_in, dt_out;
+    size_t esz_in, esz_out;
     int64_t count, next_off;
     int32_t next_piece;
     float scale;
@@ -50,7 +53,7 @@ struct zs_comm_req {
     int nagr;
     bool shm;              /* local peers are read from the shared heap */
     bool posted_seen, copied;
-    const float **peer;    /* by global rank: that local peer's copy of the buffer, else NULL */
+    const char **peer;     /* by global rank: that local peer's copy of the buffer, else NULL */
     zs_status err;
 };
 
@@ -222,7 +225,7 @@ static bool is_local(const struct zs_comm_req *q, int32_t j)
 static struct scratch *scratch_get(struct zs_comm *c)
 {
     struct scratch *s = c->free_scratch;
-    size_t bytes = (size_t)(c->size - 1) * (size_t)c->piece * sizeof(float);
+    size_t bytes = (size_t)(c->size - 1) * (size_t)c->piece * sizeof(float); /* fits every dtype */
 
     if (s) {
         c->free_scratch = s->next;
@@ -269,12 +272,13 @@ static zs_status rs_start_piece(struct zs_comm *c, struct zs_comm_req *q, struct
         if (!sl->tmp && !(sl->tmp = scratch_get(c)))
             return zs_fail(ZS_ERR_NOMEM, "comm: out of memory for a %lld-element scratch buffer",
                            (long long)((n - 1) * c->piece));
-        float *dst = sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len;
-        int rc = MPI_Irecv(dst, (int)sl->len, MPI_FLOAT, j, tag, c->comm, &sl->mr[sl->nmr++]);
+        char *dst = (char *)sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len * q->esz_in;
+        int bytes = (int)((size_t)sl->len * q->esz_in);
+        int rc = MPI_Irecv(dst, bytes, MPI_BYTE, j, tag, c->comm, &sl->mr[sl->nmr++]);
         if (rc != MPI_SUCCESS)
             return mpi_fail(rc, "reduce-scatter receive", j);
-        rc = MPI_Isend(q->src + (size_t)j * (size_t)q->count + (size_t)sl->off, (int)sl->len, MPI_FLOAT, j, tag,
-                       c->comm, &sl->mr[sl->nmr++]);
+        rc = MPI_Isend(q->src + ((size_t)j * (size_t)q->count + (size_t)sl->off) * q->esz_in, bytes, MPI_BYTE, j,
+                       tag, c->comm, &sl->mr[sl->nmr++]);
         if (rc != MPI_SUCCESS)
             return mpi_fail(rc, "reduce-scatter send", j);
     }
@@ -284,36 +288,74 @@ static zs_status rs_start_piece(struct zs_comm *c, struct zs_comm_req *q, struct
 
 #define ZS_SUM_BLOCK 1024
 
-/* Rank order, left to right, then the scale: the one definition of a ZeroShard reduction. Done in
- * cache-sized blocks, one pass per source, so each pass is a simple vectorizable loop; every element
- * still sees ((x_0 + x_1) + ...) * scale. */
+/* Adds one source block into the accumulator (or starts it), widening 16-bit inputs to fp32. */
+static void acc_block(float *acc, const char *src, int64_t n, zs_dtype dt, bool first)
+{
+    const uint16_t *h = (const uint16_t *)src;
+    const float *f = (const float *)src;
+
+    if (dt == ZS_DTYPE_FP32) {
+        if (first)
+            for (int64_t i = 0; i < n; i++)
+                acc[i] = f[i];
+        else
+            for (int64_t i = 0; i < n; i++)
+                acc[i] += f[i];
+    } else if (dt == ZS_DTYPE_BF16) {
+        if (first)
+            for (int64_t i = 0; i < n; i++)
+                acc[i] = zs_cvt_bf16_f32(h[i]);
+        else
+            for (int64_t i = 0; i < n; i++)
+                acc[i] += zs_cvt_bf16_f32(h[i]);
+    } else {
+        if (first)
+            for (int64_t i = 0; i < n; i++)
+                acc[i] = zs_cvt_f16_f32(h[i]);
+        else
+            for (int64_t i = 0; i < n; i++)
+                acc[i] += zs_cvt_f16_f32(h[i]);
+    }
+}
+
+static void store_block(char *out, const float *acc, int64_t n, float scale, zs_dtype dt)
+{
+    uint16_t *h = (uint16_t *)out;
+    float *f = (float *)out;
+
+    if (dt == ZS_DTYPE_FP32)
+        for (int64_t i = 0; i < n; i++)
+            f[i] = acc[i] * scale;
+    else if (dt == ZS_DTYPE_BF16)
+        for (int64_t i = 0; i < n; i++)
+            h[i] = zs_cvt_f32_bf16(acc[i] * scale);
+    else
+        for (int64_t i = 0; i < n; i++)
+            h[i] = zs_cvt_f32_f16(acc[i] * scale);
+}
+
+/* Rank order, left to right, in fp32, then the scale: the one definition of a ZeroShard reduction.
+ * Done in cache-sized blocks, one pass per source, so each pass is a simple vectorizable loop; every
+ * element still sees ((x_0 + x_1) + ...) * scale, rounded once to the output type. */
 static void rs_sum_piece(struct zs_comm *c, struct zs_comm_req *q, struct rs_slot *sl)
 {
     int32_t n = c->size, r = c->rank;
-    size_t chunk = (size_t)r * (size_t)q->count + (size_t)sl->off;
+    size_t chunk = ((size_t)r * (size_t)q->count + (size_t)sl->off) * q->esz_in;
     float acc[ZS_SUM_BLOCK];
 
     for (int64_t b0 = 0; b0 < sl->len; b0 += ZS_SUM_BLOCK) {
         int64_t bn = sl->len - b0 < ZS_SUM_BLOCK ? sl->len - b0 : ZS_SUM_BLOCK;
         for (int32_t j = 0; j < n; j++) {
-            const float *src;
+            const char *src;
             if (j == r)
                 src = q->src + chunk;
             else if (is_local(q, j))
                 src = q->peer[j] + chunk;
             else
-                src = sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len;
-            src += b0;
-            if (j == 0)
-                for (int64_t i = 0; i < bn; i++)
-                    acc[i] = src[i];
-            else
-                for (int64_t i = 0; i < bn; i++)
-                    acc[i] += src[i];
+                src = (const char *)sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len * q->esz_in;
+            acc_block(acc, src + (size_t)b0 * q->esz_in, bn, q->dt_in, j == 0);
         }
-        float *out = q->out + sl->off + b0;
-        for (int64_t i = 0; i < bn; i++)
-            out[i] = acc[i] * q->scale;
+        store_block(q->out + ((size_t)sl->off + (size_t)b0) * q->esz_out, acc, bn, q->scale, q->dt_out);
     }
 }
 
@@ -386,17 +428,18 @@ static zs_status ag_start(struct zs_comm *c, struct zs_comm_req *q, uint32_t seq
         return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
     for (int64_t p = 0; p < pieces; p++) {
         int64_t off = p * ZS_COMM_AG_PIECE;
-        int len = (int)(q->count - off < ZS_COMM_AG_PIECE ? q->count - off : ZS_COMM_AG_PIECE);
+        int64_t elems = q->count - off < ZS_COMM_AG_PIECE ? q->count - off : ZS_COMM_AG_PIECE;
+        int len = (int)((size_t)elems * q->esz_out);
         int tag = piece_tag(c, seq, (int32_t)p);
 
         for (int32_t j = 0; j < n; j++) {
             if (j == r || is_local(q, j))
                 continue;
-            int rc = MPI_Irecv(q->gbuf + (size_t)j * (size_t)q->count + (size_t)off, len, MPI_FLOAT, j, tag,
-                               c->comm, &q->agr[k++]);
+            int rc = MPI_Irecv(q->gbuf + ((size_t)j * (size_t)q->count + (size_t)off) * q->esz_out, len, MPI_BYTE, j,
+                               tag, c->comm, &q->agr[k++]);
             if (rc != MPI_SUCCESS)
                 return mpi_fail(rc, "all-gather receive", j);
-            rc = MPI_Isend(q->gbuf + (size_t)r * (size_t)q->count + (size_t)off, len, MPI_FLOAT, j, tag,
+            rc = MPI_Isend(q->gbuf + ((size_t)r * (size_t)q->count + (size_t)off) * q->esz_out, len, MPI_BYTE, j, tag,
                            c->comm, &q->agr[k++]);
             if (rc != MPI_SUCCESS)
                 return mpi_fail(rc, "all-gather send", j);
@@ -425,8 +468,8 @@ static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint32_t 
             return ZS_OK;
         for (int32_t j = 0; j < c->size; j++)
             if (j != c->rank && is_local(q, j))
-                memcpy(q->gbuf + (size_t)j * (size_t)q->count, q->peer[j] + (size_t)j * (size_t)q->count,
-                       (size_t)q->count * sizeof(float));
+                memcpy(q->gbuf + (size_t)j * (size_t)q->count * q->esz_out,
+                       q->peer[j] + (size_t)j * (size_t)q->count * q->esz_out, (size_t)q->count * q->esz_out);
         q->copied = true;
     }
     *done = flag;
@@ -437,9 +480,9 @@ static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint32_t 
 
 /* Zero copy needs the buffer in the shared heap; then every local peer's copy is found by offset.
  * The heap is symmetric, so every rank of the node reaches the same verdict. */
-static zs_status attach_peers(struct zs_comm *c, struct zs_comm_req *q, const float *buf)
+static zs_status attach_peers(struct zs_comm *c, struct zs_comm_req *q, const void *buf, size_t esz)
 {
-    size_t bytes = (size_t)q->count * (size_t)c->size * sizeof(float);
+    size_t bytes = (size_t)q->count * (size_t)c->size * esz;
 
     if (!c->shm || zs_shm_local_size(c->shm) == 1 || q->count == 0)
         return ZS_OK;
@@ -481,16 +524,27 @@ static void req_unlink_free(struct zs_comm *c, struct zs_comm_req *q)
     free(q);
 }
 
-static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, const float *buf,
-                         struct zs_comm_req **out)
+static int32_t count_unfinished(const struct zs_comm *c)
+{
+    int32_t n = 0;
+
+    for (const struct zs_comm_req *q = c->active; q; q = q->next)
+        n += q->stage != ST_DONE;
+    return n;
+}
+
+static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, const void *buf, zs_dtype dt_in,
+                         zs_dtype dt_out, struct zs_comm_req **out)
 {
     struct zs_comm_req *q, **tail;
     zs_status st;
 
-    while (c->in_flight >= ZS_MAX_IN_FLIGHT) { /* the flag ring must never wrap over a live operation */
-        st = zs_comm_wait(c, c->active);
+    /* The flag ring must never wrap over an unfinished operation: past the limit, finish some first. */
+    while (count_unfinished(c) >= ZS_MAX_IN_FLIGHT) {
+        st = zs_comm_progress(c);
         if (st)
             return st;
+        sched_yield();
     }
     q = calloc(1, sizeof(*q));
     if (!q)
@@ -498,9 +552,13 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     q->kind = kind;
     q->count = count;
     q->seq = c->seq;
+    q->dt_in = dt_in;
+    q->dt_out = dt_out;
+    q->esz_in = dt_in == ZS_DTYPE_FP32 ? 4 : 2;
+    q->esz_out = dt_out == ZS_DTYPE_FP32 ? 4 : 2;
     q->stage = kind == REQ_AG ? ST_AG_START : ST_RS_RUN;
     c->seq += kind == REQ_AR ? 2 : 1;
-    st = attach_peers(c, q, buf);
+    st = attach_peers(c, q, buf, kind == REQ_AG ? q->esz_out : q->esz_in);
     if (st) {
         free(q);
         return st;
@@ -578,9 +636,14 @@ static zs_status req_launch(struct zs_comm *c, struct zs_comm_req *q, struct zs_
     zs_status st = ZS_OK;
 
     if (c->size == 1) {
-        if (q->kind != REQ_AG)
-            for (int64_t i = 0; i < q->count; i++)
-                q->out[i] = q->src[i] * q->scale;
+        if (q->kind != REQ_AG) {
+            float acc[ZS_SUM_BLOCK];
+            for (int64_t b0 = 0; b0 < q->count; b0 += ZS_SUM_BLOCK) {
+                int64_t bn = q->count - b0 < ZS_SUM_BLOCK ? q->count - b0 : ZS_SUM_BLOCK;
+                acc_block(acc, q->src + (size_t)b0 * q->esz_in, bn, q->dt_in, true);
+                store_block(q->out + (size_t)b0 * q->esz_out, acc, bn, q->scale, q->dt_out);
+            }
+        }
         q->stage = ST_DONE;
     } else {
         if (q->shm) /* my data for this operation is ready: local peers may read it */
@@ -595,12 +658,20 @@ static zs_status req_launch(struct zs_comm *c, struct zs_comm_req *q, struct zs_
     return ZS_OK;
 }
 
-zs_status zs_comm_reduce_scatter(struct zs_comm *c, const float *buf, float *out, int64_t count, float scale,
-                                 struct zs_comm_req **req)
+static bool valid_dtype(zs_dtype t)
+{
+    return t == ZS_DTYPE_FP32 || t == ZS_DTYPE_BF16 || t == ZS_DTYPE_FP16;
+}
+
+zs_status zs_comm_reduce_scatter_dt(struct zs_comm *c, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
+                                    int64_t count, float scale, struct zs_comm_req **req)
 {
     struct zs_comm_req *q;
-    zs_status st = req_new(c, REQ_RS, count, buf, &q);
+    zs_status st;
 
+    if (!valid_dtype(dt_in) || !valid_dtype(dt_out) || (dt_out != dt_in && dt_out != ZS_DTYPE_FP32))
+        return zs_fail(ZS_ERR_INVALID, "reduce-scatter: output must be fp32 or the input type");
+    st = req_new(c, REQ_RS, count, buf, dt_in, dt_out, &q);
     if (st)
         return st;
     q->src = buf;
@@ -609,29 +680,52 @@ zs_status zs_comm_reduce_scatter(struct zs_comm *c, const float *buf, float *out
     return req_launch(c, q, req);
 }
 
-zs_status zs_comm_all_gather(struct zs_comm *c, float *buf, int64_t count, struct zs_comm_req **req)
+zs_status zs_comm_all_gather_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64_t count, struct zs_comm_req **req)
 {
     struct zs_comm_req *q;
-    zs_status st = req_new(c, REQ_AG, count, buf, &q);
+    zs_status st;
 
+    if (!valid_dtype(dt))
+        return zs_fail(ZS_ERR_INVALID, "all-gather: unknown dtype %d", (int)dt);
+    st = req_new(c, REQ_AG, count, buf, dt, dt, &q);
     if (st)
         return st;
     q->gbuf = buf;
     return req_launch(c, q, req);
 }
 
-zs_status zs_comm_all_reduce(struct zs_comm *c, float *buf, int64_t count, float scale, struct zs_comm_req **req)
+zs_status zs_comm_all_reduce_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64_t count, float scale,
+                                struct zs_comm_req **req)
 {
     struct zs_comm_req *q;
-    zs_status st = req_new(c, REQ_AR, count, buf, &q);
+    zs_status st;
 
+    if (!valid_dtype(dt))
+        return zs_fail(ZS_ERR_INVALID, "all-reduce: unknown dtype %d", (int)dt);
+    st = req_new(c, REQ_AR, count, buf, dt, dt, &q);
     if (st)
         return st;
     q->src = buf;
-    q->out = buf + (size_t)c->rank * (size_t)count;
+    q->out = (char *)buf + (size_t)c->rank * (size_t)count * q->esz_in;
     q->gbuf = buf;
     q->scale = scale;
     return req_launch(c, q, req);
+}
+
+zs_status zs_comm_reduce_scatter(struct zs_comm *c, const float *buf, float *out, int64_t count, float scale,
+                                 struct zs_comm_req **req)
+{
+    return zs_comm_reduce_scatter_dt(c, buf, ZS_DTYPE_FP32, out, ZS_DTYPE_FP32, count, scale, req);
+}
+
+zs_status zs_comm_all_gather(struct zs_comm *c, float *buf, int64_t count, struct zs_comm_req **req)
+{
+    return zs_comm_all_gather_dt(c, buf, ZS_DTYPE_FP32, count, req);
+}
+
+zs_status zs_comm_all_reduce(struct zs_comm *c, float *buf, int64_t count, float scale, struct zs_comm_req **req)
+{
+    return zs_comm_all_reduce_dt(c, buf, ZS_DTYPE_FP32, count, scale, req);
 }
 
 zs_status zs_comm_progress(struct zs_comm *c)

@@ -1,5 +1,6 @@
 /* comm.h - the collective interface the engine uses: nonblocking reduce-scatter, all-gather and
- * all-reduce on fp32 with a fixed summation order, plus the blocking helpers init needs.
+ * all-reduce (fp32, bf16, fp16 with fp32 accumulation) with a fixed summation order, plus the blocking
+ * helpers init needs.
  * Determinism contract: element i of a reduction is ((x_0 + x_1) + ... + x_{N-1}) * scale, summed in
  * rank order, whatever the size, piece size or backend; all-reduce is reduce-scatter followed by
  * all-gather, bit for bit. Later backends (shared memory, NCCL) implement the same contract. */
@@ -57,6 +58,15 @@ zs_status zs_comm_all_gather(struct zs_comm *c, float *buf, int64_t count, struc
 /* buf holds N chunks of `count`; every chunk becomes the scaled sum (reduce-scatter + all-gather). */
 zs_status zs_comm_all_reduce(struct zs_comm *c, float *buf, int64_t count, float scale,
                              struct zs_comm_req **req);
+
+/* The same with 16-bit data: inputs of dt_in (fp32, bf16 or fp16) are summed in fp32, in rank order, and
+ * the scaled sum is written as dt_out (fp32, or dt_in rounded to nearest even). All-gather and
+ * all-reduce keep their dtype. */
+zs_status zs_comm_reduce_scatter_dt(struct zs_comm *c, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
+                                    int64_t count, float scale, struct zs_comm_req **req);
+zs_status zs_comm_all_gather_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64_t count, struct zs_comm_req **req);
+zs_status zs_comm_all_reduce_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64_t count, float scale,
+                                struct zs_comm_req **req);
 
 /* Advances every outstanding request of c (explicit progress: the engine calls this from its API). */
 zs_status zs_comm_progress(struct zs_comm *c);

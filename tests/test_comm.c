@@ -9,6 +9,7 @@
 
 #include "check.h"
 #include "comm.h"
+#include "convert.h"
 
 static float value(int rank, int64_t i, int op)
 {
@@ -109,6 +110,50 @@ static void check_ag_ar(struct zs_comm *c, int64_t count, int op)
     tfree(c, two);
 }
 
+static uint16_t to16(float f, zs_dtype t) { return t == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(f) : zs_cvt_f32_f16(f); }
+static float from16(uint16_t h, zs_dtype t) { return t == ZS_DTYPE_BF16 ? zs_cvt_bf16_f32(h) : zs_cvt_f16_f32(h); }
+
+/* 16-bit inputs: summed in fp32 in rank order, written as fp32 or rounded back; all-gather and
+ * all-reduce of 16-bit data. */
+static void check_16bit(struct zs_comm *c, zs_dtype t, int64_t count, int op)
+{
+    int rank = zs_comm_rank(c), world = zs_comm_size(c);
+    int64_t total = count * world, bad = 0;
+    uint16_t *buf = (uint16_t *)tbuf(c, total), *h = (uint16_t *)tbuf(c, total);
+    float *out = malloc((size_t)(count + 1) * sizeof(float));
+    struct zs_comm_req *q = NULL;
+
+    for (int64_t i = 0; i < total; i++)
+        buf[i] = to16(value(rank, i, op), t);
+    memcpy(h, buf, (size_t)total * 2);
+    CHECK(zs_comm_reduce_scatter_dt(c, buf, t, out, ZS_DTYPE_FP32, count, 0.5f, &q) == ZS_OK &&
+              zs_comm_wait(c, q) == ZS_OK, "%s", zs_last_error());
+    CHECK(zs_comm_reduce_scatter_dt(c, h, t, h + rank * count, t, count, 0.5f, &q) == ZS_OK &&
+              zs_comm_wait(c, q) == ZS_OK, "%s", zs_last_error());
+    for (int64_t i = 0; i < count; i++) {
+        int64_t g = rank * count + i;
+        float acc = from16(to16(value(0, g, op), t), t);
+        for (int r = 1; r < world; r++)
+            acc += from16(to16(value(r, g, op), t), t);
+        acc *= 0.5f;
+        bad += memcmp(&out[i], &acc, 4) != 0;
+        bad += h[g] != to16(acc, t);
+    }
+    CHECK(bad == 0, "16-bit (%s) reduce-scatter count %lld heap %d: %lld wrong", t == ZS_DTYPE_BF16 ? "bf16" : "fp16",
+          (long long)count, use_heap, (long long)bad);
+    /* the rounded shards, gathered: every rank ends with every rank's result */
+    CHECK(zs_comm_all_gather_dt(c, h, t, count, &q) == ZS_OK && zs_comm_wait(c, q) == ZS_OK, "%s", zs_last_error());
+    for (int64_t i = 0; i < total; i++)
+        buf[i] = to16(value(rank, i, op), t);
+    CHECK(zs_comm_all_reduce_dt(c, buf, t, count, 0.5f, &q) == ZS_OK && zs_comm_wait(c, q) == ZS_OK, "%s",
+          zs_last_error());
+    CHECK(memcmp(buf, h, (size_t)total * 2) == 0, "16-bit all-reduce != reduce-scatter + all-gather, count %lld",
+          (long long)count);
+    free(out);
+    tfree(c, (float *)buf);
+    tfree(c, (float *)h);
+}
+
 /* Sixteen reductions in flight, completed in reverse order: no deadlock, no mix-up between them. */
 static void check_many_in_flight(struct zs_comm *c)
 {
@@ -158,6 +203,8 @@ int main(int argc, char **argv)
             check_rs(c, counts[i], 0, (int)i);
             check_rs(c, counts[i], 1, (int)i + 50);
             check_ag_ar(c, counts[i], (int)i + 200);
+            check_16bit(c, ZS_DTYPE_BF16, counts[i], (int)i + 300);
+            check_16bit(c, ZS_DTYPE_FP16, counts[i], (int)i + 400);
         }
         check_many_in_flight(c);
     }
