@@ -19,6 +19,9 @@ struct bench_cmd {
 
 int bench_optimizer(int argc, char **argv);
 extern const char bench_optimizer_usage[];
+/* Run under mpirun; calls MPI_Init and MPI_Finalize itself. */
+int bench_comm(int argc, char **argv);
+extern const char bench_comm_usage[];
 
 /* Monotonic seconds. */
 double bench_now(void);

@@ -10,12 +10,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench.h" /* defines: struct bench_cmd, bench_optimizer */
+#include "bench.h" /* defines: struct bench_cmd, bench_optimizer, bench_comm */
 
-/* Later issues add "comm" and "swap" here. */
+/* A later issue adds "swap" here. */
 static const struct bench_cmd commands[] = {
     {"optimizer", bench_optimizer, "optimizer kernels per optimizer, dtype and size against a STREAM triad",
      bench_optimizer_usage},
+    {"comm", bench_comm, "reduce-scatter, all-gather, all-reduce: ZeroShard's collectives against plain MPI",
+     bench_comm_usage},
 };
 
 #define NCOMMANDS ((int)(sizeof(commands) / sizeof(commands[0])))
