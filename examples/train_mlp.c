@@ -237,11 +237,11 @@ static void print_memory(zs_ctx *ctx, int rank, int world)
     MPI_Gather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, 0, MPI_COMM_WORLD);
     for (int r = 0; rank == 0 && r < world; r++)
         printf("{\"memory\": {\"rank\": %d, \"stage\": %d, \"world\": %d, \"params\": %llu, \"grads\": %llu, "
-               "\"optimizer\": %llu, \"buffers\": %llu, \"formula\": %llu, \"numel\": %llu}}\n",
+               "\"optimizer\": %llu, \"buffers\": %llu, \"formula\": %llu, \"numel\": %llu, \"host\": %llu}}\n",
                all[r].rank, all[r].stage, all[r].world, (unsigned long long)all[r].params,
                (unsigned long long)all[r].grads, (unsigned long long)all[r].optimizer,
                (unsigned long long)all[r].buffers, (unsigned long long)all[r].formula,
-               (unsigned long long)all[r].numel);
+               (unsigned long long)all[r].numel, (unsigned long long)all[r].host);
     free(all);
 }
 

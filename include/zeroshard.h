@@ -81,6 +81,8 @@ typedef struct zs_memory_report {
     uint64_t peak_live_params;
     uint64_t numel;         /* registered parameter elements (Psi) */
     uint64_t numel_padded;  /* elements after padding units to equal shards */
+    uint64_t host;          /* of params/grads/optimizer, the bytes offloaded to the pinned host pool */
+    uint64_t device_budget; /* the CPU backend's device memory limit per rank (0 = none) */
 } zs_memory_report;
 
 typedef struct zs_step_stats {

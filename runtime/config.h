@@ -75,6 +75,7 @@ struct zs_cpu_config {
     bool bind;          /* bind each worker thread to one core */
     char comm[8];       /* collective backend: "auto", "mpi" or "shm" */
     int64_t fake_node_size; /* > 0: treat blocks of this many consecutive ranks as nodes (testing) */
+    int64_t device_memory;  /* bytes of "device" memory per rank the CPU backend allows; 0 = no limit */
 };
 
 struct zs_config {

@@ -164,11 +164,10 @@ static int check_offload(parser *p, const struct zs_zero_config *zc, bool param,
         return zs_cfg_fail(p, path, NULL, "optimizer offload needs ZeRO stage 1, 2 or 3 (stage is 0)");
     if (param && zc->stage != 3)
         return zs_cfg_fail(p, path, NULL, "parameter offload needs ZeRO stage 3 (stage is %d)", zc->stage);
-    if (legacy)
-        zs_cfg_defer(p, path, NULL, "CPU offload is not implemented yet");
-    else
-        zs_cfg_defer(p, path, "device", "'%s' offload is not implemented yet",
-                     o->device == ZS_OFFLOAD_CPU ? "cpu" : "nvme");
+    if (o->device == ZS_OFFLOAD_NVME)
+        zs_cfg_defer(p, path, "device", "'nvme' offload is not implemented yet (cpu is)");
+    else if (!param && o->ratio != 1.0)
+        zs_cfg_defer(p, path, "ratio", "partial offload (ratio %g < 1) is not implemented yet", o->ratio);
     return 0;
 }
 
@@ -274,7 +273,8 @@ int zs_cfg_parse_zero(parser *p, struct zs_config *cfg, json_t *root)
 /* ---------------------------------------------------------------- zeroshard */
 
 /* DeepSpeed skips top-level keys it does not know, so one file serves both runtimes. */
-static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", "comm", "fake_node_size", NULL};
+static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", "comm", "fake_node_size",
+                                       "device_memory", NULL};
 static const char *const comm_backends[] = {"auto", "mpi", "shm", NULL};
 static const char *const cpu_kernels[] = {"auto", "scalar", "avx2", "avx512", NULL};
 
@@ -290,7 +290,8 @@ int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
         zs_cfg_get_str(p, sec, "zeroshard", "kernel", &kernel) ||
         zs_cfg_get_bool(p, sec, "zeroshard", "bind_threads", true, false, &c->bind) ||
         zs_cfg_get_str(p, sec, "zeroshard", "comm", &comm) ||
-        zs_cfg_get_int(p, sec, "zeroshard", "fake_node_size", &(struct zs_cfg_spec){ZS_GE(0)}, &c->fake_node_size))
+        zs_cfg_get_int(p, sec, "zeroshard", "fake_node_size", &(struct zs_cfg_spec){ZS_GE(0)}, &c->fake_node_size) ||
+        zs_cfg_get_int(p, sec, "zeroshard", "device_memory", &(struct zs_cfg_spec){ZS_GE(0)}, &c->device_memory))
         return -EINVAL;
     if (!comm)
         comm = "auto";

@@ -7,14 +7,20 @@
 
 #include "engine.h"
 #include "error.h"
+#include "host_pool.h"
 
 /* ---------------------------------------------------------------- accounted memory */
+
+static const char *const cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "optimizer state", "buffers",
+                                                    "gathered parameters" };
 
 void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 {
     void *p = NULL;
     size_t sz = bytes ? (size_t)zs_align_up((int64_t)bytes, 64) : 64;
 
+    if (!zs_budget_admit(ctx, bytes, cat_names[cat]))
+        return NULL;
     if (posix_memalign(&p, 64, sz))
         return NULL;
     memset(p, 0, sz);
@@ -26,7 +32,11 @@ void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 
 void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 {
-    void *p = zs_comm_alloc(ctx->comm, (size_t)bytes);
+    void *p;
+
+    if (!zs_budget_admit(ctx, bytes, cat_names[cat]))
+        return NULL;
+    p = zs_comm_alloc(ctx->comm, (size_t)bytes);
 
     if (!p)
         return NULL;
@@ -338,12 +348,15 @@ zs_status zs_finalize(zs_ctx *ctx)
             zs_mem_free(ctx, ZS_MEM_PARAMS, un->full, pad);
         else
             zs_mem_free_comm(ctx, ZS_MEM_PARAMS, un->full, pad);
-        zs_mem_free(ctx, ZS_MEM_PARAMS, un->shard, sh);
+        if (!zs_offload_params_on_host(ctx))
+            zs_mem_free(ctx, ZS_MEM_PARAMS, un->shard, sh);
         if (ctx->cfg.zero.stage <= 1)
             zs_mem_free_comm(ctx, ZS_MEM_GRADS, un->grad, pad);
         zs_mem_free(ctx, ZS_MEM_GRADS, un->grad_shard, sh);
-        zs_mem_free(ctx, ZS_MEM_OPTIM, un->m, s0 ? pad : sh);
-        zs_mem_free(ctx, ZS_MEM_OPTIM, un->v, s0 ? pad : sh);
+        if (!zs_offload_optimizer_on_host(ctx)) { /* host-pool blocks go with the pool */
+            zs_mem_free(ctx, ZS_MEM_OPTIM, un->m, s0 ? pad : sh);
+            zs_mem_free(ctx, ZS_MEM_OPTIM, un->v, s0 ? pad : sh);
+        }
         free(un->name);
     }
     for (int32_t p = 0; p < ctx->nparams; p++)
@@ -354,6 +367,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     free(ctx->pending);
     free(ctx->trace);
     free(ctx->rec);
+    zs_host_pool_free(ctx->host);
     zs_pool_free(ctx->pool);
     zs_comm_free(ctx->comm);
     free(ctx);

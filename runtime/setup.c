@@ -75,9 +75,12 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
     bool momentum = ctx->cfg.optim.type != ZS_OPTIM_SGD || ctx->cfg.optim.momentum != 0.0;
     bool second = ctx->cfg.optim.type == ZS_OPTIM_ADAM || ctx->cfg.optim.type == ZS_OPTIM_ADAMW;
 
+    bool opt_host = zs_offload_optimizer_on_host(ctx);
+
     un->sharded = stage == 3 && un->numel >= ctx->cfg.zero.param_persistence_threshold;
     if (un->sharded)
-        un->shard = zs_mem_alloc(ctx, ZS_MEM_PARAMS, sh);
+        un->shard = zs_offload_params_on_host(ctx) ? zs_mem_alloc_host(ctx, ZS_MEM_PARAMS, sh)
+                                                   : zs_mem_alloc(ctx, ZS_MEM_PARAMS, sh);
     else
         un->full = stage == 0 ? zs_mem_alloc(ctx, ZS_MEM_PARAMS, pad) : zs_mem_alloc_comm(ctx, ZS_MEM_PARAMS, pad);
     if (stage <= 1)
@@ -85,13 +88,14 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
     else
         un->grad_shard = zs_mem_alloc(ctx, ZS_MEM_GRADS, sh);
     if (momentum)
-        un->m = zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
+        un->m = opt_host ? zs_mem_alloc_host(ctx, ZS_MEM_OPTIM, opt) : zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
     if (second)
-        un->v = zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
+        un->v = opt_host ? zs_mem_alloc_host(ctx, ZS_MEM_OPTIM, opt) : zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
     if ((un->sharded ? !un->shard : !un->full) || (stage <= 1 ? !un->grad : !un->grad_shard) ||
         (momentum && !un->m) || (second && !un->v))
-        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory allocating unit '%s' (%lld elements)", un->name,
-                       (long long)un->part.padded);
+        return ctx->over_budget ? ZS_ERR_NOMEM
+                                : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory allocating unit '%s' (%lld elements)",
+                                          un->name, (long long)un->part.padded);
     return ZS_OK;
 }
 
@@ -174,6 +178,9 @@ zs_status zs_setup(zs_ctx *ctx)
         if (!ctx->pending)
             return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
     }
+    st = zs_offload_setup(ctx);
+    if (st)
+        return st;
     for (int32_t u = 0; u < ctx->nunits; u++) {
         st = alloc_unit(ctx, &ctx->units[u]);
         if (!st)
@@ -259,6 +266,8 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->formula = f;
     out->live_params = ctx->mem[ZS_MEM_LIVE];
     out->peak_live_params = ctx->peak_live;
+    out->host = ctx->mem_host;
+    out->device_budget = ctx->device_budget;
     out->numel = ctx->numel;
     out->numel_padded = ctx->numel_padded;
     return ZS_OK;

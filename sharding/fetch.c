@@ -17,6 +17,10 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
     zs_status st;
 
     un->gathered = zs_mem_alloc_comm(ctx, ZS_MEM_LIVE, unit_bytes(un));
+    if (!un->gathered && ctx->over_budget) {
+        zs_error_prefix("fetch unit '%s'", un->name);
+        return ZS_ERR_NOMEM;
+    }
     if (!un->gathered)
         return zs_fail(ZS_ERR_NOMEM, "fetch: out of memory gathering unit '%s' (%lld elements)", un->name,
                        (long long)un->part.padded);

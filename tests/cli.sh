@@ -67,6 +67,19 @@ echo "$out" | grep -q '^zeroshard: error: .*config differs between ranks: rank(s
   && [ $rc -ne 0 ] && r=ok || r=bad
 check $r "mismatched rank: $out"
 
+# a device memory budget the stage does not fit: one line that names what would fit; that setting trains
+out=$(ZS_DEVICE_MEMORY=50K mpirun --oversubscribe -np 2 -x ZS_DEVICE_MEMORY "$TRAIN" --config "$CONFIGS/zero0.json" \
+      --steps 1 2>&1 >/dev/null); rc=$?
+echo "budget: rc $rc: $(echo "$out" | grep '^zeroshard')"
+echo "$out" | grep -q "^zeroshard: error: .*out of device memory: stage 0 needs .* the budget is 50.0 KiB; stage 1 with offload_optimizer cpu would need" \
+  && [ $rc -ne 0 ] && r=ok || r=bad
+check $r "device budget: $out"
+sed 's/"stage": 1,/"stage": 1, "offload_optimizer": {"device": "cpu"},/' "$CONFIGS/zero1.json" > "$tmp/off1.json"
+out=$(ZS_DEVICE_MEMORY=50K mpirun --oversubscribe -np 2 -x ZS_DEVICE_MEMORY "$TRAIN" --config "$tmp/off1.json" --steps 3 \
+      --memory-json 2>&1); rc=$?
+echo "$out" | grep -q '"host": [1-9]' && echo "$out" | grep -q '^params-hash' && [ $rc -eq 0 ] && r=ok || r=bad
+check $r "offloaded stage 1 within the budget: $out"
+
 # missing file, missing --config
 out=$(mpi -np 1 "$TRAIN" --config "$tmp/nope.json" 2>&1 >/dev/null); rc=$?
 echo "$out" | grep -q "^zeroshard: error: .*nope.json: cannot read config" && [ $rc -ne 0 ] && r=ok || r=bad

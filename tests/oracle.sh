@@ -81,6 +81,15 @@ for opt in '"optimizer": {"type": "Lion", "params": {"lr": 0.002, "weight_decay"
   check $r "$opt: stages disagree ($h0 $h2 $h3)"
 done
 
+# offload to the pinned host pool: optimizer state at stages 1-3, parameter shards too at stage 3
+cfg off1 1 true 1 1 "" ', "offload_optimizer": {"device": "cpu", "pin_memory": true}'
+cfg off2 2 true 1 1 "" ', "offload_optimizer": {"device": "cpu"}'
+cfg off3 3 true 1 1 "" ', "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu", "pin_memory": false}'
+for name in off1 off2 off3; do
+  h=$(run $name "$N"); [ "$h" = "$ref" ] && r=ok || r=bad
+  echo "np $N offload $name: $h $r"; check $r "offload $name: params-hash $h != $ref"
+done
+
 # every collective backend and node layout gives the same bits: MPI only, shared memory, and a forced
 # layout of one or two ranks per node (shared memory inside, MPI between)
 for env in "ZS_COMM=mpi" "ZS_COMM=shm" "ZS_COMM=shm ZS_FAKE_NODE_SIZE=1" "ZS_COMM=shm ZS_FAKE_NODE_SIZE=2"; do

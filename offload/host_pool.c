@@ -1,0 +1,104 @@
+/* host_pool.c - one NUMA-local, page-locked region per rank for offloaded state. */
+#include <errno.h>
+#include <hwloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "host_pool.h"
+
+#define ZS_POOL_ALIGN 4096
+
+struct zs_host_pool {
+    char *base;
+    size_t size, used;
+    bool pinned, hwloc_mem;
+    hwloc_topology_t topo;
+    char desc[192];
+};
+
+/* Memory bound to the NUMA nodes near the cores this thread runs on; plain mmap when hwloc cannot. */
+static void *alloc_local(struct zs_host_pool *p, size_t bytes, const char **where)
+{
+    hwloc_bitmap_t set;
+    void *mem = NULL;
+
+    *where = "anywhere";
+    if (!hwloc_topology_init(&p->topo) && !hwloc_topology_load(p->topo) && (set = hwloc_bitmap_alloc())) {
+        if (!hwloc_get_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD))
+            mem = hwloc_alloc_membind(p->topo, bytes, set, HWLOC_MEMBIND_BIND, 0);
+        hwloc_bitmap_free(set);
+        if (mem) {
+            p->hwloc_mem = true;
+            *where = "on the rank's NUMA node";
+            return mem;
+        }
+    }
+    mem = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return mem == MAP_FAILED ? NULL : mem;
+}
+
+int zs_host_pool_create(struct zs_host_pool **out, size_t bytes, bool pin, char *warn, size_t warnlen)
+{
+    struct zs_host_pool *p = calloc(1, sizeof(*p));
+    const char *where;
+
+    if (warn && warnlen)
+        warn[0] = '\0';
+    if (!p)
+        return -ENOMEM;
+    p->size = (bytes + ZS_POOL_ALIGN - 1) / ZS_POOL_ALIGN * ZS_POOL_ALIGN;
+    if (p->size == 0)
+        p->size = ZS_POOL_ALIGN;
+    p->base = alloc_local(p, p->size, &where);
+    if (!p->base) {
+        zs_host_pool_free(p);
+        return -ENOMEM;
+    }
+    memset(p->base, 0, p->size); /* first touch here, by the rank's own (bound) thread */
+    if (pin) {
+        if (mlock(p->base, p->size) == 0)
+            p->pinned = true;
+        else if (warn)
+            snprintf(warn, warnlen, "could not pin the %.1f MiB host pool (%s; raise RLIMIT_MEMLOCK, ulimit -l); "
+                     "it stays pageable", (double)p->size / (1 << 20), strerror(errno));
+    }
+    snprintf(p->desc, sizeof(p->desc), "%.1f MiB, %s, %s", (double)p->size / (1 << 20),
+             p->pinned ? "pinned" : "pageable", where);
+    *out = p;
+    return 0;
+}
+
+void zs_host_pool_free(struct zs_host_pool *p)
+{
+    if (!p)
+        return;
+    if (p->base) {
+        if (p->pinned)
+            munlock(p->base, p->size);
+        if (p->hwloc_mem)
+            hwloc_free(p->topo, p->base, p->size);
+        else
+            munmap(p->base, p->size);
+    }
+    if (p->topo)
+        hwloc_topology_destroy(p->topo);
+    free(p);
+}
+
+void *zs_host_pool_alloc(struct zs_host_pool *p, size_t bytes)
+{
+    size_t need = (bytes + ZS_POOL_ALIGN - 1) / ZS_POOL_ALIGN * ZS_POOL_ALIGN;
+    char *mem;
+
+    if (!p || need > p->size - p->used)
+        return NULL;
+    mem = p->base + p->used;
+    p->used += need;
+    return mem;
+}
+
+uint64_t zs_host_pool_size(const struct zs_host_pool *p) { return p ? p->size : 0; }
+bool zs_host_pool_pinned(const struct zs_host_pool *p) { return p && p->pinned; }
+const char *zs_host_pool_describe(const struct zs_host_pool *p) { return p ? p->desc : "none"; }

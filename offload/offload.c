@@ -1,0 +1,214 @@
+/* offload.c - where offloaded state lives (the pinned host pool) and the device memory budget that makes
+ * the CPU backend behave like a GPU of a given size: set-up checks the whole stage against it and names
+ * the stage and offload settings that would fit; gathers at run time are admitted against it too. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "error.h"
+#include "host_pool.h"
+
+bool zs_offload_optimizer_on_host(const struct zs_ctx *ctx)
+{
+    return ctx->cfg.zero.stage >= 1 && ctx->cfg.zero.offload_optimizer.device == ZS_OFFLOAD_CPU;
+}
+
+bool zs_offload_params_on_host(const struct zs_ctx *ctx)
+{
+    return ctx->cfg.zero.stage == 3 && ctx->cfg.zero.offload_param.device == ZS_OFFLOAD_CPU;
+}
+
+static uint64_t state_bytes_per_param(const struct zs_config *c)
+{
+    if (c->optim.type == ZS_OPTIM_ADAM || c->optim.type == ZS_OPTIM_ADAMW)
+        return 8;
+    if (c->optim.type == ZS_OPTIM_SGD)
+        return c->optim.momentum != 0.0 ? 4 : 0;
+    return 4;
+}
+
+struct placement {
+    int stage;
+    bool opt_host, param_host;
+};
+
+/* Device bytes one rank needs for a placement: persistent model states, the gradient bucket, and at
+ * stage 3 the gathered units (bounded by stage3_max_live_parameters, at least the largest unit). */
+static uint64_t device_need(const struct zs_ctx *ctx, struct placement pl)
+{
+    const struct zs_zero_config *z = &ctx->cfg.zero;
+    uint64_t k = state_bytes_per_param(&ctx->cfg), need = 0, total = 0, largest = 0;
+
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        const struct zs_unit *un = &ctx->units[u];
+        uint64_t pad = (uint64_t)un->part.padded, sh = (uint64_t)un->part.shard;
+        bool sharded = pl.stage == 3 && un->numel >= z->param_persistence_threshold;
+        total += pad;
+        largest = pad > largest ? pad : largest;
+        if (!(sharded && pl.param_host))
+            need += 4 * (sharded ? sh : pad);                 /* parameters */
+        need += 4 * (pl.stage <= 1 ? pad : sh);               /* gradients */
+        if (!pl.opt_host)
+            need += k * (pl.stage == 0 ? pad : sh);           /* optimizer state */
+    }
+    if (pl.stage >= 2) {
+        uint64_t cap = (uint64_t)z->reduce_bucket_size;
+        cap = cap > total ? total : cap;
+        need += 4 * (cap < largest ? largest : cap);
+    }
+    if (pl.stage == 3) {
+        uint64_t live = (uint64_t)z->max_live_parameters;
+        live = live > total ? total : live;
+        need += 4 * (live < largest ? largest : live);
+    }
+    return need;
+}
+
+static const char *describe(struct placement pl, char *buf, size_t len)
+{
+    snprintf(buf, len, "stage %d%s%s", pl.stage, pl.opt_host ? " with offload_optimizer cpu" : "",
+             pl.param_host ? (pl.opt_host ? " and offload_param cpu" : " with offload_param cpu") : "");
+    return buf;
+}
+
+/* 1.50 GiB, 12.0 MiB, 44.0 KiB: enough digits to compare a need with a budget. */
+static const char *human(uint64_t b, char *buf, size_t len)
+{
+    if (b >= (1ull << 30))
+        snprintf(buf, len, "%.2f GiB", (double)b / (double)(1ull << 30));
+    else if (b >= (1ull << 20))
+        snprintf(buf, len, "%.1f MiB", (double)b / (double)(1ull << 20));
+    else
+        snprintf(buf, len, "%.1f KiB", (double)b / 1024.0);
+    return buf;
+}
+
+/* The budget: ZS_DEVICE_MEMORY (bytes, or with a K/M/G suffix) wins over zeroshard.device_memory. */
+static zs_status read_budget(struct zs_ctx *ctx)
+{
+    const char *env = getenv("ZS_DEVICE_MEMORY");
+    char *end;
+
+    ctx->device_budget = (uint64_t)ctx->cfg.cpu.device_memory;
+    if (!env || !*env)
+        return ZS_OK;
+    double v = strtod(env, &end);
+    uint64_t mult = 1;
+    if (*end == 'K' || *end == 'k')
+        mult = 1ull << 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        mult = 1ull << 20, end++;
+    else if (*end == 'G' || *end == 'g')
+        mult = 1ull << 30, end++;
+    if (*end || v < 0)
+        return zs_fail(ZS_ERR_CONFIG, "ZS_DEVICE_MEMORY: expected bytes with an optional K, M or G, got '%s'", env);
+    ctx->device_budget = (uint64_t)(v * (double)mult);
+    return ZS_OK;
+}
+
+static zs_status check_budget(struct zs_ctx *ctx)
+{
+    const struct zs_zero_config *z = &ctx->cfg.zero;
+    struct placement now = { z->stage, zs_offload_optimizer_on_host(ctx), zs_offload_params_on_host(ctx) };
+    static const struct placement options[] = {
+        { 1, false, false }, { 2, false, false }, { 3, false, false }, { 1, true, false },
+        { 2, true, false },  { 3, true, false },  { 3, true, true },
+    };
+    uint64_t need = device_need(ctx, now);
+    char a[96], b[96], h1[32], h2[32], h3[32];
+
+    if (!ctx->device_budget || need <= ctx->device_budget)
+        return ZS_OK;
+    for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++) {
+        uint64_t n = device_need(ctx, options[i]);
+        if (n <= ctx->device_budget)
+            return zs_fail(ZS_ERR_NOMEM, "out of device memory: %s needs %s per rank, the budget is %s; %s would need %s",
+                           describe(now, a, sizeof(a)), human(need, h1, sizeof(h1)),
+                           human(ctx->device_budget, h2, sizeof(h2)), describe(options[i], b, sizeof(b)),
+                           human(n, h3, sizeof(h3)));
+    }
+    return zs_fail(ZS_ERR_NOMEM,
+                   "out of device memory: %s needs %s per rank, the budget is %s, and even stage 3 with both offloads "
+                   "needs %s (lower stage3_max_live_parameters or reduce_bucket_size, or add ranks)",
+                   describe(now, a, sizeof(a)), human(need, h1, sizeof(h1)), human(ctx->device_budget, h2, sizeof(h2)),
+                   human(device_need(ctx, options[6]), h3, sizeof(h3)));
+}
+
+bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what)
+{
+    uint64_t used = 0;
+
+    ctx->over_budget = false;
+    if (!ctx->device_budget)
+        return true;
+    for (int c = 0; c < ZS_MEM_NCAT; c++)
+        used += ctx->mem[c];
+    used -= ctx->mem_host;
+    if (used + bytes <= ctx->device_budget)
+        return true;
+    char h1[32], h2[32], h3[32];
+    ctx->over_budget = true;
+    zs_fail(ZS_ERR_NOMEM, "out of device memory: %s need %s more, %s of the %s budget are in use "
+            "(lower stage3_max_live_parameters or stage3_prefetch_bucket_size)", what, human(bytes, h1, sizeof(h1)),
+            human(used, h2, sizeof(h2)), human(ctx->device_budget, h3, sizeof(h3)));
+    return false;
+}
+
+/* Host bytes the offload settings put in the pool: optimizer state (m, v) of this rank's shards, and
+ * stage-3 parameter shards. */
+static uint64_t host_need(const struct zs_ctx *ctx)
+{
+    uint64_t k = state_bytes_per_param(&ctx->cfg), bytes = 0;
+
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        const struct zs_unit *un = &ctx->units[u];
+        uint64_t sh = (uint64_t)un->part.shard * 4;
+        if (zs_offload_optimizer_on_host(ctx))
+            bytes += k == 8 ? 2 * ((sh + 4095) / 4096 * 4096) : (k ? (sh + 4095) / 4096 * 4096 : 0);
+        if (zs_offload_params_on_host(ctx) && un->numel >= ctx->cfg.zero.param_persistence_threshold)
+            bytes += (sh + 4095) / 4096 * 4096;
+    }
+    return bytes;
+}
+
+zs_status zs_offload_setup(struct zs_ctx *ctx)
+{
+    uint64_t bytes;
+    char warn[256];
+    bool pin;
+    zs_status st = read_budget(ctx);
+    int rc;
+
+    if (!st)
+        st = check_budget(ctx);
+    if (st)
+        return st;
+    bytes = host_need(ctx);
+    if (!bytes)
+        return ZS_OK;
+    pin = (zs_offload_optimizer_on_host(ctx) && ctx->cfg.zero.offload_optimizer.pin_memory) ||
+          (zs_offload_params_on_host(ctx) && ctx->cfg.zero.offload_param.pin_memory);
+    rc = zs_host_pool_create(&ctx->host, bytes, pin, warn, sizeof(warn));
+    if (rc)
+        return zs_fail(ZS_ERR_NOMEM, "offload: cannot allocate the %.1f MiB host pool", (double)bytes / (1 << 20));
+    if (warn[0] && !ctx->quiet)
+        zs_log("rank %d: warning: %s", ctx->rank, warn);
+    if (ctx->rank == 0 && !ctx->quiet)
+        zs_log("offload: host pool per rank %s (%s%s)", zs_host_pool_describe(ctx->host),
+               zs_offload_optimizer_on_host(ctx) ? "optimizer state" : "",
+               zs_offload_params_on_host(ctx) ? (zs_offload_optimizer_on_host(ctx) ? ", parameter shards"
+                                                                                   : "parameter shards") : "");
+    return ZS_OK;
+}
+
+void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+{
+    void *p = zs_host_pool_alloc(ctx->host, bytes);
+
+    if (p) {
+        ctx->mem[cat] += bytes;
+        ctx->mem_host += bytes;
+    }
+    return p;
+}
