@@ -8,10 +8,16 @@
 #include "engine.h"
 #include "error.h"
 #include "host_pool.h"
+#include "nvme_optim.h"
 
 bool zs_offload_optimizer_on_host(const struct zs_ctx *ctx)
 {
     return ctx->cfg.zero.stage >= 1 && ctx->cfg.zero.offload_optimizer.device == ZS_OFFLOAD_CPU;
+}
+
+bool zs_offload_optimizer_on_nvme(const struct zs_ctx *ctx)
+{
+    return ctx->cfg.zero.stage >= 1 && ctx->cfg.zero.offload_optimizer.device == ZS_OFFLOAD_NVME;
 }
 
 bool zs_offload_params_on_host(const struct zs_ctx *ctx)
@@ -110,7 +116,8 @@ static zs_status read_budget(struct zs_ctx *ctx)
 static zs_status check_budget(struct zs_ctx *ctx)
 {
     const struct zs_zero_config *z = &ctx->cfg.zero;
-    struct placement now = { z->stage, zs_offload_optimizer_on_host(ctx), zs_offload_params_on_host(ctx) };
+    struct placement now = { z->stage, zs_offload_optimizer_on_host(ctx) || zs_offload_optimizer_on_nvme(ctx),
+                             zs_offload_params_on_host(ctx) };
     static const struct placement options[] = {
         { 1, false, false }, { 2, false, false }, { 3, false, false }, { 1, true, false },
         { 2, true, false },  { 3, true, false },  { 3, true, true },
@@ -175,6 +182,7 @@ static uint64_t host_need(const struct zs_ctx *ctx)
 zs_status zs_offload_setup(struct zs_ctx *ctx)
 {
     uint64_t bytes;
+    size_t slot = 0;
     char warn[256];
     bool pin;
     zs_status st = read_budget(ctx);
@@ -182,13 +190,15 @@ zs_status zs_offload_setup(struct zs_ctx *ctx)
 
     if (!st)
         st = check_budget(ctx);
+    if (!st && zs_offload_optimizer_on_nvme(ctx))
+        st = zs_nvme_optim_plan(ctx, &ctx->nvme, &slot);
     if (st)
         return st;
-    bytes = host_need(ctx);
+    bytes = host_need(ctx) + 3 * (uint64_t)slot;
     if (!bytes)
         return ZS_OK;
-    pin = (zs_offload_optimizer_on_host(ctx) && ctx->cfg.zero.offload_optimizer.pin_memory) ||
-          (zs_offload_params_on_host(ctx) && ctx->cfg.zero.offload_param.pin_memory);
+    pin = (zs_offload_optimizer_on_host(ctx) || zs_offload_optimizer_on_nvme(ctx)) ?
+              ctx->cfg.zero.offload_optimizer.pin_memory : ctx->cfg.zero.offload_param.pin_memory;
     rc = zs_host_pool_create(&ctx->host, bytes, pin, warn, sizeof(warn));
     if (rc)
         return zs_fail(ZS_ERR_NOMEM, "offload: cannot allocate the %.1f MiB host pool", (double)bytes / (1 << 20));
@@ -196,9 +206,17 @@ zs_status zs_offload_setup(struct zs_ctx *ctx)
         zs_log("rank %d: warning: %s", ctx->rank, warn);
     if (ctx->rank == 0 && !ctx->quiet)
         zs_log("offload: host pool per rank %s (%s%s)", zs_host_pool_describe(ctx->host),
-               zs_offload_optimizer_on_host(ctx) ? "optimizer state" : "",
-               zs_offload_params_on_host(ctx) ? (zs_offload_optimizer_on_host(ctx) ? ", parameter shards"
-                                                                                   : "parameter shards") : "");
+               ctx->nvme ? "NVMe swap slots" : zs_offload_optimizer_on_host(ctx) ? "optimizer state" : "",
+               zs_offload_params_on_host(ctx) ? ", parameter shards" : "");
+    if (ctx->nvme) {
+        char *slots = zs_mem_alloc_host(ctx, ZS_MEM_BUFFERS, 3 * (uint64_t)slot);
+        st = slots ? zs_nvme_optim_open(ctx, ctx->nvme, slots)
+                   : zs_fail(ZS_ERR_NOMEM, "offload: the host pool has no room for the swap slots");
+        if (st)
+            return st;
+        if (!ctx->quiet)
+            zs_log("rank %d: optimizer state on NVMe: %s", ctx->rank, zs_nvme_optim_describe(ctx->nvme));
+    }
     return ZS_OK;
 }
 

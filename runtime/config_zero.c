@@ -164,8 +164,8 @@ static int check_offload(parser *p, const struct zs_zero_config *zc, bool param,
         return zs_cfg_fail(p, path, NULL, "optimizer offload needs ZeRO stage 1, 2 or 3 (stage is 0)");
     if (param && zc->stage != 3)
         return zs_cfg_fail(p, path, NULL, "parameter offload needs ZeRO stage 3 (stage is %d)", zc->stage);
-    if (o->device == ZS_OFFLOAD_NVME)
-        zs_cfg_defer(p, path, "device", "'nvme' offload is not implemented yet (cpu is)");
+    if (o->device == ZS_OFFLOAD_NVME && param)
+        zs_cfg_defer(p, path, "device", "'nvme' parameter offload is not implemented yet (cpu is)");
     else if (!param && o->ratio != 1.0)
         zs_cfg_defer(p, path, "ratio", "partial offload (ratio %g < 1) is not implemented yet", o->ratio);
     return 0;

@@ -8,6 +8,7 @@
 #include "engine.h"
 #include "error.h"
 #include "host_pool.h"
+#include "nvme_optim.h"
 
 /* ---------------------------------------------------------------- accounted memory */
 
@@ -80,6 +81,38 @@ static const char *optim_name(int t)
     return t >= 0 && t < (int)(sizeof(names) / sizeof(names[0])) ? names[t] : "?";
 }
 
+/* The first failing rank's message goes to every rank, so each reports the same line. */
+static zs_status share_error(struct zs_ctx *ctx, int32_t r, zs_status code)
+{
+    char msg[1024];
+
+    snprintf(msg, sizeof(msg), "%s", zs_last_error());
+    if (MPI_Bcast(msg, sizeof(msg), MPI_BYTE, r, ctx->parent) != MPI_SUCCESS)
+        return zs_fail(ZS_ERR_COMM, "broadcast of rank %d's error failed", r);
+    msg[sizeof(msg) - 1] = '\0';
+    if (r == 0)
+        return zs_fail(code, "%s", msg);
+    return zs_fail(code, "rank %d: %s", r, msg);
+}
+
+zs_status zs_agree(struct zs_ctx *ctx, zs_status local)
+{
+    int32_t *all = calloc((size_t)ctx->world, sizeof(int32_t)), mine = (int32_t)local;
+    zs_status st = ZS_OK;
+
+    if (!all)
+        return zs_fail(ZS_ERR_NOMEM, "out of memory");
+    if (MPI_Allgather(&mine, 1, MPI_INT32_T, all, 1, MPI_INT32_T, ctx->parent) != MPI_SUCCESS)
+        st = zs_fail(ZS_ERR_COMM, "all-gather of the ranks' status failed");
+    for (int32_t r = 0; !st && r < ctx->world; r++)
+        if (all[r]) {
+            st = share_error(ctx, r, (zs_status)all[r]);
+            break;
+        }
+    free(all);
+    return st;
+}
+
 /* Every rank reaches this exchange whether or not its own parse succeeded, so no rank is left
  * waiting in a later collective: all of them fail together with a message that names the ranks. */
 static zs_status agree_on_config(struct zs_ctx *ctx, zs_status local)
@@ -110,19 +143,9 @@ static zs_status agree_on_config(struct zs_ctx *ctx, zs_status local)
     }
     for (int32_t r = 0; r < ctx->world; r++) {
         if (all[r].status) {
-            /* The first failing rank's message goes to every rank, so each reports the same line. */
-            char msg[1024];
             zs_status code = (zs_status)all[r].status;
-            snprintf(msg, sizeof(msg), "%s", zs_last_error());
             free(all);
-            st = MPI_Bcast(msg, sizeof(msg), MPI_BYTE, r, ctx->parent) == MPI_SUCCESS
-                     ? ZS_OK : zs_fail(ZS_ERR_COMM, "init: broadcast of rank %d's error failed", r);
-            if (st)
-                return st;
-            msg[sizeof(msg) - 1] = '\0';
-            if (r == 0)
-                return zs_fail(code, "%s", msg);
-            return zs_fail(code, "rank %d: %s", r, msg);
+            return share_error(ctx, r, code);
         }
     }
     for (int32_t r = 1; r < ctx->world && bad < 0; r++)
@@ -367,6 +390,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     free(ctx->pending);
     free(ctx->trace);
     free(ctx->rec);
+    zs_nvme_optim_close(ctx->nvme, ctx->rank, ctx->quiet);
     zs_host_pool_free(ctx->host);
     zs_pool_free(ctx->pool);
     zs_comm_free(ctx->comm);

@@ -88,6 +88,7 @@ struct zs_ctx {
     uint64_t device_budget;          /* 0: none; else device (non-host) bytes a rank may hold */
     bool over_budget;                /* the last failed allocation hit the budget (message already set) */
     struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */
+    struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload_optimizer.device nvme) */
 };
 
 /* FNV-1a, for the cross-rank agreement hashes (config, registration). */
@@ -112,11 +113,16 @@ void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t byte
 void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes);
 void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes);
 
+/* Collective: every rank learns whether any rank failed; the first failure's message (prefixed
+ * "rank R: ") becomes every rank's, so no rank walks on into a collective the others never reach. */
+zs_status zs_agree(struct zs_ctx *ctx, zs_status local);
+
 /* offload/offload.c: where offloaded state lives, and the device memory budget of the CPU backend */
 zs_status zs_offload_setup(struct zs_ctx *ctx);     /* sizes and creates the host pool; checks the budget */
 void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes);
 bool zs_offload_optimizer_on_host(const struct zs_ctx *ctx);
 bool zs_offload_params_on_host(const struct zs_ctx *ctx);
+bool zs_offload_optimizer_on_nvme(const struct zs_ctx *ctx);
 /* Whether `bytes` more device memory fit the budget; on failure sets the error (names the budget). */
 bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what);
 

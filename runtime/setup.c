@@ -72,8 +72,9 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
     uint64_t pad = (uint64_t)un->part.padded * sizeof(float), sh = (uint64_t)un->part.shard * sizeof(float);
     uint64_t opt = stage == 0 ? pad : sh;
     /* Adam keeps m and v; SGD a momentum buffer when it has momentum; Lion m; Adagrad the squared sum. */
-    bool momentum = ctx->cfg.optim.type != ZS_OPTIM_SGD || ctx->cfg.optim.momentum != 0.0;
-    bool second = ctx->cfg.optim.type == ZS_OPTIM_ADAM || ctx->cfg.optim.type == ZS_OPTIM_ADAMW;
+    bool on_disk = zs_offload_optimizer_on_nvme(ctx); /* the state lives in the swap file */
+    bool momentum = !on_disk && (ctx->cfg.optim.type != ZS_OPTIM_SGD || ctx->cfg.optim.momentum != 0.0);
+    bool second = !on_disk && (ctx->cfg.optim.type == ZS_OPTIM_ADAM || ctx->cfg.optim.type == ZS_OPTIM_ADAMW);
 
     bool opt_host = zs_offload_optimizer_on_host(ctx);
 
@@ -178,7 +179,7 @@ zs_status zs_setup(zs_ctx *ctx)
         if (!ctx->pending)
             return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
     }
-    st = zs_offload_setup(ctx);
+    st = zs_agree(ctx, zs_offload_setup(ctx)); /* a disk or budget problem on one rank stops them all */
     if (st)
         return st;
     for (int32_t u = 0; u < ctx->nunits; u++) {

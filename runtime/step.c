@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "error.h"
+#include "nvme_optim.h"
 #include "optim.h"
 #include "schedule.h"
 
@@ -91,23 +92,32 @@ static void optim_chunk(void *arg, int64_t begin, int64_t end)
     j->fn(j->step, &j->bufs, begin, end);
 }
 
+static void optim_unit(struct zs_ctx *ctx, int32_t u, float *s1, float *s2, void *arg)
+{
+    struct zs_unit *un = &ctx->units[u];
+    int64_t n;
+    struct optim_job job = { .fn = ctx->kernel, .step = arg };
+
+    job.bufs.param = zs_unit_master(ctx, u, &n);
+    job.bufs.grad = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
+    job.bufs.s1 = s1;
+    job.bufs.s2 = s2;
+    zs_pool_run(ctx->pool, optim_chunk, &job, n);
+}
+
 /* Each unit's owned range goes through the pool: threads split it in aligned chunks, and the kernel is
- * elementwise, so neither the thread count nor the path changes a bit of the result. */
-static void run_optimizer(struct zs_ctx *ctx, double lr, float coef)
+ * elementwise, so neither the thread count nor the path changes a bit of the result. With the state on
+ * NVMe the units come in sub-groups, their state paged in and out around the kernel. */
+static zs_status run_optimizer(struct zs_ctx *ctx, double lr, float coef)
 {
     struct zs_optim_step s;
 
     step_scalars(ctx, lr, coef, &s);
-    for (int32_t u = 0; u < ctx->nunits; u++) {
-        struct zs_unit *un = &ctx->units[u];
-        int64_t n;
-        struct optim_job job = { .fn = ctx->kernel, .step = &s };
-        job.bufs.param = zs_unit_master(ctx, u, &n);
-        job.bufs.grad = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
-        job.bufs.s1 = un->m;
-        job.bufs.s2 = un->v;
-        zs_pool_run(ctx->pool, optim_chunk, &job, n);
-    }
+    if (ctx->nvme)
+        return zs_nvme_optim_step(ctx, ctx->nvme, optim_unit, &s);
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        optim_unit(ctx, u, ctx->units[u].m, ctx->units[u].v, &s);
+    return ZS_OK;
 }
 
 /* Stages 1-2 (and units kept whole at stage 3): every rank's updated shard is gathered in place. */
@@ -156,7 +166,9 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
             coef = (float)c;
     }
     lr = zs_schedule_lr(&ctx->cfg.sched, ctx->cfg.optim.lr, ctx->global_step + 1);
-    run_optimizer(ctx, lr, coef);
+    st = run_optimizer(ctx, lr, coef);
+    if (st)
+        return st;
     t2 = now();
     st = gather_updated(ctx);
     if (!st)

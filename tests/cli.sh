@@ -80,6 +80,34 @@ out=$(ZS_DEVICE_MEMORY=50K mpirun --oversubscribe -np 2 -x ZS_DEVICE_MEMORY "$TR
 echo "$out" | grep -q '"host": [1-9]' && echo "$out" | grep -q '^params-hash' && [ $rc -eq 0 ] && r=ok || r=bad
 check $r "offloaded stage 1 within the budget: $out"
 
+# NVMe offload with a nvme_path that does not exist: the error names the key and the path
+sed 's/"stage": 1,/"stage": 1, "offload_optimizer": {"device": "nvme", "nvme_path": "\/nonexistent\/zs"},/' \
+    "$CONFIGS/zero1.json" > "$tmp/nvme_missing.json"
+out=$(mpirun --oversubscribe -np 2 "$TRAIN" --config "$tmp/nvme_missing.json" --steps 1 2>&1 >/dev/null); rc=$?
+echo "nvme_path missing: rc $rc: $(echo "$out" | grep '^zeroshard')"
+echo "$out" | grep -q "^zeroshard: error: .*offload_optimizer.nvme_path: .*/nonexistent/zs" && [ $rc -ne 0 ] && r=ok || r=bad
+check $r "missing nvme_path: $out"
+
+# NVMe faults, injected through the swapper's test hook: a full disk while the state file is laid out
+# (caught at set-up on every rank) and a failing read in the middle of a step: one error line naming the
+# file, the offset and the errno, a non-zero exit, no hang, and no directory left behind at set-up.
+nv=$(mktemp -d -p "$PWD")
+sed 's|"stage": 1,|"stage": 1, "sub_group_size": 2000, "offload_optimizer": {"device": "nvme", "nvme_path": "'"$nv"'"},|' \
+    "$CONFIGS/zero1.json" > "$tmp/nvme.json"
+out=$(mpirun --oversubscribe -np 2 "$TRAIN" --config "$tmp/nvme.json" --steps 3 2>&1); rc=$?
+echo "$out" | grep -q '^params-hash' && [ $rc -eq 0 ] && r=ok || r=bad; check $r "nvme offload run: $out"
+for fault in "write:ENOSPC:0" "read:EIO:0"; do
+  out=$(ZS_TEST_SWAP_FAULT=$fault timeout 120 mpirun --oversubscribe -np 2 -x ZS_TEST_SWAP_FAULT "$TRAIN" \
+        --config "$tmp/nvme.json" --steps 3 2>&1 >/dev/null); rc=$?
+  line=$(echo "$out" | grep '^zeroshard: error:' | head -1)
+  echo "fault $fault: rc $rc: $line"
+  err=$([ "${fault%%:*}" = write ] && echo "No space left on device" || echo "Input/output error")
+  echo "$line" | grep -q "optimizer.swap: ${fault%%:*} at offset 0 .*$err" && [ $rc -ne 0 ] && [ $rc -ne 124 ] \
+    && r=ok || r=bad
+  check $r "fault $fault: rc $rc: $out"
+done
+rm -rf "$nv"
+
 # missing file, missing --config
 out=$(mpi -np 1 "$TRAIN" --config "$tmp/nope.json" 2>&1 >/dev/null); rc=$?
 echo "$out" | grep -q "^zeroshard: error: .*nope.json: cannot read config" && [ $rc -ne 0 ] && r=ok || r=bad

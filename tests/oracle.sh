@@ -90,6 +90,18 @@ for name in off1 off2 off3; do
   echo "np $N offload $name: $h $r"; check $r "offload $name: params-hash $h != $ref"
 done
 
+# optimizer state on NVMe (a directory on the real disk, so O_DIRECT is in play), small sub-groups so
+# the read-ahead / write-behind pipeline runs
+nv=$(mktemp -d -p "${ZS_TEST_NVME_DIR:-$PWD}")
+for stage in 1 2 3; do
+  cfg nvme$stage $stage true 1 1 "" ', "sub_group_size": 700, "offload_optimizer": {"device": "nvme", "nvme_path": "'"$nv"'"}'
+  h=$(run nvme$stage "$N"); [ "$h" = "$ref" ] && r=ok || r=bad
+  echo "np $N stage $stage offload_optimizer nvme: $h $r"; check $r "nvme stage $stage: params-hash $h != $ref"
+done
+left=$(find "$nv" -mindepth 1 | wc -l)
+[ "$left" = 0 ] && r=ok || r=bad; check $r "nvme runs left $left files behind in $nv"
+rm -rf "$nv"
+
 # every collective backend and node layout gives the same bits: MPI only, shared memory, and a forced
 # layout of one or two ranks per node (shared memory inside, MPI between)
 for env in "ZS_COMM=mpi" "ZS_COMM=shm" "ZS_COMM=shm ZS_FAKE_NODE_SIZE=1" "ZS_COMM=shm ZS_FAKE_NODE_SIZE=2"; do

@@ -2,7 +2,7 @@
 # setup.sh - installs the Debian packages ZeroShard builds and tests with, only those missing.
 # Run as root (or with sudo available). CUDA, NCCL and cuBLAS are optional and never installed here.
 set -eu
-pkgs="build-essential cmake pkg-config git openmpi-bin libopenmpi-dev libhwloc-dev liburing-dev libjansson-dev"
+pkgs="build-essential cmake pkg-config git openmpi-bin libopenmpi-dev libhwloc-dev liburing-dev libjansson-dev fio"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

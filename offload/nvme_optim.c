@@ -1,0 +1,215 @@
+/* nvme_optim.c - the pipelined optimizer step over NVMe-resident state (ZeRO-Infinity's sub-groups):
+ * while the kernel updates sub-group g in slot g%3, sub-group g+1 is being read into the next slot and
+ * g-1 written back from the previous one, so the step is bounded by the disk, not disk plus compute. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "error.h"
+#include "nvme_optim.h"
+#include "swap.h"
+
+#define ZS_SLOTS 3
+
+struct zs_nvme_optim {
+    struct zs_swap *swap;
+    char dir[512];
+    int32_t ngroups;
+    int32_t *first;          /* group g is units [first[g], first[g + 1]) */
+    uint64_t *unit_off;      /* a unit's state region in the file */
+    uint64_t *group_off, *group_bytes;
+    uint64_t state_bytes;    /* one state array of a unit, 4096-aligned, is unit_state[u] */
+    uint64_t *unit_state;
+    size_t slot_bytes;
+    char *slot[ZS_SLOTS];
+    uint64_t file_bytes;
+    char desc[768];
+};
+
+static int nstates(const struct zs_ctx *ctx)
+{
+    const struct zs_optim_config *o = &ctx->cfg.optim;
+
+    if (o->type == ZS_OPTIM_ADAM || o->type == ZS_OPTIM_ADAMW)
+        return 2;
+    return o->type == ZS_OPTIM_SGD && o->momentum == 0.0 ? 0 : 1;
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, size_t *slot_bytes)
+{
+    struct zs_nvme_optim *n = calloc(1, sizeof(*n));
+    uint64_t block = (uint64_t)ctx->cfg.aio.block_size, off = 0, group_elems = 0;
+    int64_t limit = ctx->cfg.zero.sub_group_size;
+    int k = nstates(ctx);
+
+    if (!n)
+        return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
+    n->first = calloc((size_t)ctx->nunits + 1, sizeof(int32_t));
+    n->unit_off = calloc((size_t)ctx->nunits, sizeof(uint64_t));
+    n->unit_state = calloc((size_t)ctx->nunits, sizeof(uint64_t));
+    n->group_off = calloc((size_t)ctx->nunits, sizeof(uint64_t));
+    n->group_bytes = calloc((size_t)ctx->nunits, sizeof(uint64_t));
+    if (!n->first || !n->unit_off || !n->unit_state || !n->group_off || !n->group_bytes) {
+        zs_nvme_optim_close(n, ctx->rank, true);
+        return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
+    }
+    /* Units join the current sub-group while it stays within sub_group_size elements (0: one unit each);
+     * a unit larger than that is a sub-group of its own. Regions are block-aligned for the checksums. */
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        int64_t sh = ctx->units[u].part.shard;
+        uint64_t region = align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)k, block);
+        if (u == 0 || group_elems + (uint64_t)sh > (uint64_t)limit) {
+            n->first[n->ngroups] = u;
+            n->group_off[n->ngroups] = off;
+            n->ngroups++;
+            group_elems = 0;
+        }
+        n->unit_off[u] = off;
+        n->unit_state[u] = align_up((uint64_t)sh * 4, 4096);
+        n->group_bytes[n->ngroups - 1] += region;
+        group_elems += (uint64_t)sh;
+        off += region;
+    }
+    n->first[n->ngroups] = ctx->nunits;
+    n->file_bytes = off;
+    for (int32_t g = 0; g < n->ngroups; g++)
+        n->slot_bytes = n->group_bytes[g] > n->slot_bytes ? n->group_bytes[g] : n->slot_bytes;
+    *slot_bytes = n->slot_bytes;
+    *out = n;
+    return ZS_OK;
+}
+
+static zs_status io_fail(struct zs_nvme_optim *n, int rc, const char *what)
+{
+    return zs_fail(rc == -ENOSPC || rc == -EIO || rc == -EBADMSG ? ZS_ERR_IO : ZS_ERR_IO, "offload: %s: %s", what,
+                   n->swap ? zs_swap_error(n->swap) : strerror(-rc));
+}
+
+/* The state starts at zero, as in memory: write the zeroed first slot over every group's region. */
+static zs_status zero_fill(struct zs_nvme_optim *n)
+{
+    for (int32_t g = 0; g < n->ngroups; g++) {
+        uint64_t t;
+        int rc = zs_swap_write(n->swap, n->group_off[g], n->slot[0], n->group_bytes[g], &t);
+        if (!rc)
+            rc = zs_swap_wait(n->swap, t);
+        if (rc)
+            return io_fail(n, rc, "initialising the optimizer state file");
+    }
+    return ZS_OK;
+}
+
+/* Test hook, for fault-injection tests of the whole program: ZS_TEST_SWAP_FAULT=write:ENOSPC:OFFSET
+ * (or read:EIO:OFFSET) makes that I/O of the optimizer swap file fail as a real one would. */
+static void fault_hook(struct zs_nvme_optim *n)
+{
+    const char *f = getenv("ZS_TEST_SWAP_FAULT");
+    char kind[8], name[16];
+    unsigned long long at;
+
+    if (!f || sscanf(f, "%7[a-z]:%15[A-Z]:%llu", kind, name, &at) != 3)
+        return;
+    int err = !strcmp(name, "ENOSPC") ? ENOSPC : !strcmp(name, "EIO") ? EIO : EFAULT;
+    zs_swap_inject_fault(n->swap, !strcmp(kind, "write"), at, err);
+}
+
+zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *slots)
+{
+    const struct zs_offload_config *o = &ctx->cfg.zero.offload_optimizer;
+    struct zs_swap_opts so = { .name = "optimizer.swap", .block_size = (uint32_t)ctx->cfg.aio.block_size,
+                               .queue_depth = (uint32_t)ctx->cfg.aio.queue_depth, .direct = true, .verify = true };
+    char err[512], reg[256] = "registered buffers";
+    bool stale = false;
+    int rc;
+
+    for (int s = 0; s < ZS_SLOTS; s++)
+        n->slot[s] = slots + (size_t)s * n->slot_bytes;
+    rc = zs_swap_dir_create(o->nvme_path, ctx->rank, n->dir, sizeof(n->dir), &stale, err, sizeof(err));
+    if (rc)
+        return zs_fail(ZS_ERR_IO, "zero_optimization.offload_optimizer.nvme_path: %s", err);
+    so.dir = n->dir;
+    rc = zs_swap_open(&n->swap, &so, err, sizeof(err));
+    if (rc)
+        return zs_fail(ZS_ERR_IO, "offload: %s", err);
+    rc = zs_swap_reserve(n->swap, n->file_bytes);
+    if (rc)
+        return io_fail(n, rc, "reserving the optimizer state file");
+    fault_hook(n);
+    if (zs_swap_register(n->swap, slots, ZS_SLOTS * n->slot_bytes))
+        snprintf(reg, sizeof(reg), "unregistered buffers (%s)", zs_swap_error(n->swap));
+    snprintf(n->desc, sizeof(n->desc), "%s/optimizer.swap, %.1f MiB in %d sub-group%s, %s, %s, CRC32C per %u-byte block%s",
+             n->dir, (double)n->file_bytes / (1 << 20), n->ngroups, n->ngroups == 1 ? "" : "s",
+             zs_swap_direct(n->swap) ? "O_DIRECT" : "buffered (the filesystem refused O_DIRECT)", reg, so.block_size,
+             stale ? "; a stale directory from a dead run was cleared" : "");
+    return zero_fill(n);
+}
+
+void zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet)
+{
+    (void)rank;
+    (void)quiet;
+    if (!n)
+        return;
+    if (n->swap)
+        zs_swap_close(n->swap);
+    if (n->dir[0])
+        zs_swap_dir_remove(n->dir); /* a clean exit leaves nothing behind */
+    free(n->first);
+    free(n->unit_off);
+    free(n->unit_state);
+    free(n->group_off);
+    free(n->group_bytes);
+    free(n);
+}
+
+const char *zs_nvme_optim_describe(const struct zs_nvme_optim *n)
+{
+    return n->desc;
+}
+
+static void run_group(struct zs_ctx *ctx, struct zs_nvme_optim *n, int32_t g, zs_unit_state_fn fn, void *arg)
+{
+    char *base = n->slot[g % ZS_SLOTS];
+
+    for (int32_t u = n->first[g]; u < n->first[g + 1]; u++) {
+        float *s1 = (float *)(base + (n->unit_off[u] - n->group_off[g]));
+        float *s2 = (float *)((char *)s1 + n->unit_state[u]);
+        fn(ctx, u, s1, s2, arg);
+    }
+}
+
+zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_unit_state_fn fn, void *arg)
+{
+    uint64_t rd[ZS_SLOTS] = {0}, wr[ZS_SLOTS] = {0};
+    zs_status st = ZS_OK;
+    int rc;
+
+    rc = zs_swap_read(n->swap, n->group_off[0], n->slot[0], n->group_bytes[0], &rd[0]);
+    for (int32_t g = 0; !rc && g < n->ngroups; g++) {
+        int s = g % ZS_SLOTS, ns = (g + 1) % ZS_SLOTS;
+        rc = zs_swap_wait(n->swap, rd[s]);
+        rd[s] = 0;
+        if (rc)
+            break;
+        if (g + 1 < n->ngroups) { /* the next slot's last write must land before it is refilled */
+            if (wr[ns] && (rc = zs_swap_wait(n->swap, wr[ns])) != 0)
+                break;
+            wr[ns] = 0;
+            rc = zs_swap_read(n->swap, n->group_off[g + 1], n->slot[ns], n->group_bytes[g + 1], &rd[ns]);
+            if (rc)
+                break;
+        }
+        run_group(ctx, n, g, fn, arg);
+        rc = zs_swap_write(n->swap, n->group_off[g], n->slot[s], n->group_bytes[g], &wr[s]);
+    }
+    if (rc)
+        st = io_fail(n, rc, "optimizer step");
+    rc = zs_swap_wait_all(n->swap); /* nothing stays in flight, whatever happened */
+    if (rc && !st)
+        st = io_fail(n, rc, "writing the optimizer state");
+    return st;
+}

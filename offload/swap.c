@@ -1,0 +1,627 @@
+/* swap.c - the swapper's I/O engine: transfers cut into block_size I/Os on one io_uring, at most
+ * queue_depth in flight, every completion checked (EAGAIN retried, short transfers resubmitted, failures
+ * named by file and offset) and, with verify, each block's CRC32C recorded on write and checked on read. */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h> /* defines: io_uring_queue_init, io_uring_prep_{read,write}[_fixed], io_uring_register_buffers */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "swap.h"
+
+#define SWAP_ALIGN 4096u
+#define SWAP_TICKETS 1024u          /* outstanding transfers; slot = ticket % SWAP_TICKETS */
+#define SWAP_MAX_QD 4096u
+#define SWAP_MAX_BLOCK (1u << 30)
+#define SWAP_REG_CHUNK (1ull << 30) /* the kernel takes at most 1 GiB per registered buffer */
+#define SWAP_RETRIES 1000           /* consecutive -EAGAIN on one I/O (or refused submits) before giving up */
+#define BLOCK_FAILED UINT32_MAX     /* blk.len: the block's last write failed, its CRC means nothing */
+
+/* One I/O in flight; its address is the SQE's user_data. off0/buf0/len0 stay the whole I/O (what the
+ * CRC covers); off/buf/len shrink as short transfers are resubmitted. */
+struct io_rec {
+    struct io_rec *next; /* free list, or the queue of injected failures */
+    uint64_t ticket;
+    uint64_t off0, off;
+    char *buf0, *buf;
+    uint32_t len0, len;
+    uint32_t retries;
+    int res; /* an injected failure's result */
+    bool write;
+};
+
+struct xfer {
+    uint64_t id;
+    uint32_t pending; /* I/Os not completed yet */
+    bool active;      /* issued and not yet waited on */
+    int err;          /* the first failure; the others of the transfer add nothing the caller can use */
+    char *msg;
+};
+
+struct blk {
+    uint32_t crc, len; /* len 0: never written */
+};
+
+struct fault {
+    uint64_t at;
+    int err;
+};
+
+struct zs_swap {
+    struct io_uring ring;
+    int fd;
+    uint32_t block_size, qd;
+    bool direct, verify;
+    int broken; /* the ring itself failed: no completion can be trusted any more */
+    struct io_rec *recs, *free_recs, *faulted;
+    uint32_t inflight; /* records in use, injected failures included */
+    uint64_t next_ticket;
+    struct xfer xfers[SWAP_TICKETS];
+    struct blk *blocks;
+    size_t nblocks;
+    uintptr_t reg_base;
+    size_t reg_bytes;
+    struct fault fault[2]; /* [false] reads, [true] writes */
+    char path[4096];
+    char err[1024];
+};
+
+static int msg_fail(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int msg_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err && errlen) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+#define swap_fail(s, rc, ...) msg_fail((s)->err, sizeof((s)->err), (rc), __VA_ARGS__)
+
+/* ---------------------------------------------------------------- the ring */
+
+/* Submits everything prepared and, with wait_nr, waits for that many completions. A refused submit
+ * (-EAGAIN/-EBUSY: the kernel is short of request memory) is retried after a pause. */
+static int ring_enter(struct zs_swap *s, unsigned wait_nr)
+{
+    int rc, tries = 0;
+
+    for (;;) {
+        rc = io_uring_submit_and_wait(&s->ring, wait_nr);
+        if (rc >= 0 && !io_uring_sq_ready(&s->ring))
+            return 0;
+        if (rc == -EINTR)
+            continue;
+        if ((rc >= 0 || rc == -EAGAIN || rc == -EBUSY) && tries++ < SWAP_RETRIES) {
+            usleep(1000);
+            continue;
+        }
+        s->broken = rc < 0 ? rc : -EIO;
+        return swap_fail(s, s->broken, "%s: io_uring submit failed: %s", s->path, strerror(-s->broken));
+    }
+}
+
+/* The registered buffer holding [p, p + len), or -1 (outside the region, or across two of its chunks). */
+static int fixed_index(const struct zs_swap *s, const char *p, uint32_t len)
+{
+    uintptr_t q = (uintptr_t)p;
+
+    if (!s->reg_bytes || q < s->reg_base || q - s->reg_base + len > s->reg_bytes)
+        return -1;
+    if ((q - s->reg_base) / SWAP_REG_CHUNK != (q - s->reg_base + len - 1) / SWAP_REG_CHUNK)
+        return -1;
+    return (int)((q - s->reg_base) / SWAP_REG_CHUNK);
+}
+
+static void io_defer(struct zs_swap *s, struct io_rec *r, int res)
+{
+    r->res = res;
+    r->next = s->faulted;
+    s->faulted = r;
+}
+
+/* Prepares r's (remaining) I/O, or, when an injected fault matches, queues its failure for the
+ * completion path without touching the disk. */
+static void io_issue(struct zs_swap *s, struct io_rec *r)
+{
+    struct fault *f = &s->fault[r->write];
+    struct io_uring_sqe *sqe;
+    int idx;
+
+    if (f->err && r->off >= f->at) {
+        io_defer(s, r, -f->err);
+        f->err = 0;
+        return;
+    }
+    /* The SQ has at least queue_depth entries and each record holds at most one, so this only fails if
+     * prepared entries were not submitted; submit them and try once more. */
+    sqe = io_uring_get_sqe(&s->ring);
+    if (!sqe) {
+        io_uring_submit(&s->ring);
+        sqe = io_uring_get_sqe(&s->ring);
+    }
+    if (!sqe) {
+        io_defer(s, r, -EBUSY);
+        return;
+    }
+    idx = fixed_index(s, r->buf, r->len);
+    if (r->write && idx >= 0)
+        io_uring_prep_write_fixed(sqe, s->fd, r->buf, r->len, r->off, idx);
+    else if (r->write)
+        io_uring_prep_write(sqe, s->fd, r->buf, r->len, r->off);
+    else if (idx >= 0)
+        io_uring_prep_read_fixed(sqe, s->fd, r->buf, r->len, r->off, idx);
+    else
+        io_uring_prep_read(sqe, s->fd, r->buf, r->len, r->off);
+    io_uring_sqe_set_data(sqe, r);
+}
+
+/* ---------------------------------------------------------------- completions */
+
+static void xfer_fail(struct xfer *x, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void xfer_fail(struct xfer *x, int rc, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+
+    if (x->err)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    x->err = rc;
+    x->msg = strdup(msg); /* NULL is survivable: zs_swap_wait then gives a shorter message */
+}
+
+static void io_fail(struct zs_swap *s, struct xfer *x, struct io_rec *r, int rc, const char *why)
+{
+    xfer_fail(x, rc, "%s: %s at offset %llu (%u bytes) failed: %s", s->path, r->write ? "write" : "read",
+              (unsigned long long)r->off, r->len, why);
+    if (r->write && s->verify)
+        s->blocks[r->off0 / s->block_size].len = BLOCK_FAILED;
+}
+
+static void io_verify(struct zs_swap *s, struct xfer *x, const struct io_rec *r)
+{
+    const struct blk *b = &s->blocks[r->off0 / s->block_size];
+    uint32_t got = zs_crc32c(0, r->buf0, r->len0);
+
+    if (got != b->crc)
+        xfer_fail(x, -EBADMSG, "%s: checksum mismatch in block at offset %llu (expected %08x, got %08x)",
+                  s->path, (unsigned long long)r->off0, b->crc, got);
+}
+
+static void io_complete(struct zs_swap *s, struct io_rec *r, int res)
+{
+    struct xfer *x = &s->xfers[r->ticket % SWAP_TICKETS];
+    char why[64];
+
+    if ((res == -EAGAIN || res == -EINTR) && r->retries++ < SWAP_RETRIES) {
+        io_issue(s, r);
+        return;
+    }
+    if (res > 0 && (uint32_t)res < r->len) {
+        r->off += (uint32_t)res;
+        r->buf += res;
+        r->len -= (uint32_t)res;
+        r->retries = 0;
+        io_issue(s, r);
+        return;
+    }
+    if (res < 0) {
+        io_fail(s, x, r, res, strerror(-res));
+    } else if (res == 0) {
+        snprintf(why, sizeof(why), "%s at offset %llu", r->write ? "no progress" : "unexpected end of file",
+                 (unsigned long long)r->off);
+        io_fail(s, x, r, -EIO, why);
+    } else if (!r->write && s->verify) {
+        io_verify(s, x, r);
+    }
+    x->pending--;
+    r->next = s->free_recs;
+    s->free_recs = r;
+    s->inflight--;
+}
+
+/* Completes what is ready; with wait, first blocks until something is. Injected failures complete
+ * first, without entering the kernel. */
+static int swap_reap(struct zs_swap *s, bool wait)
+{
+    struct io_uring_cqe *cqe;
+    struct io_rec *r, *next;
+    unsigned head, n = 0;
+    int rc;
+
+    if (s->broken)
+        return s->broken;
+    if (s->faulted) {
+        r = s->faulted;
+        s->faulted = NULL;
+        for (; r; r = next) {
+            next = r->next;
+            io_complete(s, r, r->res);
+        }
+        return io_uring_sq_ready(&s->ring) ? ring_enter(s, 0) : 0;
+    }
+    if (wait && !s->inflight) { /* bookkeeping gone wrong: waiting would hang forever */
+        s->broken = -EIO;
+        return swap_fail(s, -EIO, "%s: internal error: waiting with no I/O in flight", s->path);
+    }
+    if (wait) {
+        rc = ring_enter(s, 1);
+        if (rc)
+            return rc;
+    }
+    io_uring_for_each_cqe(&s->ring, head, cqe) {
+        io_complete(s, io_uring_cqe_get_data(cqe), cqe->res);
+        n++;
+    }
+    io_uring_cq_advance(&s->ring, n);
+    /* resubmissions prepared above go out now, not whenever the caller next enters the swapper */
+    return io_uring_sq_ready(&s->ring) ? ring_enter(s, 0) : 0;
+}
+
+/* ---------------------------------------------------------------- checksums */
+
+static int blk_reserve(struct zs_swap *s, uint64_t end)
+{
+    uint64_t need = (end + s->block_size - 1) / s->block_size;
+    size_t n = s->nblocks ? s->nblocks : 64;
+    struct blk *b;
+
+    if (need <= s->nblocks)
+        return 0;
+    while (n < need)
+        n *= 2;
+    b = realloc(s->blocks, n * sizeof(*b));
+    if (!b)
+        return swap_fail(s, -ENOMEM, "%s: no memory for the checksums of %zu blocks", s->path, n);
+    memset(b + s->nblocks, 0, (n - s->nblocks) * sizeof(*b));
+    s->blocks = b;
+    s->nblocks = n;
+    return 0;
+}
+
+/* A read can only be verified against a CRC of exactly the bytes it reads. */
+static int blk_check_read(struct zs_swap *s, uint64_t off, size_t bytes)
+{
+    for (uint64_t o = off; o < off + bytes; o += s->block_size) {
+        uint32_t len = off + bytes - o < s->block_size ? (uint32_t)(off + bytes - o) : s->block_size;
+        const struct blk *b = o / s->block_size < s->nblocks ? &s->blocks[o / s->block_size] : NULL;
+
+        if (!b || !b->len)
+            return swap_fail(s, -EIO, "%s: read at offset %llu: block at offset %llu never written", s->path,
+                             (unsigned long long)off, (unsigned long long)o);
+        if (b->len == BLOCK_FAILED)
+            return swap_fail(s, -EIO, "%s: read at offset %llu: the last write of the block at offset %llu failed",
+                             s->path, (unsigned long long)off, (unsigned long long)o);
+        if (b->len != len)
+            return swap_fail(s, -EINVAL,
+                             "%s: read of %u bytes of the block at offset %llu, which was written with %u bytes "
+                             "(verify checks whole written extents)",
+                             s->path, len, (unsigned long long)o, b->len);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- transfers */
+
+static int xfer_check(struct zs_swap *s, bool write, uint64_t off, const void *buf, size_t bytes)
+{
+    const char *kind = write ? "write" : "read";
+
+    if (s->broken)
+        return swap_fail(s, s->broken, "%s: unusable after an io_uring failure", s->path);
+    if (!buf || (uintptr_t)buf % SWAP_ALIGN || bytes % SWAP_ALIGN || off % SWAP_ALIGN)
+        return swap_fail(s, -EINVAL,
+                         "%s: %s of %zu bytes at offset %llu (buffer %p): buffer address, size and offset "
+                         "must be multiples of 4096",
+                         s->path, kind, bytes, (unsigned long long)off, buf);
+    if (bytes > (uint64_t)INT64_MAX || off > (uint64_t)INT64_MAX - bytes)
+        return swap_fail(s, -EFBIG, "%s: %s at offset %llu: beyond the largest file offset", s->path, kind,
+                         (unsigned long long)off);
+    if (s->verify && off % s->block_size)
+        return swap_fail(s, -EINVAL, "%s: %s at offset %llu: with verify, transfers start on a block boundary "
+                         "(block_size %u)", s->path, kind, (unsigned long long)off, s->block_size);
+    if (s->xfers[s->next_ticket % SWAP_TICKETS].active)
+        return swap_fail(s, -EBUSY, "%s: %u transfers not waited on; wait for some first", s->path,
+                         SWAP_TICKETS);
+    if (!s->verify || !bytes)
+        return 0;
+    return write ? blk_reserve(s, off + bytes) : blk_check_read(s, off, bytes);
+}
+
+static int rec_get(struct zs_swap *s, struct io_rec **out)
+{
+    int rc;
+
+    while (!s->free_recs) {
+        rc = swap_reap(s, true);
+        if (rc)
+            return rc;
+    }
+    *out = s->free_recs;
+    s->free_recs = (*out)->next;
+    s->inflight++;
+    return 0;
+}
+
+/* Queues every I/O of the transfer. The only failure past the checks is a broken ring, after which
+ * nothing can be reaped; the kernel finishes or cancels what it holds when the ring is closed. */
+static int swap_xfer(struct zs_swap *s, bool write, uint64_t off, char *buf, size_t bytes, uint64_t *ticket)
+{
+    struct io_rec *r;
+    struct xfer *x;
+    uint32_t len;
+    uint64_t id;
+    int rc;
+
+    *ticket = 0;
+    rc = xfer_check(s, write, off, buf, bytes);
+    if (rc)
+        return rc;
+    id = s->next_ticket++;
+    x = &s->xfers[id % SWAP_TICKETS];
+    *x = (struct xfer){.id = id, .active = true};
+    for (size_t done = 0; done < bytes; done += len) {
+        len = bytes - done < s->block_size ? (uint32_t)(bytes - done) : s->block_size;
+        rc = rec_get(s, &r);
+        if (rc)
+            return rc;
+        *r = (struct io_rec){.ticket = id, .off0 = off + done, .off = off + done, .buf0 = buf + done,
+                             .buf = buf + done, .len0 = len, .len = len, .write = write};
+        if (write && s->verify)
+            s->blocks[r->off0 / s->block_size] = (struct blk){zs_crc32c(0, r->buf0, len), len};
+        x->pending++;
+        io_issue(s, r);
+    }
+    rc = ring_enter(s, 0);
+    if (rc)
+        return rc;
+    *ticket = id;
+    return 0;
+}
+
+int zs_swap_write(struct zs_swap *s, uint64_t off, const void *buf, size_t bytes, uint64_t *ticket)
+{
+    /* the cast only lets reads and writes share one record type; writes never store through it */
+    return swap_xfer(s, true, off, (char *)(uintptr_t)buf, bytes, ticket);
+}
+
+int zs_swap_read(struct zs_swap *s, uint64_t off, void *buf, size_t bytes, uint64_t *ticket)
+{
+    return swap_xfer(s, false, off, buf, bytes, ticket);
+}
+
+int zs_swap_wait(struct zs_swap *s, uint64_t ticket)
+{
+    struct xfer *x = &s->xfers[ticket % SWAP_TICKETS];
+    int rc;
+
+    if (!ticket || !x->active || x->id != ticket)
+        return swap_fail(s, -EINVAL, "%s: ticket %llu: no such transfer outstanding (never issued, or already "
+                         "waited on)", s->path, (unsigned long long)ticket);
+    while (x->pending) {
+        rc = swap_reap(s, true);
+        if (rc)
+            return rc;
+    }
+    rc = x->err;
+    if (rc && x->msg)
+        swap_fail(s, rc, "%s", x->msg);
+    else if (rc)
+        swap_fail(s, rc, "%s: transfer %llu failed: %s", s->path, (unsigned long long)ticket, strerror(-rc));
+    free(x->msg);
+    *x = (struct xfer){0};
+    return rc;
+}
+
+int zs_swap_wait_all(struct zs_swap *s)
+{
+    uint64_t lo = s->next_ticket > SWAP_TICKETS ? s->next_ticket - SWAP_TICKETS : 1;
+    char first_msg[sizeof(s->err)];
+    int rc, first = 0;
+
+    /* a live ticket t blocks the issue of t + SWAP_TICKETS, so every live one is in [lo, next_ticket) */
+    for (uint64_t t = lo; t < s->next_ticket; t++) {
+        if (!s->xfers[t % SWAP_TICKETS].active || s->xfers[t % SWAP_TICKETS].id != t)
+            continue;
+        rc = zs_swap_wait(s, t);
+        if (rc && !first) {
+            first = rc;
+            memcpy(first_msg, s->err, sizeof(first_msg));
+        }
+    }
+    if (first)
+        memcpy(s->err, first_msg, sizeof(first_msg));
+    return first;
+}
+
+void zs_swap_inject_fault(struct zs_swap *s, bool write, uint64_t at, int err)
+{
+    s->fault[write] = (struct fault){.at = at, .err = err < 0 ? -err : err};
+}
+
+/* ---------------------------------------------------------------- open, register, close */
+
+static int opts_check(const struct zs_swap_opts *o, char *err, size_t errlen)
+{
+    if (!o || !o->dir || !o->name)
+        return msg_fail(err, errlen, -EINVAL, "swap: need a directory and a file name");
+    if (!*o->name || strchr(o->name, '/') || !strcmp(o->name, ".") || !strcmp(o->name, ".."))
+        return msg_fail(err, errlen, -EINVAL, "swap: file name '%s' must be a plain name inside %s", o->name,
+                        o->dir);
+    if (!o->block_size || o->block_size % SWAP_ALIGN || o->block_size > SWAP_MAX_BLOCK)
+        return msg_fail(err, errlen, -EINVAL, "swap: block_size %u must be a multiple of 4096 up to 1 GiB",
+                        o->block_size);
+    if (!o->queue_depth || o->queue_depth > SWAP_MAX_QD)
+        return msg_fail(err, errlen, -EINVAL, "swap: queue_depth %u must be 1..%u", o->queue_depth, SWAP_MAX_QD);
+    return 0;
+}
+
+/* Creates the file without O_DIRECT and asks for O_DIRECT afterwards with fcntl: an open with O_DIRECT
+ * that the filesystem refuses can leave the file created, and O_EXCL would then refuse the retry. */
+static int file_create(struct zs_swap *s, const struct zs_swap_opts *o, char *err, size_t errlen)
+{
+    int dfd, fl, rc = 0;
+
+    dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return msg_fail(err, errlen, -errno, "%s: %s", o->dir, strerror(errno));
+    s->fd = openat(dfd, o->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (s->fd < 0) {
+        rc = msg_fail(err, errlen, -errno, "%s: %s", s->path, strerror(errno));
+        goto out_close_dir;
+    }
+    fl = fcntl(s->fd, F_GETFL);
+    if (o->direct && fl >= 0 && fcntl(s->fd, F_SETFL, fl | O_DIRECT) == 0)
+        s->direct = true;
+    else if (o->direct && errno != EINVAL) /* EINVAL: the filesystem has no direct I/O; go buffered */
+        rc = msg_fail(err, errlen, -errno, "%s: cannot enable O_DIRECT: %s", s->path, strerror(errno));
+    if (rc) {
+        close(s->fd);
+        s->fd = -1;
+        unlinkat(dfd, o->name, 0);
+    }
+out_close_dir:
+    close(dfd);
+    return rc;
+}
+
+int zs_swap_open(struct zs_swap **out, const struct zs_swap_opts *o, char *err, size_t errlen)
+{
+    struct zs_swap *s;
+    int rc;
+
+    *out = NULL;
+    rc = opts_check(o, err, errlen);
+    if (rc)
+        return rc;
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return msg_fail(err, errlen, -ENOMEM, "swap: out of memory");
+    s->fd = -1;
+    s->block_size = o->block_size;
+    s->qd = o->queue_depth;
+    s->verify = o->verify;
+    s->next_ticket = 1;
+    if ((size_t)snprintf(s->path, sizeof(s->path), "%s/%s", o->dir, o->name) >= sizeof(s->path)) {
+        rc = msg_fail(err, errlen, -ENAMETOOLONG, "swap: path %s/%s too long", o->dir, o->name);
+        goto out_free;
+    }
+    s->recs = calloc(s->qd, sizeof(*s->recs));
+    if (!s->recs) {
+        rc = msg_fail(err, errlen, -ENOMEM, "swap: out of memory");
+        goto out_free;
+    }
+    for (uint32_t i = 0; i < s->qd; i++)
+        s->recs[i].next = i + 1 < s->qd ? &s->recs[i + 1] : NULL;
+    s->free_recs = s->recs;
+    /* the SQ gets queue_depth entries and the CQ twice that, so completions can never overflow */
+    rc = io_uring_queue_init(s->qd, &s->ring, 0);
+    if (rc < 0) {
+        rc = msg_fail(err, errlen, rc, "io_uring unavailable: %s", strerror(-rc));
+        goto out_free;
+    }
+    rc = file_create(s, o, err, errlen);
+    if (rc)
+        goto out_exit_ring;
+    *out = s;
+    return 0;
+
+out_exit_ring:
+    io_uring_queue_exit(&s->ring);
+out_free:
+    free(s->recs);
+    free(s);
+    return rc;
+}
+
+int zs_swap_register(struct zs_swap *s, void *buf, size_t bytes)
+{
+    size_t n = (bytes + SWAP_REG_CHUNK - 1) / SWAP_REG_CHUNK;
+    char limit[32] = "unlimited";
+    struct iovec *iov;
+    struct rlimit rl;
+    int rc;
+
+    if (!buf || !bytes)
+        return swap_fail(s, -EINVAL, "%s: register: empty region", s->path);
+    if (s->reg_bytes || s->inflight)
+        return swap_fail(s, -EBUSY, "%s: register: only one region, before any transfer", s->path);
+    iov = calloc(n, sizeof(*iov));
+    if (!iov)
+        return swap_fail(s, -ENOMEM, "%s: register: out of memory", s->path);
+    for (size_t i = 0; i < n; i++)
+        iov[i] = (struct iovec){(char *)buf + i * SWAP_REG_CHUNK,
+                                bytes - i * SWAP_REG_CHUNK < SWAP_REG_CHUNK ? bytes - i * SWAP_REG_CHUNK
+                                                                            : SWAP_REG_CHUNK};
+    rc = io_uring_register_buffers(&s->ring, iov, (unsigned)n);
+    free(iov);
+    if (rc < 0) {
+        if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+            snprintf(limit, sizeof(limit), "%llu bytes", (unsigned long long)rl.rlim_cur);
+        return swap_fail(s, rc, "%s: registering %zu bytes of buffers with io_uring failed: %s (RLIMIT_MEMLOCK %s); "
+                         "transfers go unregistered", s->path, bytes, strerror(-rc), limit);
+    }
+    s->reg_base = (uintptr_t)buf;
+    s->reg_bytes = bytes;
+    return 0;
+}
+
+void zs_swap_close(struct zs_swap *s)
+{
+    if (!s)
+        return;
+    zs_swap_wait_all(s);
+    for (uint32_t i = 0; i < SWAP_TICKETS; i++) /* only a broken ring leaves any */
+        free(s->xfers[i].msg);
+    io_uring_queue_exit(&s->ring); /* also drops the buffer registration */
+    close(s->fd);
+    free(s->blocks);
+    free(s->recs);
+    free(s);
+}
+
+uint64_t zs_swap_buffer_bytes(const struct zs_swap *s)
+{
+    /* SQ and CQ rings share one mapping on current kernels: count the larger, plus the SQE array */
+    uint64_t rings = s->ring.sq.ring_sz > s->ring.cq.ring_sz ? s->ring.sq.ring_sz : s->ring.cq.ring_sz;
+
+    return sizeof(*s) + (uint64_t)s->qd * sizeof(*s->recs) + s->nblocks * sizeof(*s->blocks) + rings +
+           (uint64_t)s->ring.sq.ring_entries * sizeof(struct io_uring_sqe);
+}
+
+bool zs_swap_registered(const struct zs_swap *s)
+{
+    return s->reg_bytes != 0;
+}
+
+bool zs_swap_direct(const struct zs_swap *s)
+{
+    return s->direct;
+}
+
+const char *zs_swap_error(const struct zs_swap *s)
+{
+    return s->err[0] ? s->err : "no error";
+}
+
+/* Preallocates the file: ext4 serialises writes that extend a file, so a swap file laid out up front
+ * writes at full speed from the first pass (and a full disk shows up here, at set-up, not mid-step). */
+int zs_swap_reserve(struct zs_swap *s, uint64_t bytes)
+{
+    int rc = posix_fallocate(s->fd, 0, (off_t)bytes);
+
+    if (rc)
+        return swap_fail(s, -rc, "%s: cannot reserve %llu bytes: %s", s->path, (unsigned long long)bytes,
+                         strerror(rc));
+    return 0;
+}

@@ -1,0 +1,833 @@
+/* test_swap.c - the NVMe swapper: the run directory refuses what it must (live owners, symlinks, missing
+ * paths), data survives a round trip through io_uring, and every failure (checksum, injected ENOSPC/EIO,
+ * end of file) comes back through zs_swap_wait naming file and offset, with the swapper still usable.
+ * Exits 77 when io_uring is unavailable here. */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "swap.h" /* defines: zs_swap_*, zs_crc32c */
+
+#define KiB 1024u
+#define MiB (1024u * 1024u)
+#define TMPFS_MAGIC_NUMBER 0x01021994
+
+static int n_passed, n_failed;
+static char why_buf[2048];
+static char disk_root[PATH_MAX], shm_root[PATH_MAX], rank_dir[PATH_MAX];
+static int file_seq;
+
+static void report(const char *name, const char *why)
+{
+    if (why) {
+        printf("FAIL - %s: %s\n", name, why);
+        n_failed++;
+    } else {
+        printf("ok - %s\n", name);
+        n_passed++;
+    }
+    fflush(stdout);
+}
+
+static const char *why(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *why(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(why_buf, sizeof(why_buf), fmt, ap);
+    va_end(ap);
+    return why_buf;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static void fill_random(void *p, size_t n)
+{
+    unsigned char *b = p;
+
+    for (size_t i = 0; i < n; i++) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        b[i] = (unsigned char)(rng_state >> 32);
+    }
+}
+
+static void *alloc_aligned(size_t n)
+{
+    void *p = NULL;
+
+    return posix_memalign(&p, 4096, n) ? NULL : p;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+
+    return lstat(path, &st) == 0;
+}
+
+static int write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+
+    if (!f)
+        return -errno;
+    fputs(text, f);
+    return fclose(f) ? -errno : 0;
+}
+
+static long read_pid(const char *path)
+{
+    char buf[32] = "";
+    FILE *f = fopen(path, "r");
+
+    if (!f)
+        return -1;
+    if (!fgets(buf, sizeof(buf), f))
+        buf[0] = '\0';
+    fclose(f);
+    return strtol(buf, NULL, 10);
+}
+
+/* A fresh empty directory below root for one directory test. */
+static const char *subdir(const char *root, char *out, size_t outlen)
+{
+    if ((size_t)snprintf(out, outlen, "%s/d%d", root, ++file_seq) >= outlen)
+        return "path too long";
+    return mkdir(out, 0700) ? strerror(errno) : NULL;
+}
+
+/* A swapper on a new file of the rank directory (or of dir). */
+static int swap_new(struct zs_swap **s, const char *dir, uint32_t bs, uint32_t qd, bool verify, char *err,
+                    size_t errlen)
+{
+    char name[32];
+
+    snprintf(name, sizeof(name), "swap%d.bin", ++file_seq);
+    return zs_swap_open(s, &(struct zs_swap_opts){dir ? dir : rank_dir, name, bs, qd, true, verify}, err, errlen);
+}
+
+static int xfer_wait(struct zs_swap *s, bool write, uint64_t off, void *buf, size_t bytes)
+{
+    uint64_t t;
+    int rc = write ? zs_swap_write(s, off, buf, bytes, &t) : zs_swap_read(s, off, buf, bytes, &t);
+
+    return rc ? rc : zs_swap_wait(s, t);
+}
+
+/* ---------------------------------------------------------------- CRC32C */
+
+static uint32_t crc_bitwise(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    while (n--) {
+        crc ^= *p++;
+        for (int k = 0; k < 8; k++)
+            crc = crc & 1 ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+    }
+    return ~crc;
+}
+
+static const char *test_crc_known(void)
+{
+    const char *s = "123456789";
+
+    if (zs_crc32c(0, s, 9) != 0xE3069283u || zs_crc32c_sw(0, s, 9) != 0xE3069283u)
+        return why("got %08x (fast) / %08x (table)", zs_crc32c(0, s, 9), zs_crc32c_sw(0, s, 9));
+    if (zs_crc32c(zs_crc32c(0, s, 4), s + 4, 5) != 0xE3069283u)
+        return "continuing from a partial CRC gives a different answer";
+    if (zs_crc32c(0, s, 0) != 0 || crc_bitwise(0, (const unsigned char *)s, 9) != 0xE3069283u)
+        return "empty input or bitwise reference wrong";
+    return NULL;
+}
+
+static const char *test_crc_fast_vs_table(void)
+{
+    static const size_t lens[] = {0, 1, 7, 8, 9, 63, 64, 65, 4095, 4096, 4097, 100000};
+    size_t n = MiB + 64;
+    unsigned char *buf = malloc(n);
+    const char *w = NULL;
+
+    if (!buf)
+        return "out of memory";
+    fill_random(buf, n);
+    for (size_t a = 0; a < 8 && !w; a++)
+        for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]) && !w; i++) {
+            uint32_t ref = crc_bitwise(0x1234u, buf + a, lens[i]);
+
+            if (zs_crc32c(0x1234u, buf + a, lens[i]) != ref || zs_crc32c_sw(0x1234u, buf + a, lens[i]) != ref)
+                w = why("offset %zu length %zu: fast %08x table %08x bitwise %08x", a, lens[i],
+                        zs_crc32c(0x1234u, buf + a, lens[i]), zs_crc32c_sw(0x1234u, buf + a, lens[i]), ref);
+        }
+    if (!w && zs_crc32c(0, buf + 3, MiB) != zs_crc32c_sw(0, buf + 3, MiB))
+        w = "1 MiB: instruction and table disagree";
+    free(buf);
+    printf("# crc32c: %s\n", zs_crc32c_hw() ? "SSE4.2 instruction" : "table (no SSE4.2)");
+    return w;
+}
+
+/* ---------------------------------------------------------------- the run directory */
+
+static const char *test_dir_create_remove(void)
+{
+    char sub[PATH_MAX], out[PATH_MAX], want[PATH_MAX + 32], p[PATH_MAX + 64], err[512];
+    const char *w = subdir(disk_root, sub, sizeof(sub));
+    bool stale = true;
+    struct stat st;
+    int rc;
+
+    if (w)
+        return w;
+    rc = zs_swap_dir_create(sub, 3, out, sizeof(out), &stale, err, sizeof(err));
+    snprintf(want, sizeof(want), "%s/zeroshard-rank3", sub);
+    if (rc || stale || strcmp(out, want))
+        return why("rc %d stale %d path %s: %s", rc, stale, out, err);
+    if (stat(out, &st) || !S_ISDIR(st.st_mode) || (st.st_mode & 0777) != 0700)
+        return why("mode %o", (unsigned)st.st_mode);
+    snprintf(p, sizeof(p), "%s/owner", out);
+    if (read_pid(p) != getpid())
+        return why("owner file holds %ld, not %ld", read_pid(p), (long)getpid());
+    snprintf(p, sizeof(p), "%s/swap.bin", out);
+    write_file(p, "data");
+    rc = zs_swap_dir_remove(out);
+    if (rc || exists(out))
+        return why("remove: rc %d, still there: %d", rc, exists(out));
+    return NULL;
+}
+
+/* A pid that is certainly dead: a child that has exited and been reaped. */
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+
+    if (pid == 0)
+        _exit(0);
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    return pid;
+}
+
+/* Plants a leftover rank directory with an owner pid and a junk file. */
+static const char *plant_rank_dir(const char *sub, long pid, char *rdir, size_t len)
+{
+    char p[PATH_MAX + 64], pidtext[32];
+
+    snprintf(rdir, len, "%s/zeroshard-rank0", sub);
+    snprintf(pidtext, sizeof(pidtext), "%ld\n", pid);
+    if (mkdir(rdir, 0700))
+        return strerror(errno);
+    snprintf(p, sizeof(p), "%s/owner", rdir);
+    write_file(p, pidtext);
+    snprintf(p, sizeof(p), "%s/junk.bin", rdir);
+    write_file(p, "junk");
+    return NULL;
+}
+
+static const char *test_dir_stale(void)
+{
+    char sub[PATH_MAX], rdir[PATH_MAX], out[PATH_MAX], p[PATH_MAX + 64], victim[PATH_MAX + 64], err[512];
+    const char *w = subdir(disk_root, sub, sizeof(sub));
+    pid_t pid = dead_pid();
+    bool stale = false;
+    int rc;
+
+    if (w || pid < 0)
+        return w ? w : "fork failed";
+    if (kill(pid, 0) == 0)
+        return why("pid %ld still alive", (long)pid);
+    w = plant_rank_dir(sub, pid, rdir, sizeof(rdir));
+    if (w)
+        return w;
+    /* a symlink inside must go without its target going with it */
+    snprintf(victim, sizeof(victim), "%s/victim", sub);
+    write_file(victim, "keep me");
+    snprintf(p, sizeof(p), "%s/link", rdir);
+    if (symlink(victim, p))
+        return strerror(errno);
+    rc = zs_swap_dir_create(sub, 0, out, sizeof(out), &stale, err, sizeof(err));
+    if (rc || !stale)
+        return why("rc %d stale %d: %s", rc, stale, err);
+    snprintf(p, sizeof(p), "%s/junk.bin", rdir);
+    if (exists(p))
+        return "junk file of the dead run still there";
+    snprintf(p, sizeof(p), "%s/link", rdir);
+    if (exists(p) || !exists(victim))
+        return "symlink not removed, or its target removed";
+    snprintf(p, sizeof(p), "%s/owner", rdir);
+    if (read_pid(p) != getpid())
+        return why("owner is %ld after reclaim", read_pid(p));
+    return zs_swap_dir_remove(out) ? "remove failed" : NULL;
+}
+
+static const char *test_dir_live_owner(void)
+{
+    char sub[PATH_MAX], rdir[PATH_MAX], out[PATH_MAX], p[PATH_MAX + 64], want[64], err[512];
+    const char *w = subdir(disk_root, sub, sizeof(sub));
+    bool stale = false;
+    int rc;
+
+    if (w)
+        return w;
+    w = plant_rank_dir(sub, (long)getppid(), rdir, sizeof(rdir)); /* our parent is alive and is not us */
+    if (w)
+        return w;
+    rc = zs_swap_dir_create(sub, 0, out, sizeof(out), &stale, err, sizeof(err));
+    snprintf(want, sizeof(want), "in use by pid %ld", (long)getppid());
+    if (rc != -EBUSY || !strstr(err, want) || !strstr(err, rdir))
+        return why("rc %d: %s", rc, err);
+    snprintf(p, sizeof(p), "%s/junk.bin", rdir);
+    return exists(p) ? NULL : "the live run's files were removed";
+}
+
+static const char *test_dir_symlink(void)
+{
+    char sub[PATH_MAX], target[PATH_MAX + 16], rdir[PATH_MAX + 32], p[PATH_MAX + 64], out[PATH_MAX], err[512];
+    const char *w = subdir(disk_root, sub, sizeof(sub));
+    bool stale = false;
+    int rc;
+
+    if (w)
+        return w;
+    snprintf(target, sizeof(target), "%s/elsewhere", sub);
+    mkdir(target, 0700);
+    snprintf(p, sizeof(p), "%s/precious", target);
+    write_file(p, "do not delete");
+    snprintf(rdir, sizeof(rdir), "%s/zeroshard-rank0", sub);
+    if (symlink(target, rdir))
+        return strerror(errno);
+    rc = zs_swap_dir_create(sub, 0, out, sizeof(out), &stale, err, sizeof(err));
+    if (rc != -ELOOP || !strstr(err, rdir))
+        return why("rc %d: %s", rc, err);
+    if (!exists(p))
+        return "followed the symlink and deleted the target's file";
+    snprintf(p, sizeof(p), "%s/owner", target);
+    return exists(p) ? "wrote an owner file through the symlink" : NULL;
+}
+
+/* A leftover that others could have written into is not ours to reuse, whoever its owner was. */
+static const char *test_dir_not_private(void)
+{
+    char sub[PATH_MAX], rdir[PATH_MAX], out[PATH_MAX], err[512];
+    const char *w = subdir(disk_root, sub, sizeof(sub));
+    bool stale = false;
+    int rc;
+
+    if (w || (w = plant_rank_dir(sub, dead_pid(), rdir, sizeof(rdir))))
+        return w;
+    chmod(rdir, 0770);
+    rc = zs_swap_dir_create(sub, 0, out, sizeof(out), &stale, err, sizeof(err));
+    if (rc != -EPERM || !strstr(err, "writable by group or others") || !strstr(err, rdir))
+        return why("group-writable: rc %d: %s", rc, err);
+    rm_tree(rdir);
+    write_file(rdir, "a regular file where the directory should be");
+    rc = zs_swap_dir_create(sub, 0, out, sizeof(out), &stale, err, sizeof(err));
+    if (rc != -ENOTDIR || !strstr(err, "not a directory") || !strstr(err, rdir))
+        return why("regular file: rc %d: %s", rc, err);
+    return NULL;
+}
+
+static const char *test_dir_missing(void)
+{
+    char sub[PATH_MAX], path[PATH_MAX + 16], out[PATH_MAX], err[512];
+    const char *w = subdir(disk_root, sub, sizeof(sub));
+    bool stale;
+    int rc;
+
+    if (w)
+        return w;
+    snprintf(path, sizeof(path), "%s/nope", sub);
+    rc = zs_swap_dir_create(path, 0, out, sizeof(out), &stale, err, sizeof(err));
+    if (rc != -ENOENT || !strstr(err, path) || !strstr(err, "nvme_path"))
+        return why("missing: rc %d: %s", rc, err);
+    write_file(path, "a file");
+    rc = zs_swap_dir_create(path, 0, out, sizeof(out), &stale, err, sizeof(err));
+    if (rc != -ENOTDIR || !strstr(err, path))
+        return why("a file: rc %d: %s", rc, err);
+    return NULL;
+}
+
+/* Root ignores permission bits, so an unwritable place for everyone is a procfs directory. */
+static const char *test_dir_unwritable(void)
+{
+    char out[PATH_MAX], err[512], sub[PATH_MAX];
+    const char *w;
+    bool stale;
+    int rc;
+
+    rc = zs_swap_dir_create("/proc/self", 0, out, sizeof(out), &stale, err, sizeof(err));
+    if (rc >= 0 || !strstr(err, "/proc/self/zeroshard-rank0"))
+        return why("/proc/self: rc %d: %s", rc, err);
+    if (geteuid() == 0) {
+        printf("# running as root: the chmod 0500 case is skipped (root bypasses permissions)\n");
+        return NULL;
+    }
+    w = subdir(disk_root, sub, sizeof(sub));
+    if (w)
+        return w;
+    chmod(sub, 0500);
+    rc = zs_swap_dir_create(sub, 0, out, sizeof(out), &stale, err, sizeof(err));
+    chmod(sub, 0700);
+    return rc == -EACCES && strstr(err, sub) ? NULL : why("mode 0500: rc %d: %s", rc, err);
+}
+
+/* ---------------------------------------------------------------- transfers */
+
+/* Writes src as four transfers and reads into dst as four, waiting in scrambled orders. */
+static const char *round_trip(struct zs_swap *s, char *src, char *dst, size_t bytes, double *wbw, double *rbw)
+{
+    static const int worder[4] = {2, 0, 3, 1}, rorder[4] = {3, 1, 0, 2};
+    size_t part = bytes / 4;
+    uint64_t t[4];
+    double t0;
+    int rc;
+
+    t0 = now_s();
+    for (int i = 0; i < 4; i++)
+        if ((rc = zs_swap_write(s, i * part, src + i * part, part, &t[i])))
+            return why("write %d: %s", i, zs_swap_error(s));
+    for (int i = 0; i < 4; i++)
+        if ((rc = zs_swap_wait(s, t[worder[i]])))
+            return why("wait write %d: %s", worder[i], zs_swap_error(s));
+    *wbw = (double)bytes / (now_s() - t0) / 1e9;
+    memset(dst, 0, bytes);
+    t0 = now_s();
+    for (int i = 0; i < 4; i++)
+        if ((rc = zs_swap_read(s, i * part, dst + i * part, part, &t[i])))
+            return why("read %d: %s", i, zs_swap_error(s));
+    for (int i = 0; i < 4; i++)
+        if ((rc = zs_swap_wait(s, t[rorder[i]])))
+            return why("wait read %d: %s", rorder[i], zs_swap_error(s));
+    *rbw = (double)bytes / (now_s() - t0) / 1e9;
+    return memcmp(src, dst, bytes) ? "data read back differs" : NULL;
+}
+
+/* want_direct: 1 or 0 to require O_DIRECT to be in effect or not, -1 to accept either */
+static const char *test_round_trip(const char *dir, size_t bytes, bool verify, int want_direct, const char *label)
+{
+    char *src = alloc_aligned(bytes), *dst = alloc_aligned(bytes), err[512];
+    struct zs_swap *s = NULL;
+    const char *w = "out of memory";
+    double wbw = 0, rbw = 0;
+
+    if (!src || !dst)
+        goto out_free;
+    fill_random(src, bytes);
+    if (swap_new(&s, dir, MiB, 8, verify, err, sizeof(err))) {
+        w = why("open: %s", err);
+        goto out_free;
+    }
+    w = round_trip(s, src, dst, bytes, &wbw, &rbw);
+    if (!w && zs_swap_buffer_bytes(s) == 0)
+        w = "buffer_bytes reports nothing";
+    if (!w && want_direct >= 0 && zs_swap_direct(s) != want_direct)
+        w = why("O_DIRECT in effect: %d, expected %d", zs_swap_direct(s), want_direct);
+    printf("# %s: %zu MiB, 1 MiB blocks, QD 8, %s, verify %s: write %.2f GB/s, read %.2f GB/s\n", label,
+           bytes / MiB, zs_swap_direct(s) ? "O_DIRECT" : "buffered (O_DIRECT refused)", verify ? "on" : "off",
+           wbw, rbw);
+    zs_swap_close(s);
+out_free:
+    free(src);
+    free(dst);
+    return w;
+}
+
+/* ramfs has no direct I/O at all (tmpfs gained it in Linux 6.6), so a file there takes the buffered
+ * fallback. Mounting needs privileges; a child does it in its own mount namespace, so nothing leaks. */
+static int fallback_child(const char *mnt)
+{
+    const char *w;
+
+    if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+        mount("none", mnt, "ramfs", 0, "mode=0700")) {
+        printf("# cannot mount ramfs in a private mount namespace (%s): the fallback case is skipped\n",
+               strerror(errno));
+        fflush(stdout);
+        return 77;
+    }
+    w = test_round_trip(mnt, 4 * MiB, true, 0, "ramfs");
+    if (w)
+        printf("# ramfs: %s\n", w);
+    fflush(stdout);
+    return w ? 1 : 0;
+}
+
+static const char *test_buffered_fallback(void)
+{
+    char mnt[PATH_MAX];
+    const char *w = subdir(disk_root, mnt, sizeof(mnt));
+    int status;
+    pid_t pid;
+
+    if (w)
+        return w;
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0)
+        _exit(fallback_child(mnt));
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
+        return "the child did not run to its end";
+    return WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 77 ? NULL : "see the ramfs line above";
+}
+
+static const char *test_registered(void)
+{
+    size_t region = 64 * MiB, half = region / 2;
+    char *buf = alloc_aligned(region), *outside = alloc_aligned(4 * MiB), err[512];
+    struct zs_swap *s = NULL;
+    const char *w = "out of memory";
+    double wbw, rbw;
+    int rc;
+
+    if (!buf || !outside)
+        goto out_free;
+    fill_random(buf, half);
+    fill_random(outside, 4 * MiB);
+    if (swap_new(&s, NULL, MiB, 8, true, err, sizeof(err))) {
+        w = why("open: %s", err);
+        goto out_free;
+    }
+    rc = zs_swap_register(s, buf, region);
+    if (rc)
+        printf("# registration refused, falling back to unregistered transfers: %s\n", zs_swap_error(s));
+    else
+        printf("# 64 MiB region registered with io_uring (read_fixed/write_fixed)\n");
+    if (rc ? zs_swap_registered(s) : !zs_swap_registered(s)) {
+        w = "zs_swap_registered disagrees with the result of zs_swap_register";
+        goto out_close;
+    }
+    w = round_trip(s, buf, buf + half, half, &wbw, &rbw);
+    /* a buffer outside the region goes the plain way through the same swapper */
+    if (!w && (xfer_wait(s, true, half, outside, 4 * MiB) || xfer_wait(s, false, half, buf + half, 4 * MiB)))
+        w = why("outside the region: %s", zs_swap_error(s));
+    if (!w && memcmp(outside, buf + half, 4 * MiB))
+        w = "outside the region: data differs";
+    if (!w && zs_swap_registered(s) && zs_swap_register(s, buf, region) != -EBUSY)
+        w = "a second registration was accepted";
+out_close:
+    zs_swap_close(s);
+out_free:
+    free(buf);
+    free(outside);
+    return w;
+}
+
+/* A read running past what was written: the short piece is resubmitted for its remainder, which then
+ * reads 0 bytes, an unexpected end of file. */
+static const char *test_short_and_eof(void)
+{
+    uint32_t bs = 64 * KiB;
+    size_t n = 3 * bs + 4096;
+    char *src = alloc_aligned(4 * bs), *dst = alloc_aligned(4 * bs), err[512], want[64];
+    struct zs_swap *s = NULL, *v = NULL;
+    const char *w = "out of memory";
+    int rc;
+
+    if (!src || !dst)
+        goto out_free;
+    fill_random(src, 4 * bs);
+    if (swap_new(&s, NULL, bs, 4, false, err, sizeof(err)) || swap_new(&v, NULL, bs, 4, true, err, sizeof(err))) {
+        w = why("open: %s", err);
+        goto out_close;
+    }
+    w = NULL;
+    if (xfer_wait(s, true, 0, src, n) || xfer_wait(s, false, 0, dst, n) || memcmp(src, dst, n))
+        w = why("3 blocks + 4 KiB: %s", zs_swap_error(s));
+    snprintf(want, sizeof(want), "end of file at offset %zu", n);
+    if (!w && ((rc = xfer_wait(s, false, 0, dst, 4 * bs)) != -EIO || !strstr(zs_swap_error(s), want)))
+        w = why("read past the end: rc %d: %s", rc, zs_swap_error(s));
+    if (!w && ((rc = xfer_wait(s, false, 8 * bs, dst, bs)) != -EIO || !strstr(zs_swap_error(s), "offset 524288")))
+        w = why("read beyond the end: rc %d: %s", rc, zs_swap_error(s));
+    /* with verify the same mistakes are caught before any I/O */
+    if (!w && (xfer_wait(v, true, 0, src, n) || xfer_wait(v, false, 0, dst, n) || memcmp(src, dst, n)))
+        w = why("verify, 3 blocks + 4 KiB: %s", zs_swap_error(v));
+    if (!w && (rc = xfer_wait(v, false, 0, dst, 4 * bs)) != -EINVAL)
+        w = why("verify, read of a partly written block: rc %d: %s", rc, zs_swap_error(v));
+    if (!w && ((rc = xfer_wait(v, false, 5 * bs, dst, bs)) != -EIO || !strstr(zs_swap_error(v), "never written")))
+        w = why("verify, unwritten block: rc %d: %s", rc, zs_swap_error(v));
+out_close:
+    zs_swap_close(s);
+    zs_swap_close(v);
+out_free:
+    free(src);
+    free(dst);
+    return w;
+}
+
+static const char *test_checksum(void)
+{
+    uint32_t bs = 64 * KiB;
+    char *src = alloc_aligned(4 * bs), *dst = alloc_aligned(4 * bs), err[512], path[PATH_MAX + 32];
+    char junk[4096];
+    struct zs_swap *s = NULL;
+    const char *w = "out of memory";
+    int rc, fd;
+
+    if (!src || !dst)
+        goto out_free;
+    fill_random(src, 4 * bs);
+    snprintf(path, sizeof(path), "%s/swap%d.bin", rank_dir, file_seq + 1); /* the name swap_new picks */
+    if (swap_new(&s, NULL, bs, 4, true, err, sizeof(err))) {
+        w = why("open: %s", err);
+        goto out_free;
+    }
+    w = NULL;
+    if (xfer_wait(s, true, 0, src, 4 * bs))
+        w = why("write: %s", zs_swap_error(s));
+    fd = open(path, O_WRONLY);
+    memset(junk, 0x5a, sizeof(junk));
+    if (!w && (fd < 0 || pwrite(fd, junk, sizeof(junk), 2 * bs + 8192) != (ssize_t)sizeof(junk)))
+        w = why("corrupting %s: %s", path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    if (!w && ((rc = xfer_wait(s, false, 0, dst, 4 * bs)) != -EBADMSG ||
+               !strstr(zs_swap_error(s), "checksum mismatch in block at offset 131072") ||
+               !strstr(zs_swap_error(s), path)))
+        w = why("rc %d: %s", rc, zs_swap_error(s));
+    if (!w && (xfer_wait(s, false, bs, dst, bs) || memcmp(dst, src + bs, bs)))
+        w = why("an intact block: %s", zs_swap_error(s));
+    zs_swap_close(s);
+out_free:
+    free(src);
+    free(dst);
+    return w;
+}
+
+static const char *test_faults(void)
+{
+    uint32_t bs = 64 * KiB;
+    char *src = alloc_aligned(4 * bs), *dst = alloc_aligned(4 * bs), err[512];
+    struct zs_swap *s = NULL;
+    const char *w = "out of memory";
+    uint64_t t[2];
+    int rc;
+
+    if (!src || !dst)
+        goto out_free;
+    fill_random(src, 4 * bs);
+    if (swap_new(&s, NULL, bs, 4, true, err, sizeof(err))) {
+        w = why("open: %s", err);
+        goto out_free;
+    }
+    w = NULL;
+    zs_swap_inject_fault(s, true, 2 * bs, ENOSPC);
+    rc = xfer_wait(s, true, 0, src, 4 * bs);
+    if (rc != -ENOSPC || !strstr(zs_swap_error(s), "write at offset 131072 (65536 bytes) failed: No space left") ||
+        !strstr(zs_swap_error(s), rank_dir))
+        w = why("injected ENOSPC: rc %d: %s", rc, zs_swap_error(s));
+    if (!w && ((rc = xfer_wait(s, false, 0, dst, 4 * bs)) != -EIO || !strstr(zs_swap_error(s), "last write")))
+        w = why("reading a block whose write failed: rc %d: %s", rc, zs_swap_error(s));
+    zs_swap_inject_fault(s, true, 0, 0);
+    if (!w && (xfer_wait(s, true, 0, src, 4 * bs) || xfer_wait(s, false, 0, dst, 4 * bs) || memcmp(src, dst, 4 * bs)))
+        w = why("after the fault: %s", zs_swap_error(s));
+    zs_swap_inject_fault(s, false, bs, EIO);
+    if (!w && ((rc = xfer_wait(s, false, 0, dst, 4 * bs)) != -EIO ||
+               !strstr(zs_swap_error(s), "read at offset 65536 (65536 bytes) failed: Input/output error")))
+        w = why("injected EIO: rc %d: %s", rc, zs_swap_error(s));
+    zs_swap_inject_fault(s, false, 0, EAGAIN); /* retried, never seen */
+    memset(dst, 0, 4 * bs);
+    if (!w && (xfer_wait(s, false, 0, dst, 4 * bs) || memcmp(src, dst, 4 * bs)))
+        w = why("after EIO, with an EAGAIN: %s", zs_swap_error(s));
+    /* wait_all reports the failed one of two outstanding transfers */
+    zs_swap_inject_fault(s, false, 3 * bs, EIO);
+    if (!w && (zs_swap_read(s, 0, dst, 2 * bs, &t[0]) || zs_swap_read(s, 2 * bs, dst + 2 * bs, 2 * bs, &t[1])))
+        w = why("two reads: %s", zs_swap_error(s));
+    if (!w && ((rc = zs_swap_wait_all(s)) != -EIO || !strstr(zs_swap_error(s), "offset 196608")))
+        w = why("wait_all: rc %d: %s", rc, zs_swap_error(s));
+    zs_swap_close(s);
+out_free:
+    free(src);
+    free(dst);
+    return w;
+}
+
+static const char *test_refusals(void)
+{
+    char *buf = alloc_aligned(4 * MiB), err[512];
+    struct zs_swap *s = NULL, *t = NULL;
+    struct zs_swap_opts o = {rank_dir, "refusals.bin", 64 * KiB, 4, true, true};
+    const char *w = NULL;
+    uint64_t tk;
+    int rc;
+
+    if (!buf)
+        return "out of memory";
+    if (zs_swap_open(&s, &o, err, sizeof(err))) {
+        free(buf);
+        return why("open: %s", err);
+    }
+    if ((rc = zs_swap_open(&t, &o, err, sizeof(err))) != -EEXIST || !strstr(err, "refusals.bin"))
+        w = why("existing file: rc %d: %s", rc, err);
+    o.name = "../escape.bin";
+    if (!w && (rc = zs_swap_open(&t, &o, err, sizeof(err))) != -EINVAL)
+        w = why("name with a slash: rc %d: %s", rc, err);
+    o = (struct zs_swap_opts){rank_dir, "x.bin", 1000, 4, true, true};
+    if (!w && zs_swap_open(&t, &o, err, sizeof(err)) != -EINVAL)
+        w = "block_size 1000 accepted";
+    o = (struct zs_swap_opts){rank_dir, "x.bin", 4096, 0, true, true};
+    if (!w && zs_swap_open(&t, &o, err, sizeof(err)) != -EINVAL)
+        w = "queue_depth 0 accepted";
+    if (!w && ((rc = zs_swap_write(s, 0, buf + 512, 4096, &tk)) != -EINVAL || !strstr(zs_swap_error(s), "4096")))
+        w = why("misaligned buffer: rc %d: %s", rc, zs_swap_error(s));
+    if (!w && zs_swap_write(s, 0, buf, 1000, &tk) != -EINVAL)
+        w = "size 1000 accepted";
+    if (!w && zs_swap_write(s, 512, buf, 4096, &tk) != -EINVAL)
+        w = "offset 512 accepted";
+    if (!w && ((rc = zs_swap_write(s, 4096, buf, 4096, &tk)) != -EINVAL || !strstr(zs_swap_error(s), "block")))
+        w = why("verify, offset inside a block: rc %d: %s", rc, zs_swap_error(s));
+    if (!w && zs_swap_wait(s, 12345) != -EINVAL)
+        w = "waiting on a ticket never issued";
+    if (!w && (zs_swap_write(s, 0, buf, 4096, &tk) || zs_swap_wait(s, tk) || zs_swap_wait(s, tk) != -EINVAL))
+        w = why("waiting twice: %s", zs_swap_error(s));
+    zs_swap_close(s);
+    free(buf);
+    return w;
+}
+
+/* 1024 outstanding transfers fill the ticket table; the next is refused until they are waited on. And
+ * closing with transfers in flight waits for them (ASan would see the buffer freed under the kernel). */
+static const char *test_ticket_table(void)
+{
+    char *buf = alloc_aligned(4 * MiB), err[512];
+    struct zs_swap *s = NULL;
+    const char *w = NULL;
+    uint64_t tk;
+    int rc = 0;
+
+    if (!buf)
+        return "out of memory";
+    fill_random(buf, 4 * MiB);
+    if (swap_new(&s, NULL, 4096, 8, false, err, sizeof(err))) {
+        free(buf);
+        return why("open: %s", err);
+    }
+    for (int i = 0; i < 1024 && !rc; i++)
+        rc = zs_swap_write(s, (uint64_t)i * 4096, buf + (size_t)i * 4096, 4096, &tk);
+    if (rc)
+        w = why("write: %s", zs_swap_error(s));
+    if (!w && (rc = zs_swap_write(s, 0, buf, 4096, &tk)) != -EBUSY)
+        w = why("the 1025th outstanding transfer: rc %d", rc);
+    if (!w && zs_swap_wait_all(s))
+        w = why("wait_all: %s", zs_swap_error(s));
+    for (int i = 0; i < 3 && !w; i++)
+        if (zs_swap_write(s, (uint64_t)i * MiB, buf + (size_t)i * MiB, MiB, &tk))
+            w = why("after wait_all: %s", zs_swap_error(s));
+    zs_swap_close(s);
+    free(buf);
+    return w;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static bool is_tmpfs(const char *path)
+{
+    struct statfs f;
+
+    return statfs(path, &f) == 0 && f.f_type == TMPFS_MAGIC_NUMBER;
+}
+
+static int setup(void)
+{
+    char cwd[PATH_MAX], err[512];
+    bool stale;
+
+    if (!getcwd(cwd, sizeof(cwd)) || (size_t)snprintf(disk_root, sizeof(disk_root), "%s/zs-swap-XXXXXX", cwd) >=
+                                         sizeof(disk_root) || !mkdtemp(disk_root)) {
+        printf("cannot create a test directory under the working directory: %s\n", strerror(errno));
+        return -1;
+    }
+    snprintf(shm_root, sizeof(shm_root), "/dev/shm/zs-swap-XXXXXX");
+    if (!is_tmpfs("/dev/shm") || !mkdtemp(shm_root))
+        shm_root[0] = '\0';
+    if (zs_swap_dir_create(disk_root, 0, rank_dir, sizeof(rank_dir), &stale, err, sizeof(err))) {
+        printf("cannot create the rank directory: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Exits 77 (skip) when this kernel or sandbox has no io_uring. */
+static void skip_without_io_uring(void)
+{
+    struct zs_swap *s;
+    char err[512];
+    int rc = swap_new(&s, NULL, MiB, 8, false, err, sizeof(err));
+
+    if (!rc) {
+        zs_swap_close(s);
+        return;
+    }
+    printf("%s: %s\n", strstr(err, "io_uring unavailable") ? "skip" : "FAIL - open", err);
+    rm_tree(disk_root);
+    if (shm_root[0])
+        rm_tree(shm_root);
+    exit(strstr(err, "io_uring unavailable") ? 77 : 1);
+}
+
+int main(void)
+{
+    if (setup())
+        return 1;
+    skip_without_io_uring();
+    report("crc32c known answer and continuation", test_crc_known());
+    report("crc32c instruction equals table equals bitwise", test_crc_fast_vs_table());
+    report("run directory created 0700 with owner pid, removed", test_dir_create_remove());
+    report("stale run directory of a dead pid cleared", test_dir_stale());
+    report("run directory of a live pid refused with -EBUSY", test_dir_live_owner());
+    report("symlink at the run directory refused, not followed", test_dir_symlink());
+    report("group-writable run directory or a file in its place refused", test_dir_not_private());
+    report("missing or non-directory nvme_path named in the error", test_dir_missing());
+    report("unwritable nvme_path refused", test_dir_unwritable());
+    report("64 MiB round trip on disk, verify, out-of-order waits", test_round_trip(NULL, 64 * MiB, true, -1, "disk"));
+    report("64 MiB round trip on disk, no verify", test_round_trip(NULL, 64 * MiB, false, -1, "disk"));
+    if (shm_root[0])
+        report("8 MiB round trip on tmpfs", test_round_trip(shm_root, 8 * MiB, true, -1, "tmpfs"));
+    else
+        printf("# no tmpfs at /dev/shm: the tmpfs round trip is skipped\n");
+    report("buffered fallback where the filesystem refuses O_DIRECT (ramfs)", test_buffered_fallback());
+    report("registered 64 MiB region (or reported fallback)", test_registered());
+    report("short read resubmitted, end of file is -EIO", test_short_and_eof());
+    report("corrupted block is -EBADMSG naming its offset", test_checksum());
+    report("injected ENOSPC/EIO reported, swapper usable after", test_faults());
+    report("bad arguments refused with messages", test_refusals());
+    report("ticket table full is -EBUSY; close waits", test_ticket_table());
+    zs_swap_dir_remove(rank_dir);
+    rm_tree(disk_root);
+    if (shm_root[0])
+        rm_tree(shm_root);
+    printf("%d passed, %d failed\n", n_passed, n_failed);
+    return n_failed ? 1 : 0;
+}
