@@ -25,15 +25,6 @@ bool zs_offload_params_on_host(const struct zs_ctx *ctx)
     return ctx->cfg.zero.stage == 3 && ctx->cfg.zero.offload_param.device == ZS_OFFLOAD_CPU;
 }
 
-static uint64_t state_bytes_per_param(const struct zs_config *c)
-{
-    if (c->optim.type == ZS_OPTIM_ADAM || c->optim.type == ZS_OPTIM_ADAMW)
-        return 8;
-    if (c->optim.type == ZS_OPTIM_SGD)
-        return c->optim.momentum != 0.0 ? 4 : 0;
-    return 4;
-}
-
 struct placement {
     int stage;
     bool opt_host, param_host;
@@ -44,7 +35,7 @@ struct placement {
 static uint64_t device_need(const struct zs_ctx *ctx, struct placement pl)
 {
     const struct zs_zero_config *z = &ctx->cfg.zero;
-    uint64_t k = state_bytes_per_param(&ctx->cfg), need = 0, total = 0, largest = 0;
+    uint64_t k = zs_config_state_bytes(&ctx->cfg), need = 0, total = 0, largest = 0;
 
     for (int32_t u = 0; u < ctx->nunits; u++) {
         const struct zs_unit *un = &ctx->units[u];
@@ -166,7 +157,7 @@ bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what)
  * stage-3 parameter shards. */
 static uint64_t host_need(const struct zs_ctx *ctx)
 {
-    uint64_t k = state_bytes_per_param(&ctx->cfg), bytes = 0;
+    uint64_t k = zs_config_state_bytes(&ctx->cfg), bytes = 0;
 
     for (int32_t u = 0; u < ctx->nunits; u++) {
         const struct zs_unit *un = &ctx->units[u];

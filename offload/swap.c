@@ -70,20 +70,7 @@ struct zs_swap {
     char err[1024];
 };
 
-static int msg_fail(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int msg_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err && errlen) {
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
-#define swap_fail(s, rc, ...) msg_fail((s)->err, sizeof((s)->err), (rc), __VA_ARGS__)
+#define swap_fail(s, rc, ...) zs_swap_msg((s)->err, sizeof((s)->err), (rc), __VA_ARGS__)
 
 /* ---------------------------------------------------------------- the ring */
 
@@ -454,15 +441,15 @@ void zs_swap_inject_fault(struct zs_swap *s, bool write, uint64_t at, int err)
 static int opts_check(const struct zs_swap_opts *o, char *err, size_t errlen)
 {
     if (!o || !o->dir || !o->name)
-        return msg_fail(err, errlen, -EINVAL, "swap: need a directory and a file name");
+        return zs_swap_msg(err, errlen, -EINVAL, "swap: need a directory and a file name");
     if (!*o->name || strchr(o->name, '/') || !strcmp(o->name, ".") || !strcmp(o->name, ".."))
-        return msg_fail(err, errlen, -EINVAL, "swap: file name '%s' must be a plain name inside %s", o->name,
+        return zs_swap_msg(err, errlen, -EINVAL, "swap: file name '%s' must be a plain name inside %s", o->name,
                         o->dir);
     if (!o->block_size || o->block_size % SWAP_ALIGN || o->block_size > SWAP_MAX_BLOCK)
-        return msg_fail(err, errlen, -EINVAL, "swap: block_size %u must be a multiple of 4096 up to 1 GiB",
+        return zs_swap_msg(err, errlen, -EINVAL, "swap: block_size %u must be a multiple of 4096 up to 1 GiB",
                         o->block_size);
     if (!o->queue_depth || o->queue_depth > SWAP_MAX_QD)
-        return msg_fail(err, errlen, -EINVAL, "swap: queue_depth %u must be 1..%u", o->queue_depth, SWAP_MAX_QD);
+        return zs_swap_msg(err, errlen, -EINVAL, "swap: queue_depth %u must be 1..%u", o->queue_depth, SWAP_MAX_QD);
     return 0;
 }
 
@@ -474,17 +461,17 @@ static int file_create(struct zs_swap *s, const struct zs_swap_opts *o, char *er
 
     dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
-        return msg_fail(err, errlen, -errno, "%s: %s", o->dir, strerror(errno));
+        return zs_swap_msg(err, errlen, -errno, "%s: %s", o->dir, strerror(errno));
     s->fd = openat(dfd, o->name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (s->fd < 0) {
-        rc = msg_fail(err, errlen, -errno, "%s: %s", s->path, strerror(errno));
+        rc = zs_swap_msg(err, errlen, -errno, "%s: %s", s->path, strerror(errno));
         goto out_close_dir;
     }
     fl = fcntl(s->fd, F_GETFL);
     if (o->direct && fl >= 0 && fcntl(s->fd, F_SETFL, fl | O_DIRECT) == 0)
         s->direct = true;
     else if (o->direct && errno != EINVAL) /* EINVAL: the filesystem has no direct I/O; go buffered */
-        rc = msg_fail(err, errlen, -errno, "%s: cannot enable O_DIRECT: %s", s->path, strerror(errno));
+        rc = zs_swap_msg(err, errlen, -errno, "%s: cannot enable O_DIRECT: %s", s->path, strerror(errno));
     if (rc) {
         close(s->fd);
         s->fd = -1;
@@ -506,19 +493,19 @@ int zs_swap_open(struct zs_swap **out, const struct zs_swap_opts *o, char *err, 
         return rc;
     s = calloc(1, sizeof(*s));
     if (!s)
-        return msg_fail(err, errlen, -ENOMEM, "swap: out of memory");
+        return zs_swap_msg(err, errlen, -ENOMEM, "swap: out of memory");
     s->fd = -1;
     s->block_size = o->block_size;
     s->qd = o->queue_depth;
     s->verify = o->verify;
     s->next_ticket = 1;
     if ((size_t)snprintf(s->path, sizeof(s->path), "%s/%s", o->dir, o->name) >= sizeof(s->path)) {
-        rc = msg_fail(err, errlen, -ENAMETOOLONG, "swap: path %s/%s too long", o->dir, o->name);
+        rc = zs_swap_msg(err, errlen, -ENAMETOOLONG, "swap: path %s/%s too long", o->dir, o->name);
         goto out_free;
     }
     s->recs = calloc(s->qd, sizeof(*s->recs));
     if (!s->recs) {
-        rc = msg_fail(err, errlen, -ENOMEM, "swap: out of memory");
+        rc = zs_swap_msg(err, errlen, -ENOMEM, "swap: out of memory");
         goto out_free;
     }
     for (uint32_t i = 0; i < s->qd; i++)
@@ -527,7 +514,7 @@ int zs_swap_open(struct zs_swap **out, const struct zs_swap_opts *o, char *err, 
     /* the SQ gets queue_depth entries and the CQ twice that, so completions can never overflow */
     rc = io_uring_queue_init(s->qd, &s->ring, 0);
     if (rc < 0) {
-        rc = msg_fail(err, errlen, rc, "io_uring unavailable: %s", strerror(-rc));
+        rc = zs_swap_msg(err, errlen, rc, "io_uring unavailable: %s", strerror(-rc));
         goto out_free;
     }
     rc = file_create(s, o, err, errlen);

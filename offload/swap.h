@@ -75,6 +75,9 @@ const char *zs_swap_error(const struct zs_swap *s);
  * failure. One fault per kind, used up when it fires; err 0 clears the fault of that kind. */
 void zs_swap_inject_fault(struct zs_swap *s, bool write, uint64_t at, int err);
 
+/* Formats a message into err (when given) and returns rc: how the swapper's functions report. */
+int zs_swap_msg(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* CRC32C (Castagnoli) of buf, continuing from crc (start with 0): "123456789" gives 0xE3069283. */
 uint32_t zs_crc32c(uint32_t crc, const void *buf, size_t bytes);
 /* The same by table lookup only: the fallback, and the reference the tests hold zs_crc32c to. */

@@ -16,8 +16,7 @@
 
 #define OWNER_FILE "owner"
 
-static int dir_fail(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int dir_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+int zs_swap_msg(char *err, size_t errlen, int rc, const char *fmt, ...)
 {
     va_list ap;
 
@@ -94,12 +93,12 @@ static int dir_check_private(int dfd, const char *path, char *err, size_t errlen
     struct stat st;
 
     if (fstat(dfd, &st) < 0)
-        return dir_fail(err, errlen, -errno, "%s: %s", path, strerror(errno));
+        return zs_swap_msg(err, errlen, -errno, "%s: %s", path, strerror(errno));
     if (st.st_uid != geteuid())
-        return dir_fail(err, errlen, -EPERM, "%s: owned by uid %u, not by this process (uid %u)", path,
+        return zs_swap_msg(err, errlen, -EPERM, "%s: owned by uid %u, not by this process (uid %u)", path,
                         (unsigned)st.st_uid, (unsigned)geteuid());
     if (st.st_mode & (S_IWGRP | S_IWOTH))
-        return dir_fail(err, errlen, -EPERM, "%s: writable by group or others (mode %04o)", path,
+        return zs_swap_msg(err, errlen, -EPERM, "%s: writable by group or others (mode %04o)", path,
                         (unsigned)(st.st_mode & 07777));
     return 0;
 }
@@ -112,10 +111,10 @@ static int dir_reclaim(int dfd, const char *path, bool *stale, char *err, size_t
 
     /* our own pid: an earlier engine of this process that failed before removing its directory */
     if (pid && pid != getpid() && pid_alive(pid))
-        return dir_fail(err, errlen, -EBUSY, "%s: in use by pid %ld", path, pid);
+        return zs_swap_msg(err, errlen, -EBUSY, "%s: in use by pid %ld", path, pid);
     rc = dir_clear_files(dfd);
     if (rc)
-        return dir_fail(err, errlen, rc, "%s: cannot clear the files of a stale run: %s", path, strerror(-rc));
+        return zs_swap_msg(err, errlen, rc, "%s: cannot clear the files of a stale run: %s", path, strerror(-rc));
     *stale = true;
     return 0;
 }
@@ -127,12 +126,12 @@ static int dir_write_owner(int dfd, const char *path, char *err, size_t errlen)
 
     fd = openat(dfd, OWNER_FILE, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) /* another process reclaimed the same directory between our steps */
-        return dir_fail(err, errlen, -EBUSY, "%s: claimed by another process meanwhile", path);
+        return zs_swap_msg(err, errlen, -EBUSY, "%s: claimed by another process meanwhile", path);
     if (fd < 0)
-        return dir_fail(err, errlen, -errno, "%s/%s: %s", path, OWNER_FILE, strerror(errno));
+        return zs_swap_msg(err, errlen, -errno, "%s/%s: %s", path, OWNER_FILE, strerror(errno));
     n = snprintf(buf, sizeof(buf), "%ld\n", (long)getpid());
     if (write(fd, buf, (size_t)n) != n)
-        rc = dir_fail(err, errlen, -EIO, "%s/%s: cannot write the owner pid", path, OWNER_FILE);
+        rc = zs_swap_msg(err, errlen, -EIO, "%s/%s: cannot write the owner pid", path, OWNER_FILE);
     close(fd);
     return rc;
 }
@@ -146,7 +145,7 @@ static int dir_open_rank(int parent, const char *name, const char *path, bool *e
     *existed = false;
     if (mkdirat(parent, name, 0700) < 0) {
         if (errno != EEXIST)
-            return dir_fail(err, errlen, -errno, "%s: cannot create: %s", path, strerror(errno));
+            return zs_swap_msg(err, errlen, -errno, "%s: cannot create: %s", path, strerror(errno));
         *existed = true;
     }
     dfd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -156,10 +155,10 @@ static int dir_open_rank(int parent, const char *name, const char *path, bool *e
     /* a symlink fails with ELOOP or, as O_DIRECTORY is checked first on some kernels, ENOTDIR */
     if ((rc == -ELOOP || rc == -ENOTDIR) && fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISLNK(st.st_mode))
-        return dir_fail(err, errlen, -ELOOP, "%s: is a symbolic link; refusing to follow it", path);
+        return zs_swap_msg(err, errlen, -ELOOP, "%s: is a symbolic link; refusing to follow it", path);
     if (rc == -ENOTDIR)
-        return dir_fail(err, errlen, rc, "%s: exists and is not a directory", path);
-    return dir_fail(err, errlen, rc, "%s: %s", path, strerror(-rc));
+        return zs_swap_msg(err, errlen, rc, "%s: exists and is not a directory", path);
+    return zs_swap_msg(err, errlen, rc, "%s: %s", path, strerror(-rc));
 }
 
 int zs_swap_dir_create(const char *nvme_path, int rank, char *out, size_t outlen, bool *stale, char *err,
@@ -171,22 +170,22 @@ int zs_swap_dir_create(const char *nvme_path, int rank, char *out, size_t outlen
 
     *stale = false;
     if (!nvme_path || !*nvme_path || rank < 0 || !out)
-        return dir_fail(err, errlen, -EINVAL, "swap directory: need an nvme_path and a rank >= 0");
+        return zs_swap_msg(err, errlen, -EINVAL, "swap directory: need an nvme_path and a rank >= 0");
     snprintf(name, sizeof(name), "zeroshard-rank%d", rank);
     if ((size_t)snprintf(out, outlen, "%s/%s", nvme_path, name) >= outlen)
-        return dir_fail(err, errlen, -ENAMETOOLONG, "nvme_path '%s': path too long", nvme_path);
+        return zs_swap_msg(err, errlen, -ENAMETOOLONG, "nvme_path '%s': path too long", nvme_path);
 
     /* nvme_path itself may be a symlink (a mount point alias); only what we create below it may not */
     parent = open(nvme_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (parent < 0)
-        return dir_fail(err, errlen, -errno, "nvme_path '%s': %s", nvme_path, strerror(errno));
+        return zs_swap_msg(err, errlen, -errno, "nvme_path '%s': %s", nvme_path, strerror(errno));
     dfd = dir_open_rank(parent, name, out, &existed, err, errlen);
     if (dfd < 0) {
         rc = dfd;
         goto out_close_parent;
     }
     if (!existed && fchmod(dfd, 0700) < 0) { /* whatever the umask took away, we need rwx */
-        rc = dir_fail(err, errlen, -errno, "%s: %s", out, strerror(errno));
+        rc = zs_swap_msg(err, errlen, -errno, "%s: %s", out, strerror(errno));
         goto out_close_dir;
     }
     rc = dir_check_private(dfd, out, err, errlen);

@@ -103,6 +103,17 @@ struct zs_config {
 int zs_config_parse(struct zs_config *cfg, const char *text, const char *source, int world_size,
                     const zs_auto_values *autov, char *err, size_t errlen);
 
+/* Bytes of optimizer state per parameter: Adam keeps m and v; SGD a momentum buffer when it has
+ * momentum; Lion its momentum; Adagrad its squared sum. */
+static inline uint64_t zs_config_state_bytes(const struct zs_config *c)
+{
+    if (c->optim.type == ZS_OPTIM_ADAM || c->optim.type == ZS_OPTIM_ADAMW)
+        return 8;
+    if (c->optim.type == ZS_OPTIM_SGD)
+        return c->optim.momentum != 0.0 ? 4 : 0;
+    return 4;
+}
+
 /* Reads a whole file into a malloc'd NUL-terminated string; 0 or -errno. */
 int zs_config_read_file(const char *path, char **text);
 

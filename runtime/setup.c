@@ -230,17 +230,6 @@ zs_status zs_param_info(const zs_ctx *ctx, int32_t param, const char **name, int
     return ZS_OK;
 }
 
-/* Bytes per parameter of optimizer state: Adam keeps m and v; SGD a momentum buffer if any; Lion and
- * Adagrad one array. */
-static uint64_t optim_bytes_per_param(const struct zs_config *c)
-{
-    if (c->optim.type == ZS_OPTIM_ADAM || c->optim.type == ZS_OPTIM_ADAMW)
-        return 8;
-    if (c->optim.type == ZS_OPTIM_SGD)
-        return c->optim.momentum != 0.0 ? 4 : 0;
-    return 4;
-}
-
 zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
 {
     uint64_t psi, n, k, p = 4, g = 4, f;
@@ -249,7 +238,7 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
         return zs_fail(ZS_ERR_INVALID, "zs_memory: NULL argument");
     psi = ctx->numel;
     n = (uint64_t)ctx->world;
-    k = optim_bytes_per_param(&ctx->cfg);
+    k = zs_config_state_bytes(&ctx->cfg);
     switch (ctx->cfg.zero.stage) {
     case 0: f = (p + g + k) * psi; break;
     case 1: f = (p + g) * psi + k * psi / n; break;
