@@ -22,6 +22,9 @@ extern const char bench_optimizer_usage[];
 /* Run under mpirun; calls MPI_Init and MPI_Finalize itself. */
 int bench_comm(int argc, char **argv);
 extern const char bench_comm_usage[];
+/* Writes, reads and removes files under --dir (default: the current directory); runs fio when on PATH. */
+int bench_swap(int argc, char **argv);
+extern const char bench_swap_usage[];
 
 /* Monotonic seconds. */
 double bench_now(void);
@@ -32,6 +35,9 @@ int bench_parse_count(const char *s, int64_t *out);
 int bench_parse_int(const char *s, int max, int *out);
 /* A finite number >= 0; 0 or -EINVAL. */
 int bench_parse_double(const char *s, double *out);
+/* Splits a comma-separated list and calls add(arg, item) for each item; 0, or -EINVAL when the list is
+ * empty, too long, or add refuses an item. */
+int bench_parse_list(void *arg, const char *v, int (*add)(void *arg, const char *item));
 
 /* For "--name V" and "--name=V": when argv[*i] is option name, sets *val to its value, advances *i past
  * it and returns 1; 0 when argv[*i] is another option; -EINVAL when the value is missing. */

@@ -124,23 +124,10 @@ static void fill_nan(float *dst, int64_t n) { for (int64_t i = 0; i < n; i++) ds
 
 // ---------------------------------------------------------------------------- arguments
 
-static int parse_list(struct comm_args *a, const char *v, int (*add)(struct comm_args *, const char *))
-{
-    char buf[512], *save, *tok;
-    int items = 0;
-
-    if (strlen(v) >= sizeof(buf))
-        return -EINVAL;
-    strcpy(buf, v);
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), items++)
-        if (add(a, tok))
-            return -EINVAL;
-    return items ? 0 : -EINVAL;
-}
-
 /* "64M", or "1K..256M" for every fourfold step from the first to at most the last. */
-static int add_size(struct comm_args *a, const char *tok)
+static int add_size(void *arg, const char *tok)
 {
+    struct comm_args *a = arg;
     const char *dots = strstr(tok, "..");
     size_t len = dots ? (size_t)(dots - tok) : strlen(tok);
     char lo[64];
@@ -170,16 +157,18 @@ static int append_once(int *list, int *n, int v)
     return 0;
 }
 
-static int add_op(struct comm_args *a, const char *tok)
+static int add_op(void *arg, const char *tok)
 {
+    struct comm_args *a = arg;
     for (int o = 0; o < OP_COUNT; o++)
         if (!strcmp(tok, op_names[o]))
             return append_once(a->ops, &a->nops, o);
     return -EINVAL;
 }
 
-static int add_impl(struct comm_args *a, const char *tok)
+static int add_impl(void *arg, const char *tok)
 {
+    struct comm_args *a = arg;
     static const char *const aliases[IMPL_COUNT] = {"shm", "zs-mpi", "mpi"};
 
     for (int m = 0; m < IMPL_COUNT; m++)
@@ -193,9 +182,9 @@ static const char *const option_names[] = {"--sizes", "--ops", "--impl", "--iter
 static int set_option(struct comm_args *a, int which, const char *v)
 {
     switch (which) {
-    case 0: a->nsizes = 0; return parse_list(a, v, add_size);
-    case 1: a->nops = 0; return parse_list(a, v, add_op);
-    case 2: a->nimpls = 0; return parse_list(a, v, add_impl);
+    case 0: a->nsizes = 0; return bench_parse_list(a, v, add_size);
+    case 1: a->nops = 0; return bench_parse_list(a, v, add_op);
+    case 2: a->nimpls = 0; return bench_parse_list(a, v, add_impl);
     case 3: return bench_parse_int(v, MAX_ITERS, &a->iters);
     case 4: if (!strcmp(v, "0")) { a->warmup = 0; return 0; } return bench_parse_int(v, 1000, &a->warmup);
     default: return bench_parse_double(v, &a->min_time);

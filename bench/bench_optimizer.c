@@ -183,30 +183,18 @@ static void init_chunk(void *arg, int64_t begin, int64_t end)
 // ---------------------------------------------------------------------------- arguments
 
 /* Calls add for each comma-separated item of v; -EINVAL when one is refused or v is empty. */
-static int parse_list(struct bench_args *a, const char *v, int (*add)(struct bench_args *, const char *))
+static int add_size(void *arg, const char *tok)
 {
-    char buf[512], *save, *tok;
-    int items = 0;
-
-    if (strlen(v) >= sizeof(buf))
-        return -EINVAL;
-    strcpy(buf, v);
-    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), items++)
-        if (add(a, tok))
-            return -EINVAL;
-    return items ? 0 : -EINVAL;
-}
-
-static int add_size(struct bench_args *a, const char *tok)
-{
+    struct bench_args *a = arg;
     if (a->nsizes == MAX_SIZES || bench_parse_count(tok, &a->sizes[a->nsizes]))
         return -EINVAL;
     a->nsizes++;
     return 0;
 }
 
-static int add_opt(struct bench_args *a, const char *tok)
+static int add_opt(void *arg, const char *tok)
 {
+    struct bench_args *a = arg;
     for (int o = 0; o < ZS_KOPT_COUNT && a->nopts < ZS_KOPT_COUNT; o++) {
         if (!strcmp(tok, zs_kopt_name((enum zs_kopt)o))) {
             a->opts[a->nopts++] = (enum zs_kopt)o;
@@ -216,8 +204,9 @@ static int add_opt(struct bench_args *a, const char *tok)
     return -EINVAL;
 }
 
-static int add_dtype(struct bench_args *a, const char *tok)
+static int add_dtype(void *arg, const char *tok)
 {
+    struct bench_args *a = arg;
     static const zs_dtype all[] = {ZS_DTYPE_FP32, ZS_DTYPE_BF16, ZS_DTYPE_FP16};
 
     for (int d = 0; d < 3 && a->ndtypes < 3; d++) {
@@ -247,9 +236,9 @@ static int set_option(struct bench_args *a, int which, const char *v)
     switch (which) {
     case 0: return bench_parse_int(v, 4096, &a->threads);
     case 1: return parse_path(a, v);
-    case 2: a->nsizes = 0; return parse_list(a, v, add_size);
-    case 3: a->nopts = 0; return parse_list(a, v, add_opt);
-    case 4: a->ndtypes = 0; return parse_list(a, v, add_dtype);
+    case 2: a->nsizes = 0; return bench_parse_list(a, v, add_size);
+    case 3: a->nopts = 0; return bench_parse_list(a, v, add_opt);
+    case 4: a->ndtypes = 0; return bench_parse_list(a, v, add_dtype);
     case 5: return bench_parse_int(v, MAX_REPS, &a->reps);
     default: return bench_parse_double(v, &a->min_time);
     }

@@ -10,14 +10,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench.h" /* defines: struct bench_cmd, bench_optimizer, bench_comm */
+#include "bench.h" /* defines: struct bench_cmd, bench_optimizer, bench_comm, bench_swap */
 
-/* A later issue adds "swap" here. */
 static const struct bench_cmd commands[] = {
     {"optimizer", bench_optimizer, "optimizer kernels per optimizer, dtype and size against a STREAM triad",
      bench_optimizer_usage},
     {"comm", bench_comm, "reduce-scatter, all-gather, all-reduce: ZeroShard's collectives against plain MPI",
      bench_comm_usage},
+    {"swap", bench_swap, "NVMe swapper write/read bandwidth against fio, and the optimizer step with state on disk",
+     bench_swap_usage},
 };
 
 #define NCOMMANDS ((int)(sizeof(commands) / sizeof(commands[0])))
@@ -71,6 +72,20 @@ int bench_parse_int(const char *s, int max, int *out)
         return -EINVAL;
     *out = (int)v;
     return 0;
+}
+
+int bench_parse_list(void *arg, const char *v, int (*add)(void *arg, const char *item))
+{
+    char buf[512], *save, *tok;
+    int items = 0;
+
+    if (strlen(v) >= sizeof(buf))
+        return -EINVAL;
+    strcpy(buf, v);
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), items++)
+        if (add(arg, tok))
+            return -EINVAL;
+    return items ? 0 : -EINVAL;
 }
 
 int bench_parse_double(const char *s, double *out)
