@@ -452,12 +452,19 @@ static uint64_t group_bytes(const struct step_run *r, int32_t g, uint64_t block)
     return align_up(2 * align_up((uint64_t)group_len(r, g) * 4, 4096), block);
 }
 
+/* As offload/nvme_optim.c does: the kernel runs in 1M-element chunks with a look at the disk between
+ * them, so the swapper keeps issuing the queued reads and writes while the kernel computes. */
 static void step_kernel(const struct step_run *r, int32_t g, float *s1, float *s2)
 {
-    int64_t begin = (int64_t)g * r->group;
-    struct kernel_arg k = {r, {r->param + begin, r->grad + begin, NULL, s1, s2}};
+    int64_t begin = (int64_t)g * r->group, len = group_len(r, g);
 
-    zs_pool_run(r->pool, kernel_chunk, &k, group_len(r, g));
+    for (int64_t c = 0; c < len; c += 1 << 20) {
+        int64_t n = len - c < (1 << 20) ? len - c : (1 << 20);
+        struct kernel_arg k = {r, {r->param + begin + c, r->grad + begin + c, NULL, s1 + c, s2 + c}};
+        zs_pool_run(r->pool, kernel_chunk, &k, n);
+        if (r->sw)
+            zs_swap_progress(r->sw);
+    }
 }
 
 static double step_in_memory(const struct step_run *r)

@@ -171,15 +171,26 @@ const char *zs_nvme_optim_describe(const struct zs_nvme_optim *n)
     return n->desc;
 }
 
-static void run_group(struct zs_ctx *ctx, struct zs_nvme_optim *n, int32_t g, zs_unit_state_fn fn, void *arg)
+/* Elements the kernel runs between two looks at the disk: small enough that the swapper issues the next
+ * I/Os long before the queue drains, large enough that the pool's threads stay busy. */
+#define ZS_STEP_CHUNK (1 << 20)
+
+static zs_status run_group(struct zs_ctx *ctx, struct zs_nvme_optim *n, int32_t g, zs_unit_state_fn fn, void *arg)
 {
     char *base = n->slot[g % ZS_SLOTS];
 
     for (int32_t u = n->first[g]; u < n->first[g + 1]; u++) {
         float *s1 = (float *)(base + (n->unit_off[u] - n->group_off[g]));
         float *s2 = (float *)((char *)s1 + n->unit_state[u]);
-        fn(ctx, u, s1, s2, arg);
+        int64_t len = ctx->units[u].part.shard;
+        for (int64_t b = 0; b < len; b += ZS_STEP_CHUNK) {
+            fn(ctx, u, s1, s2, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, arg);
+            int rc = zs_swap_progress(n->swap);
+            if (rc)
+                return io_fail(n, rc, "optimizer step");
+        }
     }
+    return ZS_OK;
 }
 
 zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_unit_state_fn fn, void *arg)
@@ -203,10 +214,12 @@ zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_uni
             if (rc)
                 break;
         }
-        run_group(ctx, n, g, fn, arg);
+        st = run_group(ctx, n, g, fn, arg);
+        if (st)
+            break;
         rc = zs_swap_write(n->swap, n->group_off[g], n->slot[s], n->group_bytes[g], &wr[s]);
     }
-    if (rc)
+    if (rc && !st)
         st = io_fail(n, rc, "optimizer step");
     rc = zs_swap_wait_all(n->swap); /* nothing stays in flight, whatever happened */
     if (rc && !st)

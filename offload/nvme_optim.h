@@ -19,8 +19,10 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
 void zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet);
 const char *zs_nvme_optim_describe(const struct zs_nvme_optim *n);
 
-/* Runs fn(ctx, unit, s1, s2, arg) for every unit with its state paged in, pipelined with the I/O. */
-typedef void (*zs_unit_state_fn)(struct zs_ctx *ctx, int32_t unit, float *s1, float *s2, void *arg);
+/* Runs fn over every unit's owned elements [begin, end), in chunks, with its state paged in (s1, s2 point
+ * at the unit's element 0), pipelined with the I/O. */
+typedef void (*zs_unit_state_fn)(struct zs_ctx *ctx, int32_t unit, float *s1, float *s2, int64_t begin,
+                                 int64_t end, void *arg);
 zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_unit_state_fn fn, void *arg);
 
 #endif /* ZS_NVME_OPTIM_H */

@@ -36,7 +36,11 @@ struct io_rec {
 
 struct xfer {
     uint64_t id;
-    uint32_t pending; /* I/Os not completed yet */
+    uint32_t pending; /* I/Os issued and not completed yet */
+    char *buf;        /* the whole transfer; I/Os are issued from it as records come free */
+    uint64_t off;
+    size_t bytes, issued;
+    bool write;
     bool active;      /* issued and not yet waited on */
     int err;          /* the first failure; the others of the transfer add nothing the caller can use */
     char *msg;
@@ -219,6 +223,8 @@ static void io_complete(struct zs_swap *s, struct io_rec *r, int res)
 
 /* Completes what is ready; with wait, first blocks until something is. Injected failures complete
  * first, without entering the kernel. */
+static void pump(struct zs_swap *s);
+
 static int swap_reap(struct zs_swap *s, bool wait)
 {
     struct io_uring_cqe *cqe;
@@ -251,6 +257,7 @@ static int swap_reap(struct zs_swap *s, bool wait)
         n++;
     }
     io_uring_cq_advance(&s->ring, n);
+    pump(s); /* records came free: issue the next I/Os of the transfers still queued */
     /* resubmissions prepared above go out now, not whenever the caller next enters the swapper */
     return io_uring_sq_ready(&s->ring) ? ring_enter(s, 0) : 0;
 }
@@ -325,28 +332,40 @@ static int xfer_check(struct zs_swap *s, bool write, uint64_t off, const void *b
     return write ? blk_reserve(s, off + bytes) : blk_check_read(s, off, bytes);
 }
 
-static int rec_get(struct zs_swap *s, struct io_rec **out)
+/* Issues I/Os of queued transfers, oldest first, while records are free; never waits. Transfers larger
+ * than queue_depth blocks thus keep the disk busy across calls (each reap issues more) instead of
+ * blocking the caller until the tail of a transfer is in flight. */
+static void pump(struct zs_swap *s)
 {
-    int rc;
+    uint64_t lo = s->next_ticket > SWAP_TICKETS ? s->next_ticket - SWAP_TICKETS : 1;
 
-    while (!s->free_recs) {
-        rc = swap_reap(s, true);
-        if (rc)
-            return rc;
+    for (uint64_t t = lo; t < s->next_ticket && s->free_recs && !s->broken; t++) {
+        struct xfer *x = &s->xfers[t % SWAP_TICKETS];
+        if (!x->active || x->id != t)
+            continue;
+        while (x->issued < x->bytes && s->free_recs) {
+            uint32_t len = x->bytes - x->issued < s->block_size ? (uint32_t)(x->bytes - x->issued) : s->block_size;
+            struct io_rec *r = s->free_recs;
+            s->free_recs = r->next;
+            s->inflight++;
+            *r = (struct io_rec){.ticket = t, .off0 = x->off + x->issued, .off = x->off + x->issued,
+                                 .buf0 = x->buf + x->issued, .buf = x->buf + x->issued, .len0 = len, .len = len,
+                                 .write = x->write};
+            if (x->write && s->verify)
+                s->blocks[r->off0 / s->block_size] = (struct blk){zs_crc32c(0, r->buf0, len), len};
+            x->pending++;
+            x->issued += len;
+            io_issue(s, r);
+        }
     }
-    *out = s->free_recs;
-    s->free_recs = (*out)->next;
-    s->inflight++;
-    return 0;
 }
 
-/* Queues every I/O of the transfer. The only failure past the checks is a broken ring, after which
- * nothing can be reaped; the kernel finishes or cancels what it holds when the ring is closed. */
+/* Queues the transfer and issues as much of it as the free records allow. The only failure past the
+ * checks is a broken ring, after which nothing can be reaped; the kernel finishes or cancels what it
+ * holds when the ring is closed. */
 static int swap_xfer(struct zs_swap *s, bool write, uint64_t off, char *buf, size_t bytes, uint64_t *ticket)
 {
-    struct io_rec *r;
     struct xfer *x;
-    uint32_t len;
     uint64_t id;
     int rc;
 
@@ -356,24 +375,18 @@ static int swap_xfer(struct zs_swap *s, bool write, uint64_t off, char *buf, siz
         return rc;
     id = s->next_ticket++;
     x = &s->xfers[id % SWAP_TICKETS];
-    *x = (struct xfer){.id = id, .active = true};
-    for (size_t done = 0; done < bytes; done += len) {
-        len = bytes - done < s->block_size ? (uint32_t)(bytes - done) : s->block_size;
-        rc = rec_get(s, &r);
-        if (rc)
-            return rc;
-        *r = (struct io_rec){.ticket = id, .off0 = off + done, .off = off + done, .buf0 = buf + done,
-                             .buf = buf + done, .len0 = len, .len = len, .write = write};
-        if (write && s->verify)
-            s->blocks[r->off0 / s->block_size] = (struct blk){zs_crc32c(0, r->buf0, len), len};
-        x->pending++;
-        io_issue(s, r);
-    }
-    rc = ring_enter(s, 0);
+    *x = (struct xfer){.id = id, .active = true, .buf = buf, .off = off, .bytes = bytes, .write = write};
+    pump(s);
+    rc = io_uring_sq_ready(&s->ring) ? ring_enter(s, 0) : 0;
     if (rc)
         return rc;
     *ticket = id;
     return 0;
+}
+
+int zs_swap_progress(struct zs_swap *s)
+{
+    return swap_reap(s, false);
 }
 
 int zs_swap_write(struct zs_swap *s, uint64_t off, const void *buf, size_t bytes, uint64_t *ticket)
@@ -395,7 +408,10 @@ int zs_swap_wait(struct zs_swap *s, uint64_t ticket)
     if (!ticket || !x->active || x->id != ticket)
         return swap_fail(s, -EINVAL, "%s: ticket %llu: no such transfer outstanding (never issued, or already "
                          "waited on)", s->path, (unsigned long long)ticket);
-    while (x->pending) {
+    for (;;) {
+        pump(s);
+        if (!x->pending && x->issued >= x->bytes)
+            break;
         rc = swap_reap(s, true);
         if (rc)
             return rc;

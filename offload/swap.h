@@ -54,14 +54,17 @@ bool zs_swap_direct(const struct zs_swap *s);     /* O_DIRECT in effect */
 
 /* Asynchronous transfers between memory and the file at byte offset off. buf, off and bytes must be
  * multiples of 4096 (the caller pads). A transfer is split into block_size I/Os; at most queue_depth are
- * in flight across all transfers: the call returns once every I/O is queued, reaping completions (of
- * any transfer) while the queue is full. *ticket (never 0) identifies the transfer for zs_swap_wait;
+ * in flight across all transfers: the call issues what fits and returns at once; the rest is issued as
+ * completions free records (in zs_swap_progress, zs_swap_wait, or any later call). *ticket (never 0) identifies the transfer for zs_swap_wait;
  * up to 1024 transfers may be outstanding (-EBUSY beyond). With verify, off must be a multiple of
  * block_size; a write records each block's CRC32C when it is queued, and a read must cover each block
  * exactly as it was last written (a block never written, or whose last write failed, is -EIO at
  * submission). Waiting for a write before reading the same blocks is the caller's job. */
 int zs_swap_write(struct zs_swap *s, uint64_t off, const void *buf, size_t bytes, uint64_t *ticket);
 int zs_swap_read(struct zs_swap *s, uint64_t off, void *buf, size_t bytes, uint64_t *ticket);
+/* Reaps whatever has completed and issues more of the queued transfers, without waiting: call it now
+ * and then while computing, so the disk stays busy. 0 or -errno (a broken ring). */
+int zs_swap_progress(struct zs_swap *s);
 /* Waits until the transfer is complete (0) or failed (-errno, message in zs_swap_error). A read whose
  * block checksum does not match fails with -EBADMSG naming file and offset. A failed transfer has still
  * finished all its I/Os; the swapper stays usable. Each ticket is waited for once (-EINVAL after). */

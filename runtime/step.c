@@ -92,17 +92,20 @@ static void optim_chunk(void *arg, int64_t begin, int64_t end)
     j->fn(j->step, &j->bufs, begin, end);
 }
 
-static void optim_unit(struct zs_ctx *ctx, int32_t u, float *s1, float *s2, void *arg)
+/* Elements [begin, end) of what this rank owns of unit u; s1, s2 point at the unit's element 0. */
+static void optim_range(struct zs_ctx *ctx, int32_t u, float *s1, float *s2, int64_t begin, int64_t end, void *arg)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t n;
     struct optim_job job = { .fn = ctx->kernel, .step = arg };
+    float *p = zs_unit_master(ctx, u, &n);
+    const float *g = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
 
-    job.bufs.param = zs_unit_master(ctx, u, &n);
-    job.bufs.grad = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
-    job.bufs.s1 = s1;
-    job.bufs.s2 = s2;
-    zs_pool_run(ctx->pool, optim_chunk, &job, n);
+    job.bufs.param = p + begin;
+    job.bufs.grad = g + begin;
+    job.bufs.s1 = s1 ? s1 + begin : NULL;
+    job.bufs.s2 = s2 ? s2 + begin : NULL;
+    zs_pool_run(ctx->pool, optim_chunk, &job, end - begin);
 }
 
 /* Each unit's owned range goes through the pool: threads split it in aligned chunks, and the kernel is
@@ -114,9 +117,12 @@ static zs_status run_optimizer(struct zs_ctx *ctx, double lr, float coef)
 
     step_scalars(ctx, lr, coef, &s);
     if (ctx->nvme)
-        return zs_nvme_optim_step(ctx, ctx->nvme, optim_unit, &s);
-    for (int32_t u = 0; u < ctx->nunits; u++)
-        optim_unit(ctx, u, ctx->units[u].m, ctx->units[u].v, &s);
+        return zs_nvme_optim_step(ctx, ctx->nvme, optim_range, &s);
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        int64_t n;
+        zs_unit_master(ctx, u, &n);
+        optim_range(ctx, u, ctx->units[u].m, ctx->units[u].v, 0, n, &s);
+    }
     return ZS_OK;
 }
 
