@@ -4,6 +4,7 @@
 #define ZS_BENCH_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Exit statuses: 0 success, 1 a run that failed, 2 a usage error. */
@@ -42,6 +43,12 @@ int bench_parse_list(void *arg, const char *v, int (*add)(void *arg, const char 
 /* For "--name V" and "--name=V": when argv[*i] is option name, sets *val to its value, advances *i past
  * it and returns 1; 0 when argv[*i] is another option; -EINVAL when the value is missing. */
 int bench_opt_value(int argc, char **argv, int *i, const char *name, const char **val);
+/* Walks argv[2..] for one subcommand: "--name value" options from names go to set(arg, index, value),
+ * value-less flags to flag(arg, option) (may be NULL; returns true when it took the option). Returns
+ * BENCH_OK, BENCH_USAGE after a one-line complaint (when loud), or -1 for -h/--help. */
+int bench_parse_options(const char *cmd, int argc, char **argv, const char *const *names, int nnames,
+                        int (*set)(void *arg, int which, const char *v), bool (*flag)(void *arg, const char *opt),
+                        void *arg, bool loud);
 
 /* The command line as one string for the header line; truncated to fit. */
 void bench_cmdline(int argc, char **argv, char *buf, size_t len);

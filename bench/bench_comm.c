@@ -179,8 +179,9 @@ static int add_impl(void *arg, const char *tok)
 
 static const char *const option_names[] = {"--sizes", "--ops", "--impl", "--iters", "--warmup", "--min-time"};
 
-static int set_option(struct comm_args *a, int which, const char *v)
+static int set_option(void *arg, int which, const char *v)
 {
+    struct comm_args *a = arg;
     switch (which) {
     case 0: a->nsizes = 0; return bench_parse_list(a, v, add_size);
     case 1: a->nops = 0; return bench_parse_list(a, v, add_op);
@@ -211,27 +212,7 @@ static int parse_args(struct comm_args *a, int argc, char **argv, bool loud)
     const int nnames = (int)(sizeof(option_names) / sizeof(option_names[0]));
 
     args_default(a);
-    for (int i = 2; i < argc; i++) {
-        const char *v = NULL, *arg = argv[i];
-        int which = 0, rc = 0;
-
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help"))
-            return -1;
-        for (; which < nnames; which++)
-            if ((rc = bench_opt_value(argc, argv, &i, option_names[which], &v)))
-                break;
-        if (which == nnames) {
-            if (loud)
-                fprintf(stderr, "zs-bench comm: unknown option '%s'\n", arg);
-            return BENCH_USAGE;
-        }
-        if (rc < 0 || set_option(a, which, v)) {
-            if (loud)
-                fprintf(stderr, "zs-bench comm: bad value for %s: '%s'\n", option_names[which], v ? v : "");
-            return BENCH_USAGE;
-        }
-    }
-    return BENCH_OK;
+    return bench_parse_options("comm", argc, argv, option_names, nnames, set_option, NULL, a, loud);
 }
 
 // ---------------------------------------------------------------------------- one collective

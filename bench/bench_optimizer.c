@@ -231,8 +231,9 @@ static int parse_path(struct bench_args *a, const char *v)
 static const char *const option_names[] = {"--threads", "--path",  "--sizes",   "--opt",
                                            "--dtype",   "--reps",  "--min-time"};
 
-static int set_option(struct bench_args *a, int which, const char *v)
+static int set_option(void *arg, int which, const char *v)
 {
+    struct bench_args *a = arg;
     switch (which) {
     case 0: return bench_parse_int(v, 4096, &a->threads);
     case 1: return parse_path(a, v);
@@ -270,25 +271,7 @@ static int parse_args(struct bench_args *a, int argc, char **argv)
     const int nnames = (int)(sizeof(option_names) / sizeof(option_names[0]));
 
     args_default(a);
-    for (int i = 2; i < argc; i++) {
-        const char *v = NULL, *arg = argv[i];
-        int which = 0, rc = 0;
-
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help"))
-            return -1;
-        for (; which < nnames; which++)
-            if ((rc = bench_opt_value(argc, argv, &i, option_names[which], &v)))
-                break;
-        if (which == nnames) {
-            fprintf(stderr, "zs-bench optimizer: unknown option '%s'\n", arg);
-            return BENCH_USAGE;
-        }
-        if (rc < 0 || set_option(a, which, v)) {
-            fprintf(stderr, "zs-bench optimizer: bad value for %s: '%s'\n", option_names[which], v ? v : "");
-            return BENCH_USAGE;
-        }
-    }
-    return BENCH_OK;
+    return bench_parse_options("optimizer", argc, argv, option_names, nnames, set_option, NULL, a, true);
 }
 
 // ---------------------------------------------------------------------------- arrays

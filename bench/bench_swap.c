@@ -75,8 +75,9 @@ static int parse_onoff(const char *v, bool *out)
     return 0;
 }
 
-static int set_option(struct swap_args *a, int which, const char *v)
+static int set_option(void *arg, int which, const char *v)
 {
+    struct swap_args *a = arg;
     switch (which) {
     case 0: a->dir = v; return *v ? 0 : -EINVAL;
     case 1: return bench_parse_count(v, &a->size);
@@ -89,13 +90,15 @@ static int set_option(struct swap_args *a, int which, const char *v)
     }
 }
 
-static bool set_flag(struct swap_args *a, const char *arg)
+static bool set_flag(void *argp, const char *opt)
 {
-    if (!strcmp(arg, "--no-fio"))
+    struct swap_args *a = argp;
+
+    if (!strcmp(opt, "--no-fio"))
         a->fio = false;
-    else if (!strcmp(arg, "--require-fio"))
+    else if (!strcmp(opt, "--require-fio"))
         a->require_fio = true;
-    else if (!strcmp(arg, "--no-step"))
+    else if (!strcmp(opt, "--no-step"))
         a->step = false;
     else
         return false;
@@ -126,27 +129,8 @@ static int parse_args(struct swap_args *a, int argc, char **argv)
     *a = (struct swap_args){.dir = ".", .size = (int64_t)2 << 30, .block_size = 1 << 20, .queue_depth = 16,
                             .reps = 2, .verify = true, .fio = true, .step = true,
                             .step_n = (int64_t)128 << 20, .step_group = (int64_t)16 << 20};
-    for (int i = 2; i < argc; i++) {
-        const char *v = NULL, *arg = argv[i];
-        int which = 0, rc = 0;
-
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help"))
-            return -1;
-        if (set_flag(a, arg))
-            continue;
-        for (; which < nnames; which++)
-            if ((rc = bench_opt_value(argc, argv, &i, option_names[which], &v)))
-                break;
-        if (which == nnames) {
-            fprintf(stderr, "zs-bench swap: unknown option '%s'\n", arg);
-            return BENCH_USAGE;
-        }
-        if (rc < 0 || set_option(a, which, v)) {
-            fprintf(stderr, "zs-bench swap: bad value for %s: '%s'\n", option_names[which], v ? v : "");
-            return BENCH_USAGE;
-        }
-    }
-    return check_args(a);
+    int rc = bench_parse_options("swap", argc, argv, option_names, nnames, set_option, set_flag, a, true);
+    return rc ? rc : check_args(a);
 }
 
 // ---------------------------------------------------------------------------- helpers

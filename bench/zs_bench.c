@@ -101,6 +101,35 @@ int bench_parse_double(const char *s, double *out)
     return 0;
 }
 
+int bench_parse_options(const char *cmd, int argc, char **argv, const char *const *names, int nnames,
+                        int (*set)(void *arg, int which, const char *v), bool (*flag)(void *arg, const char *opt),
+                        void *arg, bool loud)
+{
+    for (int i = 2; i < argc; i++) {
+        const char *v = NULL, *opt = argv[i];
+        int which = 0, rc = 0;
+
+        if (!strcmp(opt, "-h") || !strcmp(opt, "--help"))
+            return -1;
+        if (flag && flag(arg, opt))
+            continue;
+        for (; which < nnames; which++)
+            if ((rc = bench_opt_value(argc, argv, &i, names[which], &v)))
+                break;
+        if (which == nnames) {
+            if (loud)
+                fprintf(stderr, "zs-bench %s: unknown option '%s'\n", cmd, opt);
+            return BENCH_USAGE;
+        }
+        if (rc < 0 || set(arg, which, v)) {
+            if (loud)
+                fprintf(stderr, "zs-bench %s: bad value for %s: '%s'\n", cmd, names[which], v ? v : "");
+            return BENCH_USAGE;
+        }
+    }
+    return BENCH_OK;
+}
+
 int bench_opt_value(int argc, char **argv, int *i, const char *name, const char **val)
 {
     const char *a = argv[*i];
