@@ -19,6 +19,19 @@ static int zs_test_pass, zs_test_fail;
         }                                                                                       \
     } while (0)
 
+/* One named case: "ok - name", or "FAIL - name: why" when why is set. */
+static inline void zs_test_report(const char *name, const char *why)
+{
+    if (why) {
+        printf("FAIL - %s: %s\n", name, why);
+        zs_test_fail++;
+    } else {
+        printf("ok - %s\n", name);
+        zs_test_pass++;
+    }
+    fflush(stdout);
+}
+
 static inline int zs_test_summary(const char *name)
 {
     printf("%s: %d passed, %d failed\n", name, zs_test_pass, zs_test_fail);

@@ -6,23 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "check.h"  /* defines: zs_test_report and the pass/fail counters */
 #include <fcntl.h>
 #include <unistd.h>
 
 #include "config.h"  /* defines: zs_config_parse, zs_config_read_file */
 
-static int n_passed, n_failed;
-
-static void report(const char *name, const char *why)
-{
-    if (why) {
-        printf("FAIL - %s: %s\n", name, why);
-        n_failed++;
-    } else {
-        printf("ok - %s\n", name);
-        n_passed++;
-    }
-}
 
 /* Tests write JSON with single quotes to stay readable; this turns them into double quotes. */
 static char *dq(const char *s)
@@ -290,7 +280,7 @@ static void run_err_case(const struct err_case *c)
         snprintf(why, sizeof(why), "message spans lines");
     else
         why[0] = '\0';
-    report(c->name, why[0] ? why : NULL);
+    zs_test_report(c->name, why[0] ? why : NULL);
 }
 
 /* ---------------------------------------------------------------- resolutions */
@@ -790,8 +780,8 @@ int main(void)
         run_err_case(&err_cases[i]);
     for (size_t i = 0; i < sizeof(ok_cases) / sizeof(ok_cases[0]); i++) {
         why[0] = '\0';
-        report(ok_cases[i].name, ok_cases[i].fn() ? NULL : why);
+        zs_test_report(ok_cases[i].name, ok_cases[i].fn() ? NULL : why);
     }
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed > 0;
+    printf("%d passed, %d failed\n", zs_test_pass, zs_test_fail);
+    return zs_test_fail > 0;
 }

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <sched.h>
 #include <string.h>
+
+#include "check.h"  /* defines: zs_test_report and the pass/fail counters */
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -25,22 +27,9 @@
 #define MiB (1024u * 1024u)
 #define TMPFS_MAGIC_NUMBER 0x01021994
 
-static int n_passed, n_failed;
 static char why_buf[2048];
 static char disk_root[PATH_MAX], shm_root[PATH_MAX], rank_dir[PATH_MAX];
 static int file_seq;
-
-static void report(const char *name, const char *why)
-{
-    if (why) {
-        printf("FAIL - %s: %s\n", name, why);
-        n_failed++;
-    } else {
-        printf("ok - %s\n", name);
-        n_passed++;
-    }
-    fflush(stdout);
-}
 
 static const char *why(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static const char *why(const char *fmt, ...)
@@ -802,32 +791,32 @@ int main(void)
     if (setup())
         return 1;
     skip_without_io_uring();
-    report("crc32c known answer and continuation", test_crc_known());
-    report("crc32c instruction equals table equals bitwise", test_crc_fast_vs_table());
-    report("run directory created 0700 with owner pid, removed", test_dir_create_remove());
-    report("stale run directory of a dead pid cleared", test_dir_stale());
-    report("run directory of a live pid refused with -EBUSY", test_dir_live_owner());
-    report("symlink at the run directory refused, not followed", test_dir_symlink());
-    report("group-writable run directory or a file in its place refused", test_dir_not_private());
-    report("missing or non-directory nvme_path named in the error", test_dir_missing());
-    report("unwritable nvme_path refused", test_dir_unwritable());
-    report("64 MiB round trip on disk, verify, out-of-order waits", test_round_trip(NULL, 64 * MiB, true, -1, "disk"));
-    report("64 MiB round trip on disk, no verify", test_round_trip(NULL, 64 * MiB, false, -1, "disk"));
+    zs_test_report("crc32c known answer and continuation", test_crc_known());
+    zs_test_report("crc32c instruction equals table equals bitwise", test_crc_fast_vs_table());
+    zs_test_report("run directory created 0700 with owner pid, removed", test_dir_create_remove());
+    zs_test_report("stale run directory of a dead pid cleared", test_dir_stale());
+    zs_test_report("run directory of a live pid refused with -EBUSY", test_dir_live_owner());
+    zs_test_report("symlink at the run directory refused, not followed", test_dir_symlink());
+    zs_test_report("group-writable run directory or a file in its place refused", test_dir_not_private());
+    zs_test_report("missing or non-directory nvme_path named in the error", test_dir_missing());
+    zs_test_report("unwritable nvme_path refused", test_dir_unwritable());
+    zs_test_report("64 MiB round trip on disk, verify, out-of-order waits", test_round_trip(NULL, 64 * MiB, true, -1, "disk"));
+    zs_test_report("64 MiB round trip on disk, no verify", test_round_trip(NULL, 64 * MiB, false, -1, "disk"));
     if (shm_root[0])
-        report("8 MiB round trip on tmpfs", test_round_trip(shm_root, 8 * MiB, true, -1, "tmpfs"));
+        zs_test_report("8 MiB round trip on tmpfs", test_round_trip(shm_root, 8 * MiB, true, -1, "tmpfs"));
     else
         printf("# no tmpfs at /dev/shm: the tmpfs round trip is skipped\n");
-    report("buffered fallback where the filesystem refuses O_DIRECT (ramfs)", test_buffered_fallback());
-    report("registered 64 MiB region (or reported fallback)", test_registered());
-    report("short read resubmitted, end of file is -EIO", test_short_and_eof());
-    report("corrupted block is -EBADMSG naming its offset", test_checksum());
-    report("injected ENOSPC/EIO reported, swapper usable after", test_faults());
-    report("bad arguments refused with messages", test_refusals());
-    report("ticket table full is -EBUSY; close waits", test_ticket_table());
+    zs_test_report("buffered fallback where the filesystem refuses O_DIRECT (ramfs)", test_buffered_fallback());
+    zs_test_report("registered 64 MiB region (or reported fallback)", test_registered());
+    zs_test_report("short read resubmitted, end of file is -EIO", test_short_and_eof());
+    zs_test_report("corrupted block is -EBADMSG naming its offset", test_checksum());
+    zs_test_report("injected ENOSPC/EIO reported, swapper usable after", test_faults());
+    zs_test_report("bad arguments refused with messages", test_refusals());
+    zs_test_report("ticket table full is -EBUSY; close waits", test_ticket_table());
     zs_swap_dir_remove(rank_dir);
     rm_tree(disk_root);
     if (shm_root[0])
         rm_tree(shm_root);
-    printf("%d passed, %d failed\n", n_passed, n_failed);
-    return n_failed ? 1 : 0;
+    printf("%d passed, %d failed\n", zs_test_pass, zs_test_fail);
+    return zs_test_fail ? 1 : 0;
 }
