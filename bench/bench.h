@@ -26,6 +26,9 @@ extern const char bench_comm_usage[];
 /* Writes, reads and removes files under --dir (default: the current directory); runs fio when on PATH. */
 int bench_swap(int argc, char **argv);
 extern const char bench_swap_usage[];
+/* Run under mpirun; initialises MPI with MPI_THREAD_SERIALIZED (the progress thread). */
+int bench_overlap(int argc, char **argv);
+extern const char bench_overlap_usage[];
 
 /* Monotonic seconds. */
 double bench_now(void);
