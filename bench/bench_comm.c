@@ -495,6 +495,53 @@ static void print_summary(const struct bench *b)
     }
 }
 
+/* The memory roofline of an all-reduce: every rank must read the whole array once (its chunk from every
+ * rank) and write it once (its reduced chunk to every rank), the traffic of one memcpy of the array.
+ * Timed the same way (every rank at once, slowest rank), so a reader can tell how close to the memory
+ * the collective runs, whatever MPI does that minute. Returns seconds (median of 7), or 0. */
+static double memcpy_reference(const struct bench *b, int64_t bytes)
+{
+    char *src = bench_alloc((size_t)bytes), *dst = bench_alloc((size_t)bytes);
+    double t[7], tmax = 0;
+    int ok = src && dst, all_ok = 0;
+
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all_ok) {
+        memset(src, 1, (size_t)bytes);
+        memset(dst, 2, (size_t)bytes);
+        for (int i = 0; i < 7; i++) {
+            double t0;
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = bench_now();
+            memcpy(dst, src, (size_t)bytes);
+            t0 = bench_now() - t0;
+            MPI_Allreduce(&t0, &t[i], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        }
+        for (int i = 1; i < 7; i++) /* insertion sort: seven values */
+            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+                double x = t[j];
+                t[j] = t[j - 1];
+                t[j - 1] = x;
+            }
+        tmax = t[3];
+    }
+    bench_free(src);
+    bench_free(dst);
+    (void)b;
+    return tmax;
+}
+
+static void print_roofline(const struct bench *b)
+{
+    const struct row *z = find_row(b, OP_AR, IMPL_ZS, SIZE_64M);
+    double t = z ? memcpy_reference(b, z->bytes) : 0;
+
+    if (b->rank == 0 && t > 0)
+        printf("all_reduce 64MB memory reference: memcpy of the array on every rank at once %.0f us "
+               "(the least traffic an all-reduce moves per rank); zeroshard %.0f us = %.2fx that\n",
+               t * 1e6, z->t_avg * 1e6, z->t_avg / t);
+}
+
 // ---------------------------------------------------------------------------- driver
 
 /* BENCH_OK, or BENCH_FAIL when this size was skipped for want of memory. */
@@ -586,6 +633,9 @@ static int bench_run(struct bench *b, int argc, char **argv)
         for (int i = 0; i < b->nrows; i++)
             print_json(&b->rows[i], b->size);
         print_summary(b);
+    }
+    print_roofline(b);
+    if (b->rank == 0) {
         if (wrong)
             fprintf(stderr, "zs-bench comm: %lld wrong elements in all\n", wrong);
     }
