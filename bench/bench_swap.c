@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "bench.h"   /* defines: bench_now, bench_parse_*, bench_opt_value, bench_cmdline */
@@ -138,11 +139,16 @@ static int parse_args(struct swap_args *a, int argc, char **argv)
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 /* O_DIRECT wants page-aligned buffers; bench_alloc only gives cache lines. NULL on failure; free(). */
+/* 2 MiB-aligned and asked for transparent huge pages, as the runtime's host pool is (offload/host_pool.c):
+ * a direct I/O then carries one segment per huge page instead of one per 4 KiB page. */
 static void *page_alloc(size_t bytes)
 {
     void *p = NULL;
 
-    return posix_memalign(&p, 4096, bytes) ? NULL : p;
+    if (posix_memalign(&p, 2u << 20, bytes))
+        return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
 }
 
 static bool fits_in_memory(double bytes)

@@ -27,9 +27,12 @@ struct layer {
     int64_t in, out;
 };
 
+struct init_spec;
+
 struct model {
     int nlayers;
     struct layer *l;
+    struct init_spec *init; /* per layer, read by zs_setup */
     int64_t max_width;
 };
 
@@ -76,49 +79,53 @@ static int die(const zs_ctx *ctx, const char *what, zs_status st)
     return st ? (int)st : 1;
 }
 
-/* Initial values must stay valid until zs_setup, which broadcasts rank 0's. */
+/* Initial values by element: He-uniform weights from a counter-based generator, zero biases. ZeroShard
+ * asks each rank for just the elements it stores, so no rank ever holds the whole model. */
+struct init_spec {
+    uint64_t seed;
+    int layer;
+    float scale; /* 0: a bias */
+};
+
+static void init_values(void *arg, int32_t param, int64_t first, int64_t count, float *dst)
+{
+    const struct init_spec *sp = arg;
+
+    (void)param;
+    for (int64_t k = 0; k < count; k++)
+        dst[k] = sp->scale == 0.0f ? 0.0f
+                                   : sp->scale * unif(sp->seed ^ 0x5eedULL, (uint64_t)sp->layer, (uint64_t)(first + k));
+}
+
 static zs_status build_model(zs_ctx *ctx, const struct opts *o, struct model *m)
 {
     zs_status st = ZS_OK;
-    float **init;
 
     m->nlayers = (int)o->layers + 1;
     m->l = calloc((size_t)m->nlayers, sizeof(*m->l));
-    init = calloc(2 * (size_t)m->nlayers, sizeof(float *));
-    if (!m->l || !init) {
-        free(init);
+    m->init = calloc((size_t)m->nlayers, sizeof(*m->init));
+    if (!m->l || !m->init)
         return ZS_ERR_NOMEM;
-    }
     m->max_width = o->hidden > IN_DIM ? o->hidden : IN_DIM;
     for (int i = 0; i < m->nlayers && !st; i++) {
         struct layer *L = &m->l[i];
+        static struct init_spec zero_bias;
         char name[64];
 
         L->in = i == 0 ? IN_DIM : o->hidden;
         L->out = i == m->nlayers - 1 ? CLASSES : o->hidden;
-        float *w = init[2 * i] = malloc((size_t)(L->in * L->out) * sizeof(float));
-        float *b = init[2 * i + 1] = calloc((size_t)L->out, sizeof(float));
-        if (!w || !b) {
-            st = ZS_ERR_NOMEM;
-            break;
-        }
-        float scale = sqrtf(2.0f / (float)L->in);
-        for (int64_t k = 0; k < L->in * L->out; k++)
-            w[k] = scale * unif(o->seed ^ 0x5eedULL, (uint64_t)i, (uint64_t)k);
+        m->init[i] = (struct init_spec){ .seed = o->seed, .layer = i, .scale = sqrtf(2.0f / (float)L->in) };
         snprintf(name, sizeof(name), "layer%d", i);
         st = zs_unit_add(ctx, name, &L->unit);
         snprintf(name, sizeof(name), "layer%d.weight", i);
         if (!st)
-            st = zs_param_add(ctx, L->unit, name, L->in * L->out, w, &L->w);
+            st = zs_param_add_init(ctx, L->unit, name, L->in * L->out, init_values, &m->init[i], &L->w);
         snprintf(name, sizeof(name), "layer%d.bias", i);
         if (!st)
-            st = zs_param_add(ctx, L->unit, name, L->out, b, &L->b);
+            st = zs_param_add_init(ctx, L->unit, name, L->out, init_values, &zero_bias, &L->b);
     }
     if (!st)
         st = zs_setup(ctx);
-    for (int i = 0; i < 2 * m->nlayers; i++)
-        free(init[i]);
-    free(init);
     return st;
 }
 
@@ -237,11 +244,12 @@ static void print_memory(zs_ctx *ctx, int rank, int world)
     MPI_Gather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, 0, MPI_COMM_WORLD);
     for (int r = 0; rank == 0 && r < world; r++)
         printf("{\"memory\": {\"rank\": %d, \"stage\": %d, \"world\": %d, \"params\": %llu, \"grads\": %llu, "
-               "\"optimizer\": %llu, \"buffers\": %llu, \"formula\": %llu, \"numel\": %llu, \"host\": %llu}}\n",
+               "\"optimizer\": %llu, \"buffers\": %llu, \"formula\": %llu, \"numel\": %llu, \"host\": %llu, "
+               "\"nvme\": %llu}}\n",
                all[r].rank, all[r].stage, all[r].world, (unsigned long long)all[r].params,
                (unsigned long long)all[r].grads, (unsigned long long)all[r].optimizer,
                (unsigned long long)all[r].buffers, (unsigned long long)all[r].formula,
-               (unsigned long long)all[r].numel, (unsigned long long)all[r].host);
+               (unsigned long long)all[r].numel, (unsigned long long)all[r].host, (unsigned long long)all[r].nvme);
     free(all);
 }
 
@@ -310,6 +318,7 @@ int main(int argc, char **argv)
             die(ctx, "setup", st);
         zs_finalize(ctx);
         free(m.l);
+        free(m.init);
         MPI_Finalize();
         return 1;
     }
@@ -365,6 +374,7 @@ int main(int argc, char **argv)
     free(dlog);
     free(dbuf);
     free(m.l);
+    free(m.init);
     if (rc)
         MPI_Abort(MPI_COMM_WORLD, rc);
     zs_finalize(ctx);

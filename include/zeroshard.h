@@ -83,6 +83,8 @@ typedef struct zs_memory_report {
     uint64_t numel_padded;  /* elements after padding units to equal shards */
     uint64_t host;          /* of params/grads/optimizer, the bytes offloaded to the pinned host pool */
     uint64_t device_budget; /* the CPU backend's device memory limit per rank (0 = none) */
+    uint64_t nvme;          /* bytes of model state in this rank's NVMe swap file (optimizer state, and
+                             * parameter shards with offload_param nvme), not counted above */
 } zs_memory_report;
 
 typedef struct zs_step_stats {
@@ -106,6 +108,13 @@ const char *zs_status_str(zs_status s);
 zs_status zs_unit_add(zs_ctx *ctx, const char *name, int32_t *unit);
 zs_status zs_param_add(zs_ctx *ctx, int32_t unit, const char *name, int64_t numel, const float *init,
                        int32_t *param);
+/* Fills dst[0..count) with elements [first, first + count) of parameter `param`'s initial values. */
+typedef void (*zs_init_fn)(void *arg, int32_t param, int64_t first, int64_t count, float *dst);
+/* Like zs_param_add, but the initial values come from fn, called during zs_setup on every rank for just
+ * the elements that rank stores (its shard at stage 3), so no rank ever holds the whole model. fn must
+ * give every rank the same values (a counter-based generator, a file); nothing is broadcast. */
+zs_status zs_param_add_init(zs_ctx *ctx, int32_t unit, const char *name, int64_t numel, zs_init_fn fn, void *arg,
+                            int32_t *param);
 /* Collective: checks every rank registered the same parameters, partitions, allocates, and
  * broadcasts rank 0's initial values. */
 zs_status zs_setup(zs_ctx *ctx);

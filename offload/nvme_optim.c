@@ -20,11 +20,22 @@ struct zs_nvme_optim {
     int32_t *first;          /* group g is units [first[g], first[g + 1]) */
     uint64_t *unit_off;      /* a unit's state region in the file */
     uint64_t *group_off, *group_bytes;
-    uint64_t state_bytes;    /* one state array of a unit, 4096-aligned, is unit_state[u] */
-    uint64_t *unit_state;
+    uint64_t *unit_state;    /* bytes of one state array of unit u, 4096-aligned */
+    uint64_t *unit_param;    /* bytes of unit u's parameter shard at the head of its region (0: kept in
+                              * memory), block-aligned so a fetch reads whole checksummed blocks */
     size_t slot_bytes;
     char *slot[ZS_SLOTS];
     uint64_t file_bytes;
+    /* Stage-3 parameter shards read ahead of their fetch (offload_param.buffer_count buffers). */
+    int32_t nring;
+    size_t ring_bytes;
+    struct ring_buf {
+        char *buf;
+        int32_t unit;        /* -1: free */
+        uint64_t ticket;     /* the read in flight, 0 once waited for */
+        uint64_t age;
+    } *ring;
+    uint64_t clock;
     char desc[768];
 };
 
@@ -39,7 +50,12 @@ static int nstates(const struct zs_ctx *ctx)
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, size_t *slot_bytes)
+static bool params_on_disk(const struct zs_ctx *ctx)
+{
+    return ctx->cfg.zero.stage == 3 && ctx->cfg.zero.offload_param.device == ZS_OFFLOAD_NVME;
+}
+
+zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, size_t *pool_bytes)
 {
     struct zs_nvme_optim *n = calloc(1, sizeof(*n));
     uint64_t block = (uint64_t)ctx->cfg.aio.block_size, off = 0, group_elems = 0;
@@ -53,15 +69,19 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
     n->unit_state = calloc((size_t)ctx->nunits, sizeof(uint64_t));
     n->group_off = calloc((size_t)ctx->nunits, sizeof(uint64_t));
     n->group_bytes = calloc((size_t)ctx->nunits, sizeof(uint64_t));
-    if (!n->first || !n->unit_off || !n->unit_state || !n->group_off || !n->group_bytes) {
+    n->unit_param = calloc((size_t)ctx->nunits, sizeof(uint64_t));
+    if (!n->first || !n->unit_off || !n->unit_state || !n->group_off || !n->group_bytes || !n->unit_param) {
         zs_nvme_optim_close(n, ctx->rank, true);
         return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
     }
     /* Units join the current sub-group while it stays within sub_group_size elements (0: one unit each);
-     * a unit larger than that is a sub-group of its own. Regions are block-aligned for the checksums. */
+     * a unit larger than that is a sub-group of its own. Regions are block-aligned for the checksums.
+     * With offload_param nvme a sharded unit's region starts with its parameter shard. */
     for (int32_t u = 0; u < ctx->nunits; u++) {
         int64_t sh = ctx->units[u].part.shard;
-        uint64_t region = align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)k, block);
+        if (params_on_disk(ctx) && zs_unit_is_sharded(ctx, &ctx->units[u]))
+            n->unit_param[u] = align_up((uint64_t)sh * 4, block);
+        uint64_t region = n->unit_param[u] + align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)k, block);
         if (u == 0 || group_elems + (uint64_t)sh > (uint64_t)limit) {
             n->first[n->ngroups] = u;
             n->group_off[n->ngroups] = off;
@@ -78,7 +98,17 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
     n->file_bytes = off;
     for (int32_t g = 0; g < n->ngroups; g++)
         n->slot_bytes = n->group_bytes[g] > n->slot_bytes ? n->group_bytes[g] : n->slot_bytes;
-    *slot_bytes = n->slot_bytes;
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        n->ring_bytes = n->unit_param[u] > n->ring_bytes ? n->unit_param[u] : n->ring_bytes;
+    if (n->ring_bytes) {
+        n->nring = (int32_t)ctx->cfg.zero.offload_param.buffer_count;
+        n->ring = calloc((size_t)n->nring, sizeof(*n->ring));
+        if (!n->ring) {
+            zs_nvme_optim_close(n, ctx->rank, true);
+            return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
+        }
+    }
+    *pool_bytes = ZS_SLOTS * n->slot_bytes + (size_t)n->nring * n->ring_bytes;
     *out = n;
     return ZS_OK;
 }
@@ -128,6 +158,10 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
 
     for (int s = 0; s < ZS_SLOTS; s++)
         n->slot[s] = slots + (size_t)s * n->slot_bytes;
+    for (int32_t i = 0; i < n->nring; i++) {
+        n->ring[i].buf = slots + ZS_SLOTS * n->slot_bytes + (size_t)i * n->ring_bytes;
+        n->ring[i].unit = -1;
+    }
     rc = zs_swap_dir_create(o->nvme_path, ctx->rank, n->dir, sizeof(n->dir), &stale, err, sizeof(err));
     if (rc)
         return zs_fail(ZS_ERR_IO, "zero_optimization.offload_optimizer.nvme_path: %s", err);
@@ -139,10 +173,11 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
     if (rc)
         return io_fail(n, rc, "reserving the optimizer state file");
     fault_hook(n);
-    if (zs_swap_register(n->swap, slots, ZS_SLOTS * n->slot_bytes))
+    if (zs_swap_register(n->swap, slots, ZS_SLOTS * n->slot_bytes + (size_t)n->nring * n->ring_bytes))
         snprintf(reg, sizeof(reg), "unregistered buffers (%s)", zs_swap_error(n->swap));
-    snprintf(n->desc, sizeof(n->desc), "%s/optimizer.swap, %.1f MiB in %d sub-group%s, %s, %s, CRC32C per %u-byte block%s",
-             n->dir, (double)n->file_bytes / (1 << 20), n->ngroups, n->ngroups == 1 ? "" : "s",
+    snprintf(n->desc, sizeof(n->desc), "%s/optimizer.swap%s, %.1f MiB in %d sub-group%s, %s, %s, CRC32C per %u-byte block%s",
+             n->dir, n->nring ? " (with the parameter shards)" : "", (double)n->file_bytes / (1 << 20), n->ngroups,
+             n->ngroups == 1 ? "" : "s",
              zs_swap_direct(n->swap) ? "O_DIRECT" : "buffered (the filesystem refused O_DIRECT)", reg, so.block_size,
              stale ? "; a stale directory from a dead run was cleared" : "");
     return zero_fill(n);
@@ -163,12 +198,19 @@ void zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet)
     free(n->unit_state);
     free(n->group_off);
     free(n->group_bytes);
+    free(n->unit_param);
+    free(n->ring);
     free(n);
 }
 
 const char *zs_nvme_optim_describe(const struct zs_nvme_optim *n)
 {
     return n->desc;
+}
+
+uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n)
+{
+    return n ? n->file_bytes : 0;
 }
 
 /* Elements the kernel runs between two looks at the disk: small enough that the swapper issues the next
@@ -180,11 +222,13 @@ static zs_status run_group(struct zs_ctx *ctx, struct zs_nvme_optim *n, int32_t 
     char *base = n->slot[g % ZS_SLOTS];
 
     for (int32_t u = n->first[g]; u < n->first[g + 1]; u++) {
-        float *s1 = (float *)(base + (n->unit_off[u] - n->group_off[g]));
+        char *region = base + (n->unit_off[u] - n->group_off[g]);
+        float *p = n->unit_param[u] ? (float *)region : NULL;
+        float *s1 = (float *)(region + n->unit_param[u]);
         float *s2 = (float *)((char *)s1 + n->unit_state[u]);
         int64_t len = ctx->units[u].part.shard;
         for (int64_t b = 0; b < len; b += ZS_STEP_CHUNK) {
-            fn(ctx, u, s1, s2, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, arg);
+            fn(ctx, u, p, s1, s2, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, arg);
             int rc = zs_swap_progress(n->swap);
             if (rc)
                 return io_fail(n, rc, "optimizer step");
@@ -199,6 +243,10 @@ zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_uni
     zs_status st = ZS_OK;
     int rc;
 
+    /* The step rewrites the parameter shards: shards read ahead before it would be stale. */
+    st = zs_nvme_param_drop(n);
+    if (st)
+        return st;
     rc = zs_swap_read(n->swap, n->group_off[0], n->slot[0], n->group_bytes[0], &rd[0]);
     for (int32_t g = 0; !rc && g < n->ngroups; g++) {
         int s = g % ZS_SLOTS, ns = (g + 1) % ZS_SLOTS;
@@ -225,4 +273,130 @@ zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_uni
     if (rc && !st)
         st = io_fail(n, rc, "writing the optimizer state");
     return st;
+}
+
+/* ---------------------------------------------------------------- stage-3 parameter shards */
+
+static zs_status ring_settle(struct zs_nvme_optim *n, struct ring_buf *b, const char *what)
+{
+    int rc = 0;
+
+    if (b->ticket)
+        rc = zs_swap_wait(n->swap, b->ticket);
+    b->ticket = 0;
+    if (rc) {
+        b->unit = -1;
+        return io_fail(n, rc, what);
+    }
+    return ZS_OK;
+}
+
+zs_status zs_nvme_param_drop(struct zs_nvme_optim *n)
+{
+    zs_status st = ZS_OK;
+
+    for (int32_t i = 0; i < n->nring; i++) {
+        zs_status s2 = ring_settle(n, &n->ring[i], "reading a parameter shard ahead");
+        st = st ? st : s2;
+        n->ring[i].unit = -1;
+    }
+    return st;
+}
+
+static struct ring_buf *ring_find(struct zs_nvme_optim *n, int32_t u)
+{
+    for (int32_t i = 0; i < n->nring; i++)
+        if (n->ring[i].unit == u)
+            return &n->ring[i];
+    return NULL;
+}
+
+/* A free buffer, or (evict = true) the oldest one, settled first. NULL when none is free and !evict. */
+static struct ring_buf *ring_take(struct zs_nvme_optim *n, bool evict, zs_status *st)
+{
+    struct ring_buf *old = NULL;
+
+    *st = ZS_OK;
+    for (int32_t i = 0; i < n->nring; i++) {
+        if (n->ring[i].unit < 0)
+            return &n->ring[i];
+        if (!old || n->ring[i].age < old->age)
+            old = &n->ring[i];
+    }
+    if (!evict || !old)
+        return NULL;
+    *st = ring_settle(n, old, "reading a parameter shard ahead");
+    old->unit = -1;
+    return *st ? NULL : old;
+}
+
+static zs_status ring_issue(struct zs_nvme_optim *n, struct ring_buf *b, int32_t u)
+{
+    int rc = zs_swap_read(n->swap, n->unit_off[u], b->buf, n->unit_param[u], &b->ticket);
+
+    if (rc) {
+        b->ticket = 0;
+        return io_fail(n, rc, "reading a parameter shard");
+    }
+    b->unit = u;
+    b->age = ++n->clock;
+    return ZS_OK;
+}
+
+bool zs_nvme_param_on_disk(const struct zs_nvme_optim *n, int32_t u)
+{
+    return n && n->unit_param[u] != 0;
+}
+
+zs_status zs_nvme_param_ahead(struct zs_nvme_optim *n, int32_t u, bool *queued)
+{
+    struct ring_buf *b;
+    zs_status st;
+
+    *queued = false;
+    if (!zs_nvme_param_on_disk(n, u) || ring_find(n, u))
+        return ZS_OK;
+    b = ring_take(n, false, &st);
+    if (!b)
+        return ZS_OK;
+    st = ring_issue(n, b, u);
+    *queued = !st;
+    return st;
+}
+
+zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, float *dst, int64_t count)
+{
+    struct ring_buf *b = ring_find(n, u);
+    zs_status st = ZS_OK;
+
+    if (!b) {
+        b = ring_take(n, true, &st);
+        if (!b)
+            return st ? st : zs_fail(ZS_ERR_INVALID, "offload: no parameter read-ahead buffer");
+        st = ring_issue(n, b, u);
+    }
+    if (!st)
+        st = ring_settle(n, b, "reading a parameter shard");
+    if (!st)
+        memcpy(dst, b->buf, (size_t)count * sizeof(float));
+    b->unit = -1;
+    return st;
+}
+
+zs_status zs_nvme_param_write(struct zs_nvme_optim *n, int32_t u, const float *src, int64_t count)
+{
+    struct ring_buf *b;
+    uint64_t t;
+    zs_status st;
+    int rc;
+
+    b = ring_take(n, true, &st);
+    if (!b)
+        return st ? st : zs_fail(ZS_ERR_INVALID, "offload: no parameter buffer");
+    memcpy(b->buf, src, (size_t)count * sizeof(float));
+    memset(b->buf + (size_t)count * sizeof(float), 0, n->unit_param[u] - (size_t)count * sizeof(float));
+    rc = zs_swap_write(n->swap, n->unit_off[u], b->buf, n->unit_param[u], &t);
+    if (!rc)
+        rc = zs_swap_wait(n->swap, t);
+    return rc ? io_fail(n, rc, "writing a parameter shard") : ZS_OK;
 }

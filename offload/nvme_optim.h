@@ -4,6 +4,7 @@
 #ifndef ZS_NVME_OPTIM_H
 #define ZS_NVME_OPTIM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,17 +13,34 @@
 struct zs_ctx;
 struct zs_nvme_optim;
 
-/* Lays out the file and the sub-groups; *slot_bytes is the size of one slot (the pool holds three). */
-zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **n, size_t *slot_bytes);
-/* Creates the run directory and the file, registers the pool with io_uring, zero-fills the state. */
+/* Lays out the file and the sub-groups; *pool_bytes is the host memory it needs: three slots, and with
+ * offload_param nvme the parameter read-ahead buffers. */
+zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **n, size_t *pool_bytes);
+/* Creates the run directory and the file, registers the pool (pool_bytes at slots) with io_uring,
+ * zero-fills the state. */
 zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *slots);
 void zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet);
 const char *zs_nvme_optim_describe(const struct zs_nvme_optim *n);
+uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n); /* 0 when n is NULL */
 
 /* Runs fn over every unit's owned elements [begin, end), in chunks, with its state paged in (s1, s2 point
- * at the unit's element 0), pipelined with the I/O. */
-typedef void (*zs_unit_state_fn)(struct zs_ctx *ctx, int32_t unit, float *s1, float *s2, int64_t begin,
+ * at the unit's element 0; p at its parameter shard when that lives on disk too, else NULL), pipelined
+ * with the I/O. */
+typedef void (*zs_unit_state_fn)(struct zs_ctx *ctx, int32_t unit, float *p, float *s1, float *s2, int64_t begin,
                                  int64_t end, void *arg);
 zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_unit_state_fn fn, void *arg);
+
+/* Stage 3 with offload_param nvme: a sharded unit's parameter shard lives at the head of its region.
+ * Whether unit u's shard is on disk (false when n is NULL). */
+bool zs_nvme_param_on_disk(const struct zs_nvme_optim *n, int32_t u);
+/* Queues a read of u's shard into a free read-ahead buffer (nothing when none is free or it is already
+ * there); *queued tells whether a read was issued. */
+zs_status zs_nvme_param_ahead(struct zs_nvme_optim *n, int32_t u, bool *queued);
+/* Copies u's shard (count elements) to dst, from its read-ahead buffer or by reading it now. */
+zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, float *dst, int64_t count);
+/* Writes u's shard (initial values at set-up). */
+zs_status zs_nvme_param_write(struct zs_nvme_optim *n, int32_t u, const float *src, int64_t count);
+/* Waits for every read ahead and forgets them (before the step rewrites the shards). */
+zs_status zs_nvme_param_drop(struct zs_nvme_optim *n);
 
 #endif /* ZS_NVME_OPTIM_H */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "error.h"
@@ -20,6 +21,11 @@ bool zs_offload_optimizer_on_nvme(const struct zs_ctx *ctx)
     return ctx->cfg.zero.stage >= 1 && ctx->cfg.zero.offload_optimizer.device == ZS_OFFLOAD_NVME;
 }
 
+bool zs_offload_params_on_nvme(const struct zs_ctx *ctx)
+{
+    return ctx->cfg.zero.stage == 3 && ctx->cfg.zero.offload_param.device == ZS_OFFLOAD_NVME;
+}
+
 bool zs_offload_params_on_host(const struct zs_ctx *ctx)
 {
     return ctx->cfg.zero.stage == 3 && ctx->cfg.zero.offload_param.device == ZS_OFFLOAD_CPU;
@@ -27,7 +33,8 @@ bool zs_offload_params_on_host(const struct zs_ctx *ctx)
 
 struct placement {
     int stage;
-    bool opt_host, param_host;
+    bool opt_host, param_host; /* offloaded, to the host pool or (nvme) to disk */
+    bool nvme;
 };
 
 /* Device bytes one rank needs for a placement: persistent model states, the gradient bucket, and at
@@ -40,7 +47,7 @@ static uint64_t device_need(const struct zs_ctx *ctx, struct placement pl)
     for (int32_t u = 0; u < ctx->nunits; u++) {
         const struct zs_unit *un = &ctx->units[u];
         uint64_t pad = (uint64_t)un->part.padded, sh = (uint64_t)un->part.shard;
-        bool sharded = pl.stage == 3 && un->numel >= z->param_persistence_threshold;
+        bool sharded = pl.stage == 3 && un->numel >= z->param_persistence_threshold; /* at pl.stage */
         total += pad;
         largest = pad > largest ? pad : largest;
         if (!(sharded && pl.param_host))
@@ -64,8 +71,11 @@ static uint64_t device_need(const struct zs_ctx *ctx, struct placement pl)
 
 static const char *describe(struct placement pl, char *buf, size_t len)
 {
-    snprintf(buf, len, "stage %d%s%s", pl.stage, pl.opt_host ? " with offload_optimizer cpu" : "",
-             pl.param_host ? (pl.opt_host ? " and offload_param cpu" : " with offload_param cpu") : "");
+    const char *dev = pl.nvme ? "nvme" : "cpu";
+
+    snprintf(buf, len, "stage %d%s%s%s%s", pl.stage, pl.opt_host ? " with offload_optimizer " : "",
+             pl.opt_host ? dev : "", pl.param_host ? (pl.opt_host ? " and offload_param " : " with offload_param ") : "",
+             pl.param_host ? dev : "");
     return buf;
 }
 
@@ -104,19 +114,61 @@ static zs_status read_budget(struct zs_ctx *ctx)
     return ZS_OK;
 }
 
+/* On the CPU backend "device" and pinned host memory are the same RAM: only NVMe takes state out of it. */
+static uint64_t ram_need(const struct zs_ctx *ctx, struct placement pl)
+{
+    if (!pl.nvme)
+        pl.opt_host = pl.param_host = false;
+    return device_need(ctx, pl);
+}
+
+/* Without a budget, a placement that cannot fit this node's RAM fails at start, naming one that would,
+ * rather than running into the kernel's OOM killer mid-setup. */
+static zs_status check_ram(struct zs_ctx *ctx, struct placement now)
+{
+    static const struct placement options[] = {
+        { 1, false, false, false }, { 2, false, false, false }, { 3, false, false, false },
+        { 1, true, false, true },   { 2, true, false, true },   { 3, true, false, true },  { 3, true, true, true },
+    };
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0, share, need = ram_need(ctx, now);
+    char a[96], b[96], h1[32], h2[32], h3[32], h4[32];
+    int32_t local = ctx->local_size > 0 ? ctx->local_size : 1;
+
+    share = ram / (uint64_t)local;
+    if (!ram || need <= share)
+        return ZS_OK;
+    for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++) {
+        uint64_t n = ram_need(ctx, options[i]);
+        if (n > share)
+            continue;
+        return zs_fail(ZS_ERR_NOMEM, "out of memory: %s needs %s per rank, but this node's %s of RAM gives each of "
+                       "its %d ranks %s; %s would need %s", describe(now, a, sizeof(a)), human(need, h1, sizeof(h1)),
+                       human(ram, h2, sizeof(h2)), local, human(share, h3, sizeof(h3)),
+                       describe(options[i], b, sizeof(b)), human(n, h4, sizeof(h4)));
+    }
+    return zs_fail(ZS_ERR_NOMEM, "out of memory: %s needs %s per rank, but this node's %s of RAM gives each of its "
+                   "%d ranks %s, and even stage 3 with both offloads on NVMe needs %s (add ranks or nodes)",
+                   describe(now, a, sizeof(a)), human(need, h1, sizeof(h1)), human(ram, h2, sizeof(h2)), local,
+                   human(share, h3, sizeof(h3)), human(ram_need(ctx, options[6]), h4, sizeof(h4)));
+}
+
 static zs_status check_budget(struct zs_ctx *ctx)
 {
     const struct zs_zero_config *z = &ctx->cfg.zero;
     struct placement now = { z->stage, zs_offload_optimizer_on_host(ctx) || zs_offload_optimizer_on_nvme(ctx),
-                             zs_offload_params_on_host(ctx) };
+                             zs_offload_params_on_host(ctx) || zs_offload_params_on_nvme(ctx),
+                             zs_offload_optimizer_on_nvme(ctx) };
     static const struct placement options[] = {
-        { 1, false, false }, { 2, false, false }, { 3, false, false }, { 1, true, false },
-        { 2, true, false },  { 3, true, false },  { 3, true, true },
+        { 1, false, false, false }, { 2, false, false, false }, { 3, false, false, false }, { 1, true, false, false },
+        { 2, true, false, false },  { 3, true, false, false },  { 3, true, true, false },
     };
     uint64_t need = device_need(ctx, now);
     char a[96], b[96], h1[32], h2[32], h3[32];
 
-    if (!ctx->device_budget || need <= ctx->device_budget)
+    if (!ctx->device_budget)
+        return check_ram(ctx, now);
+    if (need <= ctx->device_budget)
         return ZS_OK;
     for (size_t i = 0; i < sizeof(options) / sizeof(options[0]); i++) {
         uint64_t n = device_need(ctx, options[i]);
@@ -164,7 +216,7 @@ static uint64_t host_need(const struct zs_ctx *ctx)
         uint64_t sh = (uint64_t)un->part.shard * 4;
         if (zs_offload_optimizer_on_host(ctx))
             bytes += k == 8 ? 2 * ((sh + 4095) / 4096 * 4096) : (k ? (sh + 4095) / 4096 * 4096 : 0);
-        if (zs_offload_params_on_host(ctx) && un->numel >= ctx->cfg.zero.param_persistence_threshold)
+        if (zs_offload_params_on_host(ctx) && zs_unit_is_sharded(ctx, un))
             bytes += (sh + 4095) / 4096 * 4096;
     }
     return bytes;
@@ -173,7 +225,7 @@ static uint64_t host_need(const struct zs_ctx *ctx)
 zs_status zs_offload_setup(struct zs_ctx *ctx)
 {
     uint64_t bytes;
-    size_t slot = 0;
+    size_t slots = 0;
     char warn[256];
     bool pin;
     zs_status st = read_budget(ctx);
@@ -182,10 +234,10 @@ zs_status zs_offload_setup(struct zs_ctx *ctx)
     if (!st)
         st = check_budget(ctx);
     if (!st && zs_offload_optimizer_on_nvme(ctx))
-        st = zs_nvme_optim_plan(ctx, &ctx->nvme, &slot);
+        st = zs_nvme_optim_plan(ctx, &ctx->nvme, &slots);
     if (st)
         return st;
-    bytes = host_need(ctx) + 3 * (uint64_t)slot;
+    bytes = host_need(ctx) + (uint64_t)slots;
     if (!bytes)
         return ZS_OK;
     pin = (zs_offload_optimizer_on_host(ctx) || zs_offload_optimizer_on_nvme(ctx)) ?
@@ -198,11 +250,12 @@ zs_status zs_offload_setup(struct zs_ctx *ctx)
     if (ctx->rank == 0 && !ctx->quiet)
         zs_log("offload: host pool per rank %s (%s%s)", zs_host_pool_describe(ctx->host),
                ctx->nvme ? "NVMe swap slots" : zs_offload_optimizer_on_host(ctx) ? "optimizer state" : "",
-               zs_offload_params_on_host(ctx) ? ", parameter shards" : "");
+               zs_offload_params_on_host(ctx) ? ", parameter shards"
+               : zs_offload_params_on_nvme(ctx) ? ", parameter read-ahead buffers" : "");
     if (ctx->nvme) {
-        char *slots = zs_mem_alloc_host(ctx, ZS_MEM_BUFFERS, 3 * (uint64_t)slot);
-        st = slots ? zs_nvme_optim_open(ctx, ctx->nvme, slots)
-                   : zs_fail(ZS_ERR_NOMEM, "offload: the host pool has no room for the swap slots");
+        char *buf = zs_mem_alloc_host(ctx, ZS_MEM_BUFFERS, (uint64_t)slots);
+        st = buf ? zs_nvme_optim_open(ctx, ctx->nvme, buf)
+                 : zs_fail(ZS_ERR_NOMEM, "offload: the host pool has no room for the swap slots");
         if (st)
             return st;
         if (!ctx->quiet)

@@ -164,9 +164,17 @@ static int check_offload(parser *p, const struct zs_zero_config *zc, bool param,
         return zs_cfg_fail(p, path, NULL, "optimizer offload needs ZeRO stage 1, 2 or 3 (stage is 0)");
     if (param && zc->stage != 3)
         return zs_cfg_fail(p, path, NULL, "parameter offload needs ZeRO stage 3 (stage is %d)", zc->stage);
-    if (o->device == ZS_OFFLOAD_NVME && param)
-        zs_cfg_defer(p, path, "device", "'nvme' parameter offload is not implemented yet (cpu is)");
-    else if (!param && o->ratio != 1.0)
+    /* NVMe parameter shards are the optimizer's fp32 masters: they live in the optimizer's swap file,
+     * next to their moments, and are updated there by the pipelined step. */
+    if (o->device == ZS_OFFLOAD_NVME && param && zc->offload_optimizer.device != ZS_OFFLOAD_NVME)
+        return zs_cfg_fail(p, path, "device",
+                           "\"nvme\" needs offload_optimizer.device \"nvme\" too (the parameter shards are the "
+                           "optimizer's fp32 masters and share its swap file)");
+    if (o->device == ZS_OFFLOAD_NVME && param && strcmp(o->nvme_path, zc->offload_optimizer.nvme_path) != 0)
+        return zs_cfg_fail(p, path, "nvme_path", "\"%s\" differs from offload_optimizer.nvme_path \"%s\" "
+                           "(the parameter shards share the optimizer's swap file)", o->nvme_path,
+                           zc->offload_optimizer.nvme_path);
+    if (!param && o->ratio != 1.0)
         zs_cfg_defer(p, path, "ratio", "partial offload (ratio %g < 1) is not implemented yet", o->ratio);
     return 0;
 }

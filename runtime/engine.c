@@ -433,7 +433,8 @@ zs_status zs_unit_add(zs_ctx *ctx, const char *name, int32_t *unit)
     return ZS_OK;
 }
 
-zs_status zs_param_add(zs_ctx *ctx, int32_t unit, const char *name, int64_t numel, const float *init, int32_t *param)
+static zs_status param_add(zs_ctx *ctx, int32_t unit, const char *name, int64_t numel, const float *init,
+                           zs_init_fn fn, void *arg, int32_t *param)
 {
     struct zs_unit *un;
     struct zs_param_rec *pr;
@@ -467,8 +468,23 @@ zs_status zs_param_add(zs_ctx *ctx, int32_t unit, const char *name, int64_t nume
     pr->numel = numel;
     pr->offset = zs_align_up(un->numel, ZS_PARAM_ALIGN);
     pr->init = init;
+    pr->init_fn = fn;
+    pr->init_arg = arg;
     un->numel = pr->offset + numel;
     un->nparams++;
     *param = ctx->nparams++;
     return ZS_OK;
+}
+
+zs_status zs_param_add(zs_ctx *ctx, int32_t unit, const char *name, int64_t numel, const float *init, int32_t *param)
+{
+    return param_add(ctx, unit, name, numel, init, NULL, NULL, param);
+}
+
+zs_status zs_param_add_init(zs_ctx *ctx, int32_t unit, const char *name, int64_t numel, zs_init_fn fn, void *arg,
+                            int32_t *param)
+{
+    if (!fn)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_add_init: parameter '%s': NULL init function", name ? name : "?");
+    return param_add(ctx, unit, name, numel, NULL, fn, arg, param);
 }

@@ -24,6 +24,8 @@ struct zs_param_rec {
     int32_t unit;
     int64_t numel, offset; /* offset inside the unit's flat buffer */
     const float *init;     /* borrowed until zs_setup */
+    zs_init_fn init_fn;    /* or this, called for the elements a rank stores */
+    void *init_arg;
 };
 
 struct zs_unit {
@@ -123,6 +125,13 @@ void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 bool zs_offload_optimizer_on_host(const struct zs_ctx *ctx);
 bool zs_offload_params_on_host(const struct zs_ctx *ctx);
 bool zs_offload_optimizer_on_nvme(const struct zs_ctx *ctx);
+bool zs_offload_params_on_nvme(const struct zs_ctx *ctx);
+
+/* Stage 3 shards a unit unless the persistence threshold keeps it whole on every rank. */
+static inline bool zs_unit_is_sharded(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    return ctx->cfg.zero.stage == 3 && un->numel >= ctx->cfg.zero.param_persistence_threshold;
+}
 /* Whether `bytes` more device memory fit the budget; on failure sets the error (names the budget). */
 bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what);
 

@@ -6,6 +6,7 @@
 
 #include "engine.h"
 #include "error.h"
+#include "nvme_optim.h"
 
 struct reg_summary {
     uint64_t hash;
@@ -78,8 +79,10 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
 
     bool opt_host = zs_offload_optimizer_on_host(ctx);
 
-    un->sharded = stage == 3 && un->numel >= ctx->cfg.zero.param_persistence_threshold;
-    if (un->sharded)
+    un->sharded = zs_unit_is_sharded(ctx, un);
+    if (un->sharded && zs_offload_params_on_nvme(ctx))
+        un->shard = NULL; /* the shard lives in the swap file (zs_nvme_param_*) */
+    else if (un->sharded)
         un->shard = zs_offload_params_on_host(ctx) ? zs_mem_alloc_host(ctx, ZS_MEM_PARAMS, sh)
                                                    : zs_mem_alloc(ctx, ZS_MEM_PARAMS, sh);
     else
@@ -92,7 +95,7 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
         un->m = opt_host ? zs_mem_alloc_host(ctx, ZS_MEM_OPTIM, opt) : zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
     if (second)
         un->v = opt_host ? zs_mem_alloc_host(ctx, ZS_MEM_OPTIM, opt) : zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
-    if ((un->sharded ? !un->shard : !un->full) || (stage <= 1 ? !un->grad : !un->grad_shard) ||
+    if ((un->sharded ? !un->shard && !zs_offload_params_on_nvme(ctx) : !un->full) || (stage <= 1 ? !un->grad : !un->grad_shard) ||
         (momentum && !un->m) || (second && !un->v))
         return ctx->over_budget ? ZS_ERR_NOMEM
                                 : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory allocating unit '%s' (%lld elements)",
@@ -100,26 +103,59 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
     return ZS_OK;
 }
 
-/* Rank 0's initial values win, as in DeepSpeed, so ranks that seeded differently still agree. */
-static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un)
+/* Fills dst (unit elements [begin, end), zeroed) with what the parameters' init arrays (with_arrays) and
+ * init functions give for that range. */
+static void fill_range(struct zs_ctx *ctx, const struct zs_unit *un, int64_t begin, int64_t end, float *dst,
+                       bool with_arrays)
 {
-    float *buf = un->sharded ? malloc((size_t)un->part.padded * sizeof(float)) : un->full;
-    zs_status st;
+    for (int32_t i = 0; i < un->nparams; i++) {
+        const struct zs_param_rec *pr = &ctx->params[un->first_param + i];
+        int64_t lo = pr->offset > begin ? pr->offset : begin;
+        int64_t hi = pr->offset + pr->numel < end ? pr->offset + pr->numel : end;
+        if (lo >= hi)
+            continue;
+        if (pr->init_fn)
+            pr->init_fn(pr->init_arg, un->first_param + i, lo - pr->offset, hi - lo, dst + (lo - begin));
+        else if (pr->init && with_arrays)
+            memcpy(dst + (lo - begin), pr->init + (lo - pr->offset), (size_t)(hi - lo) * sizeof(float));
+    }
+}
+
+static bool has_init_arrays(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    for (int32_t i = 0; i < un->nparams; i++)
+        if (ctx->params[un->first_param + i].init)
+            return true;
+    return false;
+}
+
+/* Initial values: a rank fills just what it stores from the init functions; where a unit has init
+ * arrays, rank 0's values win and are broadcast (as in DeepSpeed), so ranks that seeded differently
+ * still agree. A shard on NVMe is written to the swap file. */
+static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u)
+{
+    int64_t begin = un->sharded ? zs_partition_begin(&un->part, ctx->rank) : 0;
+    bool bcast = has_init_arrays(ctx, un), staged = un->sharded && (bcast || !un->shard);
+    float *buf = staged ? calloc((size_t)(bcast ? un->part.padded : un->part.shard), sizeof(float))
+                        : un->sharded ? un->shard : un->full;
+    zs_status st = ZS_OK;
 
     if (!buf)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory staging unit '%s'", un->name);
-    if (ctx->rank == 0) {
-        memset(buf, 0, (size_t)un->part.padded * sizeof(float));
-        for (int32_t i = 0; i < un->nparams; i++) {
-            const struct zs_param_rec *pr = &ctx->params[un->first_param + i];
-            if (pr->init)
-                memcpy(buf + pr->offset, pr->init, (size_t)pr->numel * sizeof(float));
-        }
+    if (bcast) {
+        if (ctx->rank == 0)
+            fill_range(ctx, un, 0, un->part.padded, buf, true);
+        st = zs_comm_bcast(ctx->comm, buf, un->part.padded * (int64_t)sizeof(float), 0);
+        if (un->sharded)
+            memmove(buf, buf + begin, (size_t)un->part.shard * sizeof(float));
+    } else {
+        fill_range(ctx, un, begin, begin + (un->sharded ? un->part.shard : un->part.padded), buf, false);
     }
-    st = zs_comm_bcast(ctx->comm, buf, un->part.padded * (int64_t)sizeof(float), 0);
-    if (!st && un->sharded)
-        memcpy(un->shard, buf + zs_partition_begin(&un->part, ctx->rank), (size_t)un->part.shard * sizeof(float));
-    if (un->sharded)
+    if (!st && staged && un->shard)
+        memcpy(un->shard, buf, (size_t)un->part.shard * sizeof(float));
+    else if (!st && staged)
+        st = zs_nvme_param_write(ctx->nvme, u, buf, un->part.shard);
+    if (staged)
         free(buf);
     return st;
 }
@@ -185,7 +221,7 @@ zs_status zs_setup(zs_ctx *ctx)
     for (int32_t u = 0; u < ctx->nunits; u++) {
         st = alloc_unit(ctx, &ctx->units[u]);
         if (!st)
-            st = load_initial_values(ctx, &ctx->units[u]);
+            st = load_initial_values(ctx, &ctx->units[u], u);
         if (st)
             return st;
     }
@@ -260,6 +296,7 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->device_budget = ctx->device_budget;
     out->numel = ctx->numel;
     out->numel_padded = ctx->numel_padded;
+    out->nvme = zs_nvme_optim_file_bytes(ctx->nvme);
     return ZS_OK;
 }
 

@@ -93,12 +93,13 @@ static void optim_chunk(void *arg, int64_t begin, int64_t end)
 }
 
 /* Elements [begin, end) of what this rank owns of unit u; s1, s2 point at the unit's element 0. */
-static void optim_range(struct zs_ctx *ctx, int32_t u, float *s1, float *s2, int64_t begin, int64_t end, void *arg)
+static void optim_range(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
+                        int64_t end, void *arg)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t n;
     struct optim_job job = { .fn = ctx->kernel, .step = arg };
-    float *p = zs_unit_master(ctx, u, &n);
+    float *p = disk_p ? disk_p : zs_unit_master(ctx, u, &n);
     const float *g = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
 
     job.bufs.param = p + begin;
@@ -121,7 +122,7 @@ static zs_status run_optimizer(struct zs_ctx *ctx, double lr, float coef)
     for (int32_t u = 0; u < ctx->nunits; u++) {
         int64_t n;
         zs_unit_master(ctx, u, &n);
-        optim_range(ctx, u, ctx->units[u].m, ctx->units[u].v, 0, n, &s);
+        optim_range(ctx, u, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &s);
     }
     return ZS_OK;
 }

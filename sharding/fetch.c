@@ -7,9 +7,48 @@
 
 #include "engine.h"
 #include "error.h"
+#include "nvme_optim.h"
 
 static uint64_t unit_bytes(const struct zs_unit *un) { return (uint64_t)un->part.padded * sizeof(float); }
 static uint64_t live_elems(const struct zs_ctx *ctx) { return ctx->mem[ZS_MEM_LIVE] / sizeof(float); }
+
+/* offload_param nvme: queue reads of the shards the next fetches will want (the trace's order, or unit
+ * order before there is one) into the free read-ahead buffers, so the disk works ahead of the program. */
+static zs_status read_ahead(struct zs_ctx *ctx, int32_t u)
+{
+    int64_t window = 2 * ctx->cfg.zero.offload_param.buffer_count;
+    bool traced = ctx->trace_valid && !ctx->trace_broken, queued;
+
+    for (int64_t i = 0; i < window; i++) {
+        int64_t at = traced ? ctx->trace_pos + i : u + 1 + i;
+        if (at >= (traced ? ctx->trace_len : ctx->nunits))
+            break;
+        int32_t v = traced ? ctx->trace[at] : (int32_t)at;
+        if (v == u || ctx->units[v].gather != ZS_GATHER_NONE)
+            continue;
+        zs_status st = zs_nvme_param_ahead(ctx->nvme, v, &queued);
+        if (st)
+            return st;
+    }
+    return ZS_OK;
+}
+
+/* This rank's shard into its place in the gathered buffer: from memory, or from the swap file. */
+static zs_status shard_in(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+    float *dst = un->gathered + zs_partition_begin(&un->part, ctx->rank);
+    zs_status st;
+
+    if (!zs_nvme_param_on_disk(ctx->nvme, u)) {
+        memcpy(dst, un->shard, (size_t)un->part.shard * sizeof(float));
+        return ZS_OK;
+    }
+    st = zs_nvme_param_read(ctx->nvme, u, dst, un->part.shard);
+    if (!st)
+        st = read_ahead(ctx, u);
+    return st;
+}
 
 static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
 {
@@ -24,9 +63,9 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
     if (!un->gathered)
         return zs_fail(ZS_ERR_NOMEM, "fetch: out of memory gathering unit '%s' (%lld elements)", un->name,
                        (long long)un->part.padded);
-    memcpy(un->gathered + zs_partition_begin(&un->part, ctx->rank), un->shard,
-           (size_t)un->part.shard * sizeof(float));
-    st = zs_comm_all_gather(ctx->comm, un->gathered, un->part.shard, &un->gather_req);
+    st = shard_in(ctx, u);
+    if (!st)
+        st = zs_comm_all_gather(ctx->comm, un->gathered, un->part.shard, &un->gather_req);
     if (st) {
         zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(un));
         un->gathered = NULL;

@@ -98,6 +98,18 @@ for stage in 1 2 3; do
   h=$(run nvme$stage "$N"); [ "$h" = "$ref" ] && r=ok || r=bad
   echo "np $N stage $stage offload_optimizer nvme: $h $r"; check $r "nvme stage $stage: params-hash $h != $ref"
 done
+# stage 3 with parameter shards on NVMe too: read ahead of each fetch, updated in the swap file; a tight
+# live cap and two read-ahead buffers (shards read again and again), and a persistence threshold that
+# keeps the small output layer in memory next to shards on disk
+both='"offload_optimizer": {"device": "nvme", "nvme_path": "'"$nv"'"}, "offload_param": {"device": "nvme", "nvme_path": "'"$nv"'"'
+cfg pnvme 3 true 1 1 "" ', "sub_group_size": 700, '"$both"'}'
+cfg pnvme_tight 3 true 1 1 "" ', "sub_group_size": 0, "stage3_max_live_parameters": 1, '"$both"', "buffer_count": 2}'
+cfg pnvme_mixed 3 true 1 1 "" ', "sub_group_size": 2000, '"$both"'}'
+sed -i 's/"stage3_param_persistence_threshold": 0/"stage3_param_persistence_threshold": 200/' "$tmp/pnvme_mixed.json"
+for name in pnvme pnvme_tight pnvme_mixed; do
+  h=$(run $name "$N"); [ "$h" = "$ref" ] && r=ok || r=bad
+  echo "np $N stage 3 offload_param nvme ($name): $h $r"; check $r "$name: params-hash $h != $ref"
+done
 left=$(find "$nv" -mindepth 1 | wc -l)
 [ "$left" = 0 ] && r=ok || r=bad; check $r "nvme runs left $left files behind in $nv"
 rm -rf "$nv"
