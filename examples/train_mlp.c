@@ -3,6 +3,7 @@
  * the same samples per step at any world size. Prints the loss per step and, last, `params-hash`. */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +16,8 @@
 #define CLASSES 4
 
 struct opts {
-    const char *config, *dump;
-    int64_t steps, micro, hidden, layers;
+    const char *config, *dump, *save_dir, *load, *init_from;
+    int64_t steps, micro, hidden, layers, save_every;
     uint64_t seed;
     double lr;
     int memory_json, quiet;
@@ -120,6 +121,8 @@ static zs_status build_model(zs_ctx *ctx, const struct opts *o, struct model *m)
         snprintf(name, sizeof(name), "layer%d.weight", i);
         if (!st)
             st = zs_param_add_init(ctx, L->unit, name, L->in * L->out, init_values, &m->init[i], &L->w);
+        if (!st)
+            st = zs_param_shape(ctx, L->w, 2, (const int64_t[]){L->out, L->in});
         snprintf(name, sizeof(name), "layer%d.bias", i);
         if (!st)
             st = zs_param_add_init(ctx, L->unit, name, L->out, init_values, &zero_bias, &L->b);
@@ -273,6 +276,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         else if (!strcmp(a, "--micro-batch")) o->micro = atoll(v);
         else if (!strcmp(a, "--lr")) o->lr = atof(v);
         else if (!strcmp(a, "--dump")) o->dump = v;
+        else if (!strcmp(a, "--save-dir")) o->save_dir = v;
+        else if (!strcmp(a, "--save-every")) o->save_every = atoll(v);
+        else if (!strcmp(a, "--load")) o->load = v;
+        else if (!strcmp(a, "--init-from")) o->init_from = v;
         else {
             fprintf(stderr, "zeroshard: error: unknown option %s (see README: --config --steps --seed --memory-json)\n", a);
             return -1;
@@ -280,6 +287,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (!o->config) {
         fprintf(stderr, "zeroshard: error: --config FILE is required (examples/configs/ has one per stage)\n");
+        return -1;
+    }
+    if (o->save_every < 0 || (o->save_every && !o->save_dir)) {
+        fprintf(stderr, "zeroshard: error: --save-every K needs K >= 0 and --save-dir DIR\n");
         return -1;
     }
     if (o->steps < 0 || o->hidden < 1 || o->layers < 0) {
@@ -310,12 +321,21 @@ int main(int argc, char **argv)
     io.auto_values.lr = o.lr;
     io.auto_values.total_num_steps = o.steps;
     io.quiet = o.quiet;
+    const char *what = "setup";
     st = zs_init(&ctx, &io);
     if (!st)
         st = build_model(ctx, &o, &m);
+    if (!st && o.load) {
+        what = "load";
+        st = zs_checkpoint_load(ctx, o.load);
+    }
+    if (!st && o.init_from) {
+        what = "init-from";
+        st = zs_import_safetensors(ctx, o.init_from);
+    }
     if (st) {
         if (rank == 0)
-            die(ctx, "setup", st);
+            die(ctx, what, st);
         zs_finalize(ctx);
         free(m.l);
         free(m.init);
@@ -340,8 +360,12 @@ int main(int argc, char **argv)
     for (int i = 0; i <= m.nlayers; i++)
         acts[i] = malloc((size_t)(B * m.max_width) * sizeof(float));
 
-    for (int64_t step = 0; step < o.steps && !rc; step++) {
-        double sum = 0.0, loss, all = 0.0;
+    zs_step_stats at;
+    zs_stats(ctx, &at);
+    /* --steps N trains until global step N: a run resumed from a checkpoint carries on where it stopped,
+     * drawing the same samples the uninterrupted run would have. */
+    for (int64_t step = at.global_step; step < o.steps && !rc; step++) {
+        double sum = 0.0, loss, all = 0.0, t0 = MPI_Wtime();
         for (int64_t mb = 0; mb < gas && !rc; mb++) {
             uint64_t first = (uint64_t)(((step * gas + mb) * world + rank) * B);
             st = micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &loss);
@@ -357,8 +381,13 @@ int main(int argc, char **argv)
         zs_step_stats s;
         zs_stats(ctx, &s);
         if (rank == 0)
-            printf("step %lld loss %.6f lr %.6g grad_norm %.6f\n", (long long)s.global_step,
-                   all / (double)(world * gas), s.lr, s.grad_norm);
+            printf("step %lld loss %.6f lr %.6g grad_norm %.6f time %.3fs\n", (long long)s.global_step,
+                   all / (double)(world * gas), s.lr, s.grad_norm, MPI_Wtime() - t0);
+        fflush(stdout);
+        bool last = step + 1 == o.steps;
+        if (o.save_dir && ((o.save_every && s.global_step % o.save_every == 0) || last) &&
+            (st = zs_checkpoint_save(ctx, o.save_dir)))
+            rc = die(ctx, "save", st);
     }
     if (!rc) {
         uint64_t h;

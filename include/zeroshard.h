@@ -115,9 +115,28 @@ typedef void (*zs_init_fn)(void *arg, int32_t param, int64_t first, int64_t coun
  * give every rank the same values (a counter-based generator, a file); nothing is broadcast. */
 zs_status zs_param_add_init(zs_ctx *ctx, int32_t unit, const char *name, int64_t numel, zs_init_fn fn, void *arg,
                             int32_t *param);
+/* Optional: the parameter's shape (row-major, product = numel), for checkpoints and safetensors export;
+ * without it a parameter is one-dimensional. */
+zs_status zs_param_shape(zs_ctx *ctx, int32_t param, int32_t ndim, const int64_t *dims);
 /* Collective: checks every rank registered the same parameters, partitions, allocates, and
  * broadcasts rank 0's initial values. */
 zs_status zs_setup(zs_ctx *ctx);
+
+/* ---------------------------------------------------------------- checkpoints (collective) */
+/* Writes the run's state (fp32 master parameters, optimizer state, step counters, config) as
+ * dir/global_step<N>/: every rank writes its own shard file, rank 0 the manifest; everything goes to a
+ * temporary directory, is fsynced and renamed into place, and dir/latest is updated last, so a crash at
+ * any moment leaves the previous checkpoint loadable. */
+zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir);
+/* After zs_setup, before training: loads dir/latest (or dir itself when it is a tag directory) saved at
+ * any world size and stage. Each rank reads just the byte ranges of its own new shards. The registered
+ * units and parameters must match the checkpoint's names and sizes. */
+zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir);
+/* After zs_setup, before training: sets the parameters from a safetensors file (F32, F16 or BF16), each
+ * rank reading just the elements it stores. Every registered parameter needs a tensor of its name and
+ * shape, and every tensor a parameter (as PyTorch's strict load_state_dict); the optimizer state starts
+ * fresh. */
+zs_status zs_import_safetensors(zs_ctx *ctx, const char *path);
 
 /* ---------------------------------------------------------------- forward / backward / step */
 /* Makes the unit's full parameters visible; *data (may be NULL) receives the unit's flat buffer.

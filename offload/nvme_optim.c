@@ -275,6 +275,47 @@ zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_uni
     return st;
 }
 
+/* ---------------------------------------------------------------- one unit at a time (checkpoints) */
+
+static uint64_t unit_region(const struct zs_nvme_optim *n, int32_t u, int32_t nunits)
+{
+    return (u + 1 < nunits ? n->unit_off[u + 1] : n->file_bytes) - n->unit_off[u];
+}
+
+static int32_t unit_count(const struct zs_nvme_optim *n)
+{
+    return n->first[n->ngroups];
+}
+
+zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, float **s1, float **s2)
+{
+    uint64_t t;
+    zs_status st = zs_nvme_param_drop(n);
+    int rc;
+
+    if (st)
+        return st;
+    rc = zs_swap_read(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u, unit_count(n)), &t);
+    if (!rc)
+        rc = zs_swap_wait(n->swap, t);
+    if (rc)
+        return io_fail(n, rc, "reading a unit's optimizer state");
+    *p = n->unit_param[u] ? (float *)n->slot[0] : NULL;
+    *s1 = (float *)(n->slot[0] + n->unit_param[u]);
+    *s2 = (float *)((char *)*s1 + n->unit_state[u]);
+    return ZS_OK;
+}
+
+zs_status zs_nvme_unit_store(struct zs_nvme_optim *n, int32_t u)
+{
+    uint64_t t;
+    int rc = zs_swap_write(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u, unit_count(n)), &t);
+
+    if (!rc)
+        rc = zs_swap_wait(n->swap, t);
+    return rc ? io_fail(n, rc, "writing a unit's optimizer state") : ZS_OK;
+}
+
 /* ---------------------------------------------------------------- stage-3 parameter shards */
 
 static zs_status ring_settle(struct zs_nvme_optim *n, struct ring_buf *b, const char *what)

@@ -40,6 +40,10 @@ zs_status zs_nvme_param_ahead(struct zs_nvme_optim *n, int32_t u, bool *queued);
 zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, float *dst, int64_t count);
 /* Writes u's shard (initial values at set-up). */
 zs_status zs_nvme_param_write(struct zs_nvme_optim *n, int32_t u, const float *src, int64_t count);
+/* Outside a step: reads unit u's whole region into the first slot; *p (NULL unless the parameter shard is
+ * on disk), *s1, *s2 point into it (shard-local element 0). zs_nvme_unit_store writes it back. */
+zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, float **s1, float **s2);
+zs_status zs_nvme_unit_store(struct zs_nvme_optim *n, int32_t u);
 /* Waits for every read ahead and forgets them (before the step rewrites the shards). */
 zs_status zs_nvme_param_drop(struct zs_nvme_optim *n);
 

@@ -148,7 +148,8 @@ static zs_status check_ram(struct zs_ctx *ctx, struct placement now)
                        describe(options[i], b, sizeof(b)), human(n, h4, sizeof(h4)));
     }
     return zs_fail(ZS_ERR_NOMEM, "out of memory: %s needs %s per rank, but this node's %s of RAM gives each of its "
-                   "%d ranks %s, and even stage 3 with both offloads on NVMe needs %s (add ranks or nodes)",
+                   "%d ranks %s, and even stage 3 with both offloads on NVMe needs %s with this config's buffers (lower "
+                   "stage3_max_live_parameters and reduce_bucket_size, or add ranks or nodes)",
                    describe(now, a, sizeof(a)), human(need, h1, sizeof(h1)), human(ram, h2, sizeof(h2)), local,
                    human(share, h3, sizeof(h3)), human(ram_need(ctx, options[6]), h4, sizeof(h4)));
 }

@@ -74,7 +74,7 @@ struct cfg_summary {
     int32_t optim, pad;
 };
 
-static const char *optim_name(int t)
+const char *zs_optim_name(int t)
 {
     static const char *const names[] = { "Adam", "AdamW", "SGD", "Lion", "Adagrad" };
 
@@ -162,8 +162,8 @@ static zs_status agree_on_config(struct zs_ctx *ctx, zs_status local)
             dl += (size_t)snprintf(diff + dl, sizeof(diff) - dl, "; gradient_accumulation_steps %lld vs %lld",
                                    (long long)a->gas, (long long)b->gas);
         if (a->optim != b->optim && dl < sizeof(diff))
-            dl += (size_t)snprintf(diff + dl, sizeof(diff) - dl, "; optimizer.type %s vs %s", optim_name(a->optim),
-                                   optim_name(b->optim));
+            dl += (size_t)snprintf(diff + dl, sizeof(diff) - dl, "; optimizer.type %s vs %s", zs_optim_name(a->optim),
+                                   zs_optim_name(b->optim));
         if (a->lr != b->lr && dl < sizeof(diff))
             snprintf(diff + dl, sizeof(diff) - dl, "; optimizer.params.lr %g vs %g", a->lr, b->lr);
         char ranks[256] = "";
@@ -202,7 +202,7 @@ static zs_status load_config(struct zs_ctx *ctx, const zs_init_opts *o)
     }
     memset(&ctx->cfg, 0, sizeof(ctx->cfg)); /* the resolved struct is hashed: keep padding zero */
     rc = zs_config_parse(&ctx->cfg, text, source, ctx->world, &o->auto_values, err, sizeof(err));
-    free(text);
+    ctx->config_text = text; /* kept for checkpoint manifests */
     if (rc)
         return zs_fail(ZS_ERR_CONFIG, "%s", err);
     return ZS_OK;
@@ -342,7 +342,7 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
         zs_log("stage %d, world %d, micro-batch %lld, gradient accumulation %lld, train batch %lld, optimizer %s lr %g",
                ctx->cfg.zero.stage, ctx->world, (long long)ctx->cfg.micro_batch_size,
                (long long)ctx->cfg.grad_accum_steps, (long long)ctx->cfg.train_batch_size,
-               optim_name(ctx->cfg.optim.type), ctx->cfg.optim.lr);
+               zs_optim_name(ctx->cfg.optim.type), ctx->cfg.optim.lr);
         zs_log("optimizer kernels: %s, %s per rank (%d ranks on this node)", zs_kpath_name(ctx->kpath),
                zs_pool_describe(ctx->pool), ctx->local_size);
         zs_log("collectives: %s", zs_comm_describe(ctx->comm));
@@ -386,6 +386,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         free(ctx->params[p].name);
     zs_mem_free_comm(ctx, ZS_MEM_BUFFERS, ctx->arena, (uint64_t)ctx->arena_cap * sizeof(float));
     free(ctx->params);
+    free(ctx->config_text);
     free(ctx->units);
     free(ctx->pending);
     free(ctx->trace);
@@ -470,9 +471,37 @@ static zs_status param_add(zs_ctx *ctx, int32_t unit, const char *name, int64_t 
     pr->init = init;
     pr->init_fn = fn;
     pr->init_arg = arg;
+    pr->ndim = 0;
     un->numel = pr->offset + numel;
     un->nparams++;
     *param = ctx->nparams++;
+    return ZS_OK;
+}
+
+zs_status zs_param_shape(zs_ctx *ctx, int32_t param, int32_t ndim, const int64_t *dims)
+{
+    int64_t prod = 1;
+
+    if (!ctx || (ndim > 0 && !dims))
+        return zs_fail(ZS_ERR_INVALID, "zs_param_shape: NULL argument");
+    if (ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_shape: called after zs_setup");
+    if (param < 0 || param >= ctx->nparams)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_shape: no parameter %d", param);
+    struct zs_param_rec *pr = &ctx->params[param];
+    if (ndim < 1 || ndim > 8)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_shape: parameter '%s': %d dimensions (1 to 8)", pr->name, ndim);
+    for (int32_t i = 0; i < ndim; i++) {
+        if (dims[i] < 1 || prod > INT64_MAX / dims[i])
+            return zs_fail(ZS_ERR_INVALID, "zs_param_shape: parameter '%s': bad dimension %lld", pr->name,
+                           (long long)dims[i]);
+        prod *= dims[i];
+    }
+    if (prod != pr->numel)
+        return zs_fail(ZS_ERR_INVALID, "zs_param_shape: parameter '%s': shape has %lld elements, the parameter %lld",
+                       pr->name, (long long)prod, (long long)pr->numel);
+    pr->ndim = ndim;
+    memcpy(pr->shape, dims, (size_t)ndim * sizeof(int64_t));
     return ZS_OK;
 }
 

@@ -26,6 +26,8 @@ struct zs_param_rec {
     const float *init;     /* borrowed until zs_setup */
     zs_init_fn init_fn;    /* or this, called for the elements a rank stores */
     void *init_arg;
+    int32_t ndim;          /* 0: [numel] */
+    int64_t shape[8];
 };
 
 struct zs_unit {
@@ -52,6 +54,7 @@ struct zs_unit {
 
 struct zs_ctx {
     struct zs_config cfg;
+    char *config_text;               /* the config as given (for checkpoint manifests) */
     struct zs_comm *comm;
     MPI_Comm parent;                 /* the program's communicator (not owned) */
     int32_t rank, world;
@@ -92,6 +95,9 @@ struct zs_ctx {
     struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */
     struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload_optimizer.device nvme) */
 };
+
+/* "Adam", "AdamW", "SGD", "Lion", "Adagrad" (DeepSpeed's spelling of the config's optimizer type) */
+const char *zs_optim_name(int type);
 
 /* FNV-1a, for the cross-rank agreement hashes (config, registration). */
 #define ZS_FNV_SEED 0xcbf29ce484222325ULL

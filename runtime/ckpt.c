@@ -1,0 +1,545 @@
+/* ckpt.c - collective checkpoints: every rank writes the slice of each unit that it would own in an
+ * N-way partition (parameters as fp32 masters, and the optimizer's state arrays), rank 0 writes the
+ * manifest (runtime/ckpt_format.h) that maps unit element ranges to file byte ranges. Save goes through a
+ * temporary directory that is fsynced and renamed into place, then `latest` is replaced, so a crash
+ * leaves the previous checkpoint whole. Load works at any world size and stage: a rank reads just the
+ * element ranges it now stores, from whichever files hold them. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_format.h"
+#include "engine.h"
+#include "error.h"
+#include "nvme_optim.h"
+#include "safetensors.h"
+#include "swap.h" /* defines: zs_crc32c */
+
+#define CKPT_PATH 4096
+
+/* out = a/b (a path under CKPT_PATH - 64 bytes, checked on entry, so this never truncates) */
+static void join(char *out, const char *a, const char *b)
+{
+    if (snprintf(out, CKPT_PATH, "%s/%s", a, b) >= CKPT_PATH)
+        out[CKPT_PATH - 1] = '\0';
+}
+
+static int nstates(const struct zs_ctx *ctx)
+{
+    const struct zs_optim_config *o = &ctx->cfg.optim;
+
+    if (o->type == ZS_OPTIM_ADAM || o->type == ZS_OPTIM_ADAMW)
+        return 2;
+    return o->type == ZS_OPTIM_SGD && o->momentum == 0.0 ? 0 : 1;
+}
+
+/* The slice of unit u that rank r of the current world writes: [begin, begin + count) of its flat
+ * elements (padding excluded). */
+static int64_t slice(const struct zs_ctx *ctx, int32_t u, int32_t r, int64_t *begin)
+{
+    const struct zs_unit *un = &ctx->units[u];
+    int64_t b = zs_partition_begin(&un->part, r), n = un->part.shard;
+
+    *begin = b;
+    if (b >= un->numel)
+        return 0;
+    return b + n > un->numel ? un->numel - b : n;
+}
+
+/* ---------------------------------------------------------------- where a unit's state lives now */
+
+/* Pointers to this rank's parameters (p0: element 0 of the unit, or of the shard when sharded) and
+ * state arrays (s0: element 0 of the unit at stage 0, of the shard otherwise) for unit u; from the swap
+ * file's first slot when they live on NVMe. */
+struct unit_view {
+    float *p, *s1, *s2;
+    int64_t p_base, s_base; /* unit element index of p[0] and s1[0] */
+    bool on_disk;
+};
+
+static zs_status view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
+{
+    struct zs_unit *un = &ctx->units[u];
+    int64_t mine = zs_partition_begin(&un->part, ctx->rank);
+    float *dp = NULL;
+    zs_status st;
+
+    memset(v, 0, sizeof(*v));
+    v->s_base = ctx->cfg.zero.stage == 0 ? 0 : mine;
+    v->s1 = un->m;
+    v->s2 = un->v;
+    if (ctx->nvme) {
+        st = zs_nvme_unit_load(ctx->nvme, u, &dp, &v->s1, &v->s2);
+        if (st)
+            return st;
+        v->on_disk = true;
+    }
+    if (un->sharded) {
+        v->p = dp ? dp : un->shard;
+        v->p_base = mine;
+    } else {
+        v->p = un->full;
+        v->p_base = 0;
+    }
+    return ZS_OK;
+}
+
+/* ---------------------------------------------------------------- save */
+
+struct file_out {
+    int fd;
+    uint64_t off;
+    uint32_t crc;
+    const char *path;
+};
+
+static zs_status out_write(struct file_out *f, const void *buf, size_t bytes)
+{
+    const char *p = buf;
+
+    f->crc = zs_crc32c(f->crc, buf, bytes);
+    while (bytes) {
+        ssize_t n = write(f->fd, p, bytes);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return zs_fail(ZS_ERR_IO, "checkpoint: %s: write at offset %llu failed: %s", f->path,
+                           (unsigned long long)f->off, n < 0 ? strerror(errno) : "no progress");
+        p += n;
+        bytes -= (size_t)n;
+        f->off += (uint64_t)n;
+    }
+    return ZS_OK;
+}
+
+/* Test hook: ZS_TEST_CKPT_CRASH=R:N makes rank R die (SIGKILL) halfway through writing its file of the
+ * checkpoint at global step N, as a machine or process failure mid-save would. */
+static void crash_hook(const struct zs_ctx *ctx, int32_t u)
+{
+    const char *c = getenv("ZS_TEST_CKPT_CRASH");
+    int r;
+    long long step;
+
+    if (c && sscanf(c, "%d:%lld", &r, &step) == 2 && r == ctx->rank && step == ctx->global_step &&
+        u == ctx->nunits / 2)
+        raise(SIGKILL);
+}
+
+static zs_status write_rank_file(struct zs_ctx *ctx, const char *tmp, uint64_t *bytes, uint32_t *crc)
+{
+    char path[CKPT_PATH];
+    struct file_out f = {.path = path};
+    int k = nstates(ctx);
+    zs_status st = ZS_OK;
+
+    char name[32];
+    snprintf(name, sizeof(name), "rank%05d.bin", ctx->rank);
+    join(path, tmp, name);
+    f.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (f.fd < 0)
+        return zs_fail(ZS_ERR_IO, "checkpoint: cannot create %s: %s", path, strerror(errno));
+    for (int32_t u = 0; u < ctx->nunits && !st; u++) {
+        struct unit_view v;
+        int64_t begin, count = slice(ctx, u, ctx->rank, &begin);
+        crash_hook(ctx, u);
+        if (!count)
+            continue;
+        st = view_unit(ctx, u, &v);
+        if (!st)
+            st = out_write(&f, v.p + (begin - v.p_base), (size_t)count * sizeof(float));
+        if (!st && k >= 1)
+            st = out_write(&f, v.s1 + (begin - v.s_base), (size_t)count * sizeof(float));
+        if (!st && k >= 2)
+            st = out_write(&f, v.s2 + (begin - v.s_base), (size_t)count * sizeof(float));
+    }
+    if (!st && fsync(f.fd))
+        st = zs_fail(ZS_ERR_IO, "checkpoint: fsync %s: %s", path, strerror(errno));
+    if (close(f.fd) && !st)
+        st = zs_fail(ZS_ERR_IO, "checkpoint: close %s: %s", path, strerror(errno));
+    *bytes = f.off;
+    *crc = f.crc;
+    return st;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
+
+    if (fd < 0)
+        return -errno;
+    rc = fsync(fd) ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+/* Removes a directory holding only plain files (a tag or temporary directory of ours). */
+static void remove_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[CKPT_PATH];
+
+    if (!d)
+        return;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+            join(p, dir, e->d_name);
+            unlink(p);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* The manifest, from the registration and the layout every rank wrote by. */
+static zs_status build_manifest(struct zs_ctx *ctx, struct zs_ckpt_manifest *m, const uint64_t *bytes,
+                                const uint32_t *crc)
+{
+    int k = nstates(ctx);
+    int64_t nsegs = 0;
+
+    memset(m, 0, sizeof(*m));
+    m->version = ZS_CKPT_VERSION;
+    m->global_step = ctx->global_step;
+    m->micro_step = ctx->micro_step;
+    m->world_size = ctx->world;
+    m->stage = ctx->cfg.zero.stage;
+    m->param_dtype = "fp32";
+    m->optimizer = (char *)zs_optim_name(ctx->cfg.optim.type);
+    m->scaler = (struct zs_ckpt_scaler){.scale = ctx->stats.loss_scale, .last_overflow = -1,
+                                        .iter = ctx->global_step};
+    m->config_json = ctx->config_text;
+    m->nunits = ctx->nunits;
+    m->nparams = ctx->nparams;
+    m->nfiles = ctx->world;
+    m->units = calloc((size_t)ctx->nunits, sizeof(*m->units));
+    m->params = calloc((size_t)ctx->nparams, sizeof(*m->params));
+    m->files = calloc((size_t)ctx->world, sizeof(*m->files));
+    m->segs = calloc((size_t)ctx->nunits * (size_t)ctx->world * (size_t)(1 + k), sizeof(*m->segs));
+    if (!m->units || !m->params || !m->files || !m->segs)
+        return zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory for the manifest");
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        m->units[u] = (struct zs_ckpt_unit){.name = ctx->units[u].name, .numel = ctx->units[u].numel,
+                                            .first_param = ctx->units[u].first_param,
+                                            .nparams = ctx->units[u].nparams};
+    for (int32_t p = 0; p < ctx->nparams; p++) {
+        const struct zs_param_rec *pr = &ctx->params[p];
+        struct zs_ckpt_param *mp = &m->params[p];
+        *mp = (struct zs_ckpt_param){.name = pr->name, .unit = pr->unit, .offset = pr->offset, .numel = pr->numel,
+                                     .ndim = pr->ndim ? pr->ndim : 1};
+        if (pr->ndim)
+            memcpy(mp->shape, pr->shape, sizeof(mp->shape));
+        else
+            mp->shape[0] = pr->numel;
+    }
+    for (int32_t r = 0; r < ctx->world; r++) {
+        uint64_t off = 0;
+        m->files[r].rank = r;
+        m->files[r].bytes = bytes[r];
+        m->files[r].crc32c = crc[r];
+        m->files[r].name = malloc(32);
+        if (!m->files[r].name)
+            return zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory for the manifest");
+        snprintf(m->files[r].name, 32, "rank%05d.bin", r);
+        for (int32_t u = 0; u < ctx->nunits; u++) {
+            int64_t begin, count = slice(ctx, u, r, &begin);
+            for (int kind = 0; count && kind <= k; kind++) {
+                m->segs[nsegs++] = (struct zs_ckpt_seg){.unit = u, .kind = kind, .file = r, .begin = begin,
+                                                        .count = count, .offset = off};
+                off += (uint64_t)count * sizeof(float);
+            }
+        }
+        if (off != bytes[r])
+            return zs_fail(ZS_ERR_IO, "checkpoint: rank %d wrote %llu bytes, the layout says %llu", r,
+                           (unsigned long long)bytes[r], (unsigned long long)off);
+    }
+    m->nsegs = nsegs;
+    for (int kind = 0; kind <= k; kind++)
+        m->has_kind[kind] = true;
+    return ZS_OK;
+}
+
+static void manifest_release(struct zs_ckpt_manifest *m)
+{
+    for (int32_t r = 0; r < m->nfiles && m->files; r++)
+        free(m->files[r].name);
+    free(m->units);
+    free(m->params);
+    free(m->files);
+    free(m->segs);
+}
+
+static zs_status write_text(const char *path, const char *text)
+{
+    struct file_out f = {.path = path};
+    zs_status st;
+
+    f.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (f.fd < 0)
+        return zs_fail(ZS_ERR_IO, "checkpoint: cannot create %s: %s", path, strerror(errno));
+    st = out_write(&f, text, strlen(text));
+    if (!st && fsync(f.fd))
+        st = zs_fail(ZS_ERR_IO, "checkpoint: fsync %s: %s", path, strerror(errno));
+    close(f.fd);
+    return st;
+}
+
+/* Rank 0: manifest into the temporary directory, the directory renamed to its tag, then `latest`. */
+static zs_status publish(struct zs_ctx *ctx, const char *dir, const char *tag, const char *tmp, const uint64_t *bytes,
+                         const uint32_t *crc)
+{
+    struct zs_ckpt_manifest m;
+    char path[CKPT_PATH], final[CKPT_PATH], old[CKPT_PATH];
+    char *text = NULL;
+    zs_status st = build_manifest(ctx, &m, bytes, crc);
+
+    if (!st && !(text = zs_ckpt_manifest_dump(&m)))
+        st = zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory writing the manifest");
+    manifest_release(&m);
+    join(path, tmp, ZS_CKPT_MANIFEST);
+    if (!st)
+        st = write_text(path, text);
+    free(text);
+    if (!st && fsync_dir(tmp))
+        st = zs_fail(ZS_ERR_IO, "checkpoint: fsync %s: %s", tmp, strerror(errno));
+    if (st)
+        return st;
+    char name[96];
+    join(final, dir, tag);
+    snprintf(name, sizeof(name), "%s.old", tag);
+    join(old, dir, name);
+    remove_tree(old);
+    if (rename(final, old) && errno != ENOENT) /* saving the same step again: the new one wins */
+        return zs_fail(ZS_ERR_IO, "checkpoint: cannot move aside %s: %s", final, strerror(errno));
+    if (rename(tmp, final))
+        return zs_fail(ZS_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    remove_tree(old);
+    join(path, dir, ZS_CKPT_LATEST ".tmp");
+    snprintf(name, sizeof(name), "%s\n", tag);
+    st = write_text(path, name);
+    join(final, dir, ZS_CKPT_LATEST);
+    if (!st && rename(path, final))
+        st = zs_fail(ZS_ERR_IO, "checkpoint: cannot rename %s to %s: %s", path, final, strerror(errno));
+    if (!st && fsync_dir(dir))
+        st = zs_fail(ZS_ERR_IO, "checkpoint: fsync %s: %s", dir, strerror(errno));
+    return st;
+}
+
+zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
+{
+    char tag[64], tmp[CKPT_PATH];
+    uint64_t bytes = 0, *all_bytes = NULL;
+    uint32_t crc = 0, *all_crc = NULL;
+    zs_status st = ZS_OK;
+
+    if (!ctx || !dir)
+        return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: NULL argument");
+    if (!ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: call zs_setup first");
+    if (ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
+        return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: in the middle of an accumulation window (micro-step "
+                       "%lld); save after the step", (long long)ctx->micro_step);
+    snprintf(tag, sizeof(tag), "global_step%lld", (long long)ctx->global_step);
+    if (strlen(dir) + 64 > CKPT_PATH)
+        return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: path %s too long", dir);
+    char name[96];
+    snprintf(name, sizeof(name), "%s.tmp", tag);
+    join(tmp, dir, name);
+    if (ctx->rank == 0) { /* a leftover from a crashed save of this step is cleared, never mixed in */
+        if (mkdir(dir, 0755) && errno != EEXIST)
+            st = zs_fail(ZS_ERR_IO, "checkpoint: cannot create %s: %s", dir, strerror(errno));
+        remove_tree(tmp);
+        if (!st && mkdir(tmp, 0700))
+            st = zs_fail(ZS_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    }
+    st = zs_agree(ctx, st);
+    if (!st)
+        st = zs_agree(ctx, write_rank_file(ctx, tmp, &bytes, &crc));
+    if (ctx->rank == 0) {
+        all_bytes = calloc((size_t)ctx->world, sizeof(*all_bytes));
+        all_crc = calloc((size_t)ctx->world, sizeof(*all_crc));
+    }
+    if (!st) {
+        MPI_Gather(&bytes, 1, MPI_UINT64_T, all_bytes, 1, MPI_UINT64_T, 0, zs_comm_mpi(ctx->comm));
+        MPI_Gather(&crc, 1, MPI_UINT32_T, all_crc, 1, MPI_UINT32_T, 0, zs_comm_mpi(ctx->comm));
+        if (ctx->rank == 0)
+            st = all_bytes && all_crc ? publish(ctx, dir, tag, tmp, all_bytes, all_crc)
+                                      : zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory");
+        st = zs_agree(ctx, st);
+    }
+    free(all_bytes);
+    free(all_crc);
+    if (!st && ctx->rank == 0 && !ctx->quiet)
+        zs_log("checkpoint: saved %s/%s", dir, tag);
+    return st;
+}
+
+/* ---------------------------------------------------------------- load */
+
+static zs_status match_model(struct zs_ctx *ctx, const struct zs_ckpt_manifest *m, const char *where)
+{
+    int k = nstates(ctx);
+
+    if (m->nunits != ctx->nunits || m->nparams != ctx->nparams)
+        return zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: a different model: %d units and %d parameters, the program "
+                       "registered %d and %d", where, m->nunits, m->nparams, ctx->nunits, ctx->nparams);
+    for (int32_t u = 0; u < m->nunits; u++)
+        if (strcmp(m->units[u].name, ctx->units[u].name) || m->units[u].numel != ctx->units[u].numel)
+            return zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: units[%d] is '%s' of %lld elements, the program's unit "
+                           "%d is '%s' of %lld", where, u, m->units[u].name, (long long)m->units[u].numel, u,
+                           ctx->units[u].name, (long long)ctx->units[u].numel);
+    for (int32_t p = 0; p < m->nparams; p++) {
+        const struct zs_param_rec *pr = &ctx->params[p];
+        if (strcmp(m->params[p].name, pr->name) || m->params[p].numel != pr->numel ||
+            m->params[p].offset != pr->offset || m->params[p].unit != pr->unit)
+            return zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: params[%d] is '%s' (%lld elements), the program's "
+                           "parameter %d is '%s' (%lld elements)", where, p, m->params[p].name,
+                           (long long)m->params[p].numel, p, pr->name, (long long)pr->numel);
+    }
+    if (strcasecmp(m->optimizer, zs_optim_name(ctx->cfg.optim.type)))
+        return zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: optimizer '%s', the config's is '%s' (its state would not "
+                       "fit)", where, m->optimizer, zs_optim_name(ctx->cfg.optim.type));
+    for (int kind = 1; kind <= k; kind++)
+        if (!m->has_kind[kind])
+            return zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: no '%s' state, which the optimizer needs", where,
+                           zs_ckpt_kind_name(kind));
+    return ZS_OK;
+}
+
+static zs_status read_into(struct zs_ckpt_reader *rd, int32_t u, int kind, int64_t begin, int64_t count, float *dst,
+                           int64_t numel)
+{
+    char err[1024];
+    int64_t n = begin >= numel ? 0 : begin + count > numel ? numel - begin : count;
+
+    memset(dst, 0, (size_t)count * sizeof(float)); /* padding past the unit's end stays zero */
+    if (n > 0 && zs_ckpt_read_range(rd, u, kind, begin, n, dst, err, sizeof(err)))
+        return zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
+    return ZS_OK;
+}
+
+static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+    struct unit_view v;
+    int k = nstates(ctx);
+    int64_t pn = un->sharded ? un->part.shard : un->part.padded;
+    int64_t sn = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
+    zs_status st = view_unit(ctx, u, &v);
+
+    if (!st)
+        st = read_into(rd, u, ZS_CKPT_PARAM, v.p_base, pn, v.p, un->numel);
+    if (!st && k >= 1)
+        st = read_into(rd, u, ZS_CKPT_EXP_AVG, v.s_base, sn, v.s1, un->numel);
+    if (!st && k >= 2)
+        st = read_into(rd, u, ZS_CKPT_EXP_AVG_SQ, v.s_base, sn, v.s2, un->numel);
+    if (!st && v.on_disk)
+        st = zs_nvme_unit_store(ctx->nvme, u);
+    return st;
+}
+
+zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir)
+{
+    struct zs_ckpt_manifest m;
+    struct zs_ckpt_reader *rd = NULL;
+    char tag[CKPT_PATH], err[1024];
+    zs_status st = ZS_OK;
+
+    if (!ctx || !dir)
+        return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_load: NULL argument");
+    if (!ctx->set_up || ctx->micro_step != 0)
+        return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_load: call it after zs_setup and before training");
+    memset(&m, 0, sizeof(m));
+    if (zs_ckpt_resolve(dir, tag, sizeof(tag), err, sizeof(err)) ||
+        zs_ckpt_manifest_load(&m, tag, err, sizeof(err)))
+        st = zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
+    if (!st)
+        st = match_model(ctx, &m, tag);
+    /* Every file's checksum is checked before anything is used, each file by one rank. */
+    for (int32_t f = ctx->rank; !st && f < m.nfiles; f += ctx->world)
+        if (zs_ckpt_verify_file(&m, tag, f, err, sizeof(err)))
+            st = zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
+    st = zs_agree(ctx, st);
+    if (!st && zs_ckpt_reader_open(&rd, &m, tag, err, sizeof(err)))
+        st = zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
+    for (int32_t u = 0; !st && u < ctx->nunits; u++)
+        st = load_unit(ctx, rd, u);
+    zs_ckpt_reader_close(rd);
+    st = zs_agree(ctx, st);
+    if (!st) {
+        ctx->global_step = m.global_step;
+        ctx->micro_step = m.global_step * ctx->cfg.grad_accum_steps;
+        ctx->stats.global_step = ctx->global_step;
+        ctx->stats.micro_step = ctx->micro_step;
+        if (ctx->rank == 0 && !ctx->quiet)
+            zs_log("checkpoint: loaded %s (step %lld, saved by %d ranks at stage %d)", tag, (long long)m.global_step,
+                   m.world_size, m.stage);
+    }
+    zs_ckpt_manifest_free(&m);
+    return st;
+}
+
+/* ---------------------------------------------------------------- safetensors import */
+
+static zs_status import_param(struct zs_ctx *ctx, struct zs_st *st, const struct zs_param_rec *pr,
+                              const struct unit_view *v, int64_t p_end, const char *path)
+{
+    const struct zs_st_tensor *t = zs_st_find(st, pr->name);
+    int32_t ndim = pr->ndim ? pr->ndim : 1;
+    const int64_t *shape = pr->ndim ? pr->shape : &pr->numel;
+    int64_t lo = pr->offset > v->p_base ? pr->offset : v->p_base;
+    int64_t hi = pr->offset + pr->numel < p_end ? pr->offset + pr->numel : p_end;
+    char err[512];
+
+    if (!t)
+        return zs_fail(ZS_ERR_MISMATCH, "%s: no tensor '%s' for the registered parameter", path, pr->name);
+    if (t->ndim != ndim || memcmp(t->shape, shape, (size_t)ndim * sizeof(int64_t)))
+        return zs_fail(ZS_ERR_MISMATCH, "%s: tensor '%s' has %d dimensions (first %lld), the parameter %d (first %lld)",
+                       path, pr->name, t->ndim, t->ndim ? (long long)t->shape[0] : 0LL, ndim, (long long)shape[0]);
+    if (lo < hi && zs_st_read_f32(st, t, lo - pr->offset, hi - lo, v->p + (lo - v->p_base), err, sizeof(err)))
+        return zs_fail(ZS_ERR_IO, "%s", err);
+    return ZS_OK;
+}
+
+zs_status zs_import_safetensors(zs_ctx *ctx, const char *path)
+{
+    struct zs_st *st = NULL;
+    char err[512];
+    zs_status s = ZS_OK;
+
+    if (!ctx || !path)
+        return zs_fail(ZS_ERR_INVALID, "zs_import_safetensors: NULL argument");
+    if (!ctx->set_up || ctx->micro_step != 0)
+        return zs_fail(ZS_ERR_INVALID, "zs_import_safetensors: call it after zs_setup and before training");
+    if (zs_st_open(&st, path, err, sizeof(err)))
+        s = zs_fail(ZS_ERR_IO, "%s", err);
+    for (int i = 0; !s && i < zs_st_count(st); i++) { /* strict: every tensor names a parameter */
+        const char *name = zs_st_get(st, i)->name;
+        int32_t p = 0;
+        while (p < ctx->nparams && strcmp(ctx->params[p].name, name))
+            p++;
+        if (p == ctx->nparams)
+            s = zs_fail(ZS_ERR_MISMATCH, "%s: tensor '%s' matches no registered parameter", path, name);
+    }
+    for (int32_t u = 0; !s && u < ctx->nunits; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        struct unit_view v;
+        s = view_unit(ctx, u, &v);
+        int64_t p_end = v.p_base + (un->sharded ? un->part.shard : un->part.padded);
+        for (int32_t i = 0; !s && i < un->nparams; i++)
+            s = import_param(ctx, st, &ctx->params[un->first_param + i], &v, p_end, path);
+        if (!s && v.on_disk)
+            s = zs_nvme_unit_store(ctx->nvme, u);
+    }
+    zs_st_close(st);
+    s = zs_agree(ctx, s);
+    if (!s && ctx->rank == 0 && !ctx->quiet)
+        zs_log("initialised %d parameters from %s", ctx->nparams, path);
+    return s;
+}

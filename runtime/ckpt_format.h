@@ -1,0 +1,136 @@
+/* ckpt_format.h - the on-disk checkpoint format: the manifest (JSON) and the per-rank data files.
+ * Shared by the engine's collective save/load (runtime/ckpt.c) and the zs-ckpt tool.
+ *
+ * A checkpoint directory DIR holds tags DIR/<tag>/ (tag "global_step<N>") and a text file DIR/latest
+ * naming the newest tag. A tag directory holds manifest.json and one data file per saving rank,
+ * "rank<RRRRR>.bin" (5 digits). Data files are raw little-endian fp32 runs ("segments") with no header.
+ *
+ * manifest.json:
+ * {
+ *   "format": "zeroshard-checkpoint", "version": 1,
+ *   "global_step": 10, "micro_step": 20, "world_size": 4, "stage": 3,
+ *   "param_dtype": "fp32" | "bf16" | "fp16",   (the training dtype; saved data are always fp32 masters)
+ *   "optimizer": "adamw",                       (config optimizer type, lower case)
+ *   "loss_scaler": {"scale": 65536.0, "good_steps": 0, "hysteresis": 2, "last_overflow": -1, "iter": 10},
+ *   "config": { ...the run's DeepSpeed config object, as loaded... },
+ *   "units": [ {"name": "layer0", "numel": 1040,
+ *               "params": [ {"name": "layer0.w", "offset": 0, "numel": 1024, "shape": [32, 32]}, ... ]} ],
+ *   "files": [ {"name": "rank00000.bin", "rank": 0, "bytes": 12288, "crc32c": "1a2b3c4d"} ],
+ *   "segments": [ {"unit": 0, "kind": "param", "begin": 0, "count": 256, "file": 0, "offset": 0}, ... ]
+ * }
+ * units[].numel is the unit's flat length (alignment gaps between parameters included, no shard padding).
+ * A parameter occupies [offset, offset + numel) of its unit. A segment holds elements [begin, begin+count)
+ * of one unit's flat array of one kind, stored at byte `offset` of file `file` (count * 4 bytes).
+ * Kinds: "param" (fp32 master weights), "exp_avg", "exp_avg_sq" (the optimizer's two state arrays, for
+ * every optimizer: their meaning is the optimizer's). For every unit and every kind present, the segments
+ * cover [0, numel) exactly once. crc32c is CRC32C (offload/swap.h zs_crc32c) of the whole file, 8 lower-case
+ * hex digits. Parameter names are unique. */
+#ifndef ZS_CKPT_FORMAT_H
+#define ZS_CKPT_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ZS_CKPT_FORMAT "zeroshard-checkpoint"
+#define ZS_CKPT_VERSION 1
+#define ZS_CKPT_MANIFEST "manifest.json"
+#define ZS_CKPT_LATEST "latest"
+#define ZS_CKPT_MAX_DIMS 8
+
+enum zs_ckpt_kind { ZS_CKPT_PARAM = 0, ZS_CKPT_EXP_AVG = 1, ZS_CKPT_EXP_AVG_SQ = 2, ZS_CKPT_NKINDS = 3 };
+
+struct zs_ckpt_param {
+    char *name;
+    int32_t unit;
+    int64_t offset, numel;
+    int32_t ndim;
+    int64_t shape[ZS_CKPT_MAX_DIMS];
+};
+
+struct zs_ckpt_unit {
+    char *name;
+    int64_t numel;
+    int32_t first_param, nparams; /* index range in zs_ckpt_manifest.params */
+};
+
+struct zs_ckpt_file {
+    char *name;   /* plain file name inside the tag directory: no '/', not "." or "..", not empty */
+    int32_t rank;
+    uint64_t bytes;
+    uint32_t crc32c;
+};
+
+struct zs_ckpt_seg {
+    int32_t unit, kind, file;
+    int64_t begin, count;  /* elements */
+    uint64_t offset;       /* bytes into the file */
+};
+
+struct zs_ckpt_scaler {
+    double scale;
+    int64_t good_steps, hysteresis, last_overflow, iter;
+};
+
+struct zs_ckpt_manifest {
+    int32_t version;
+    int64_t global_step, micro_step;
+    int32_t world_size, stage;
+    char *param_dtype, *optimizer;
+    struct zs_ckpt_scaler scaler;
+    char *config_json;            /* the "config" object re-serialised compactly (may be NULL) */
+    struct zs_ckpt_unit *units;
+    int32_t nunits;
+    struct zs_ckpt_param *params;
+    int32_t nparams;
+    struct zs_ckpt_file *files;
+    int32_t nfiles;
+    struct zs_ckpt_seg *segs;
+    int64_t nsegs;
+    bool has_kind[ZS_CKPT_NKINDS]; /* kinds that have segments (param always) */
+};
+
+const char *zs_ckpt_kind_name(int kind); /* "param", "exp_avg", "exp_avg_sq" */
+/* A name that stays inside its directory: not empty, no '/', not "." or "..", no control characters. Used
+ * for data file names and for the tag in DIR/latest. */
+bool zs_ckpt_name_ok(const char *name);
+
+/* Parses and validates a manifest held in memory (len bytes, not necessarily NUL-terminated). Every
+ * field is type- and range-checked: file indices, unit indices, segment extents inside the file's
+ * declared bytes and inside the unit, complete non-overlapping coverage per unit and kind, parameter
+ * extents inside their unit, shape product equal to numel, unique parameter names, safe file names.
+ * On failure returns -1 with a message naming `what` (the manifest's path, for messages) and the field
+ * (e.g. "ckpt/global_step10/manifest.json: segments[3].offset: 4096 + 1024 bytes beyond file
+ * rank00001.bin (4096 bytes)"). Never reads out of bounds, whatever the input. */
+int zs_ckpt_manifest_parse(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what,
+                           char *err, size_t errlen);
+/* Reads DIR/manifest.json and parses it (as above). */
+int zs_ckpt_manifest_load(struct zs_ckpt_manifest *m, const char *tag_dir, char *err, size_t errlen);
+void zs_ckpt_manifest_free(struct zs_ckpt_manifest *m);
+/* Serialises m to JSON text (malloc'd, NUL-terminated; caller frees). config_json, when not NULL, is
+ * embedded as the "config" object. NULL on allocation failure (or when config_json is not a JSON object). */
+char *zs_ckpt_manifest_dump(const struct zs_ckpt_manifest *m);
+
+/* Reads elements [begin, begin+count) of unit `unit`, kind `kind` into dst (fp32), from whichever
+ * segments overlap, with pread on the files of tag_dir (opened lazily and cached in the reader).
+ * A file shorter than the manifest says, or a read error, fails naming the file and byte offset.
+ * The reader keeps a pointer to m: m must outlive it. */
+struct zs_ckpt_reader;
+int zs_ckpt_reader_open(struct zs_ckpt_reader **r, const struct zs_ckpt_manifest *m, const char *tag_dir,
+                        char *err, size_t errlen);
+int zs_ckpt_read_range(struct zs_ckpt_reader *r, int32_t unit, int kind, int64_t begin, int64_t count,
+                       float *dst, char *err, size_t errlen);
+void zs_ckpt_reader_close(struct zs_ckpt_reader *r);
+
+/* Checks every file's size and CRC32C against the manifest (streaming, bounded memory). 0 or -1 with a
+ * message naming the first bad file ("...: rank00001.bin: crc32c 0x... != manifest 0x..."). */
+int zs_ckpt_verify(const struct zs_ckpt_manifest *m, const char *tag_dir, char *err, size_t errlen);
+/* The same for files[file] alone, so a tool can report each file as it goes. */
+int zs_ckpt_verify_file(const struct zs_ckpt_manifest *m, const char *tag_dir, int32_t file, char *err,
+                        size_t errlen);
+
+/* Resolves DIR to a tag directory: DIR itself when it holds a manifest, else DIR/<contents of
+ * DIR/latest> (the tag must be a plain name). out receives the path. */
+int zs_ckpt_resolve(const char *dir, char *out, size_t outlen, char *err, size_t errlen);
+
+#endif /* ZS_CKPT_FORMAT_H */
