@@ -132,23 +132,112 @@ static zs_status build_model(zs_ctx *ctx, const struct opts *o, struct model *m)
     return st;
 }
 
+/* ---------------------------------------------------------------- 16-bit parameters
+ * With bf16 or fp16 training ZeroShard hands out 16-bit parameters and gradient buffers. This example
+ * computes in fp32: it widens the fetched weights into a scratch buffer, builds the micro-batch gradient
+ * in fp32 and adds it into the 16-bit buffer, rounding to nearest even. */
+
+struct wide {
+    zs_dtype dt;
+    float *w, *b, *gw, *gb; /* scratch, the largest layer's size */
+};
+
+static float h2f(zs_dtype dt, uint16_t h)
+{
+    uint32_t u;
+    float f;
+
+    if (dt == ZS_DTYPE_BF16) {
+        u = (uint32_t)h << 16;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    /* fp16: sign, 5-bit exponent, 10-bit mantissa */
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, mant = h & 1023;
+    if (e == 0)
+        f = ldexpf((float)mant, -24);
+    else if (e == 31)
+        f = mant ? NAN : INFINITY;
+    else
+        f = ldexpf((float)(mant | 1024), (int)e - 25);
+    memcpy(&u, &f, 4);
+    u |= sign;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Round to nearest even: bf16 by integer rounding of the upper half; fp16 through the float range. */
+static uint16_t f2h(zs_dtype dt, float f)
+{
+    uint32_t u;
+
+    memcpy(&u, &f, 4);
+    if (dt == ZS_DTYPE_BF16) {
+        if ((u & 0x7fffffff) > 0x7f800000)
+            return (uint16_t)((u >> 16) | 0x40);
+        return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    }
+    uint32_t sign = (u >> 16) & 0x8000;
+    float a = fabsf(f);
+    if (isnan(f))
+        return (uint16_t)(sign | 0x7e00);
+    if (a >= 65520.0f)
+        return (uint16_t)(sign | 0x7c00);
+    if (a < 0x1p-14f) /* subnormal: a multiple of 2^-24, rounded to nearest even by the conversion */
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 0x1p24f));
+    int e;
+    float m = frexpf(a, &e);                          /* a = m * 2^e, m in [0.5, 1) */
+    uint32_t q = (uint32_t)lrintf(ldexpf(m, 11));     /* 11 significant bits, nearest even */
+    if (q == 2048) {
+        q = 1024;
+        e++;
+    }
+    if (e + 14 >= 31)
+        return (uint16_t)(sign | 0x7c00);
+    return (uint16_t)(sign | ((uint32_t)(e + 14) << 10) | (q & 1023));
+}
+
+/* fp32 view of n parameters: the data itself (fp32) or a widened copy in scratch. */
+static const float *widen(const struct wide *wd, const void *p, int64_t n, float *scratch)
+{
+    if (wd->dt == ZS_DTYPE_FP32)
+        return p;
+    for (int64_t i = 0; i < n; i++)
+        scratch[i] = h2f(wd->dt, ((const uint16_t *)p)[i]);
+    return scratch;
+}
+
+static void fold_grad(const struct wide *wd, void *g16, const float *g, int64_t n)
+{
+    uint16_t *h = g16;
+
+    for (int64_t i = 0; i < n; i++)
+        h[i] = f2h(wd->dt, h2f(wd->dt, h[i]) + g[i]);
+}
+
 /* One micro-batch: forward through fetched units, loss, backward in reverse unit order.
  * acts[i] holds layer i's input for the whole batch. Returns the mean loss. */
 static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct opts *o, uint64_t first,
-                             int64_t B, float **acts, float *dlog, float *dbuf, double *loss)
+                             int64_t B, float **acts, float *dlog, float *dbuf, const struct wide *wd, double *loss)
 {
     zs_status st;
     int labels[4096];
     double total = 0.0;
+    zs_step_stats ss;
+    float lscale;
+
+    zs_stats(ctx, &ss);
+    lscale = (float)ss.loss_scale; /* fp16: backward runs on loss x scale; 1 otherwise */
 
     for (int64_t k = 0; k < B; k++)
         sample(o->seed, first + (uint64_t)k, acts[0] + k * IN_DIM, &labels[k]);
     for (int i = 0; i < m->nlayers; i++) {
         const struct layer *L = &m->l[i];
-        float *w, *b;
-        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, (void **)&w)) ||
-            (st = zs_param_data(ctx, L->b, (void **)&b)))
+        void *wp, *bp;
+        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
+            (st = zs_param_data(ctx, L->b, &bp)))
             return st;
+        const float *w = widen(wd, wp, L->in * L->out, wd->w), *b = widen(wd, bp, L->out, wd->b);
         for (int64_t k = 0; k < B; k++) {
             const float *x = acts[i] + k * L->in;
             float *y = acts[i + 1] + k * L->out;
@@ -171,24 +260,36 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
             sum += expf(z[c] - mx);
         total += (double)(logf(sum) + mx - z[labels[k]]);
         for (int c = 0; c < CLASSES; c++)
-            dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)B;
+            dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)B * lscale;
     }
     *loss = total / (double)B;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct layer *L = &m->l[i];
-        float *w, *g;
+        void *wp, *gp;
+        float *g, *gw, *gb;
         int64_t woff, boff;
-        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, (void **)&w)) ||
-            (st = zs_grad_get(ctx, L->unit, &g)) || (st = zs_param_info(ctx, L->w, NULL, NULL, NULL, &woff)) ||
+        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
+            (st = zs_grad_buffer(ctx, L->unit, &gp)) || (st = zs_param_info(ctx, L->w, NULL, NULL, NULL, &woff)) ||
             (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &boff)))
             return st;
+        const float *w = widen(wd, wp, L->in * L->out, wd->w);
+        if (wd->dt == ZS_DTYPE_FP32) { /* straight into the buffer */
+            g = gp;
+            gw = g + woff;
+            gb = g + boff;
+        } else {
+            gw = wd->gw;
+            gb = wd->gb;
+            memset(gw, 0, (size_t)(L->in * L->out) * sizeof(float));
+            memset(gb, 0, (size_t)L->out * sizeof(float));
+        }
         for (int64_t k = 0; k < B; k++) {
             const float *x = acts[i] + k * L->in, *dy = dlog + k * L->out;
             float *dx = dbuf + k * L->in;
             for (int64_t r = 0; r < L->out; r++) {
-                g[boff + r] += dy[r];
+                gb[r] += dy[r];
                 for (int64_t c = 0; c < L->in; c++)
-                    g[woff + r * L->in + c] += dy[r] * x[c];
+                    gw[r * L->in + c] += dy[r] * x[c];
             }
             for (int64_t c = 0; c < L->in; c++) {
                 float s = 0.0f;
@@ -198,15 +299,22 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
             }
         }
         memcpy(dlog, dbuf, (size_t)(B * L->in) * sizeof(float));
+        if (wd->dt != ZS_DTYPE_FP32) {
+            fold_grad(wd, (uint16_t *)gp + woff, gw, L->in * L->out);
+            fold_grad(wd, (uint16_t *)gp + boff, gb, L->out);
+        }
         if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
             return st;
     }
     return ZS_OK;
 }
 
-/* FNV-1a over every parameter's fp32 bytes in registration order: equal hashes mean equal bits. */
-static zs_status params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int rank)
+/* FNV-1a over every parameter's bytes (as trained: fp32, bf16 or fp16) in registration order: equal
+ * hashes mean equal bits. --dump writes them as fp32. */
+static zs_status params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int rank, const struct wide *wd)
 {
+    size_t esz = wd->dt == ZS_DTYPE_FP32 ? 4 : 2;
+
     uint64_t h = 0xcbf29ce484222325ULL;
     FILE *f = NULL;
     zs_status st;
@@ -222,12 +330,14 @@ static zs_status params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int 
         if ((st = zs_param_info(ctx, p, NULL, &n, &unit, NULL)) || (st = zs_unit_fetch(ctx, unit, NULL)) ||
             (st = zs_param_data(ctx, p, (void **)&d)))
             break;
-        for (int64_t i = 0; i < n * 4; i++) {
+        for (int64_t i = 0; i < n * (int64_t)esz; i++) {
             h ^= d[i];
             h *= 0x100000001b3ULL;
         }
-        if (f)
-            fwrite(d, 4, (size_t)n, f);
+        for (int64_t i = 0; f && i < n; i++) {
+            float v = esz == 4 ? ((const float *)d)[i] : h2f(wd->dt, ((const uint16_t *)d)[i]);
+            fwrite(&v, 4, 1, f);
+        }
         if ((st = zs_unit_release(ctx, unit)))
             break;
     }
@@ -359,6 +469,14 @@ int main(int argc, char **argv)
     float *dbuf = malloc((size_t)(B * m.max_width) * sizeof(float));
     for (int i = 0; i <= m.nlayers; i++)
         acts[i] = malloc((size_t)(B * m.max_width) * sizeof(float));
+    struct wide wd = {.dt = zs_param_dtype(ctx)};
+    if (wd.dt != ZS_DTYPE_FP32) {
+        size_t big = (size_t)(m.max_width * m.max_width);
+        wd.w = malloc(big * sizeof(float));
+        wd.gw = malloc(big * sizeof(float));
+        wd.b = malloc((size_t)m.max_width * sizeof(float));
+        wd.gb = malloc((size_t)m.max_width * sizeof(float));
+    }
 
     zs_step_stats at;
     zs_stats(ctx, &at);
@@ -368,7 +486,7 @@ int main(int argc, char **argv)
         double sum = 0.0, loss, all = 0.0, t0 = MPI_Wtime();
         for (int64_t mb = 0; mb < gas && !rc; mb++) {
             uint64_t first = (uint64_t)(((step * gas + mb) * world + rank) * B);
-            st = micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &loss);
+            st = micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &wd, &loss);
             if (!st)
                 st = zs_step(ctx);
             if (st)
@@ -381,8 +499,9 @@ int main(int argc, char **argv)
         zs_step_stats s;
         zs_stats(ctx, &s);
         if (rank == 0)
-            printf("step %lld loss %.6f lr %.6g grad_norm %.6f time %.3fs\n", (long long)s.global_step,
-                   all / (double)(world * gas), s.lr, s.grad_norm, MPI_Wtime() - t0);
+            printf("step %lld loss %.6f lr %.6g grad_norm %.6f time %.3fs clip_coef %.6g loss_scale %g%s\n",
+                   (long long)s.global_step, all / (double)(world * gas), s.lr, s.grad_norm, MPI_Wtime() - t0,
+                   s.clip_coef, s.loss_scale, s.skipped ? " skipped" : "");
         fflush(stdout);
         bool last = step + 1 == o.steps;
         if (o.save_dir && ((o.save_every && s.global_step % o.save_every == 0) || last) &&
@@ -391,7 +510,7 @@ int main(int argc, char **argv)
     }
     if (!rc) {
         uint64_t h;
-        st = params_hash(ctx, &h, o.dump, rank);
+        st = params_hash(ctx, &h, o.dump, rank, &wd);
         if (st)
             rc = die(ctx, "params-hash", st);
         else if (rank == 0)
@@ -402,6 +521,10 @@ int main(int argc, char **argv)
     free(acts);
     free(dlog);
     free(dbuf);
+    free(wd.w);
+    free(wd.gw);
+    free(wd.b);
+    free(wd.gb);
     free(m.l);
     free(m.init);
     if (rc)

@@ -74,7 +74,7 @@ typedef struct zs_memory_report {
     int32_t rank, world, stage;
     uint64_t params;        /* persistent parameter bytes (full or shard, by stage) */
     uint64_t grads;         /* persistent gradient bytes (full or shard, by stage) */
-    uint64_t optimizer;     /* optimizer state bytes (moments; fp32 master copy when params are 16-bit) */
+    uint64_t optimizer;     /* optimizer state bytes (moments, and the fp32 masters of 16-bit parameters) */
     uint64_t buffers;       /* communication and staging buffers sized by the config */
     uint64_t formula;       /* what the ZeRO formula predicts for params + grads + optimizer */
     uint64_t live_params;   /* gathered (stage 3) parameter bytes alive right now */
@@ -85,7 +85,24 @@ typedef struct zs_memory_report {
     uint64_t device_budget; /* the CPU backend's device memory limit per rank (0 = none) */
     uint64_t nvme;          /* bytes of model state in this rank's NVMe swap file (optimizer state, and
                              * parameter shards with offload_param nvme), not counted above */
+    zs_dtype dtype;         /* the training dtype the figures are for */
+    uint64_t master;        /* fp32 master weights of bf16/fp16 parameters (also in `optimizer`) */
+    /* What the ZeRO formulas predict for each category at this stage, dtype and world size (16 bytes a
+     * parameter with Adam: 2+2+12 with 16-bit parameters, 4+4+8 with fp32); their sum is `formula`. */
+    uint64_t expect_params, expect_grads, expect_optimizer;
+    /* Buffers, broken down (`buffers` is comm_buffers + swap_buffers) */
+    uint64_t comm_buffers;  /* gradient bucket and collective scratch */
+    uint64_t swap_buffers;  /* NVMe swap slots and parameter read-ahead (in the pinned pool) */
+    uint64_t prefetch_cap;  /* stage 3: the most gathered-parameter bytes alive at once (live cap) */
+    uint64_t pinned_pool;   /* the host pool's size (offloaded state and swap buffers live in it) */
 } zs_memory_report;
+
+/* Predicts zs_memory's figures before launching: the config (JSON text) at `world` ranks for a model of
+ * `nunits` units of unit_numel[i] elements each (a model of single-parameter units is fine: padding is
+ * per unit). Categories are exact for the model states and the gradient bucket; collective scratch,
+ * which depends on the backend, is not included. No MPI needed. */
+zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nunits, const int64_t *unit_numel,
+                             zs_memory_report *out);
 
 typedef struct zs_step_stats {
     int64_t global_step;    /* optimizer steps taken */
@@ -145,7 +162,10 @@ zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data);
 zs_status zs_unit_release(zs_ctx *ctx, int32_t unit);
 /* Pointer to one parameter inside its fetched unit. */
 zs_status zs_param_data(zs_ctx *ctx, int32_t param, void **data);
-/* The unit's gradient buffer (fp32, unit layout). The program ADDS its micro-batch gradient into it. */
+/* The unit's gradient buffer (unit layout, the parameters' dtype: zs_param_dtype). The program ADDS its
+ * micro-batch gradient into it (with fp16, the gradient of the loss times zs_stats().loss_scale). */
+zs_status zs_grad_buffer(zs_ctx *ctx, int32_t unit, void **grad);
+/* The same for fp32 parameters, typed (an error with bf16/fp16 parameters). */
 zs_status zs_grad_get(zs_ctx *ctx, int32_t unit, float **grad);
 /* The unit's gradients for this micro-batch are complete: starts their (bucketed) reduction. */
 zs_status zs_grad_ready(zs_ctx *ctx, int32_t unit);

@@ -51,4 +51,34 @@ static inline uint16_t zs_cvt_f32_f16(float f)
     return (uint16_t)(r | sign);
 }
 
+/* Arrays: n elements of dtype dt (ZS_DTYPE_FP32 = 0, BF16 = 1, FP16 = 2 as in zeroshard.h) to and from
+ * fp32. To fp32 is exact; from fp32 rounds to nearest even. */
+static inline void zs_cvt_to_f32(float *dst, const void *src, int dt, int64_t n)
+{
+    const uint16_t *h = src;
+
+    if (dt == 0)
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    else if (dt == 1)
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = zs_cvt_bf16_f32(h[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = zs_cvt_f16_f32(h[i]);
+}
+
+static inline void zs_cvt_from_f32(void *dst, int dt, const float *src, int64_t n)
+{
+    uint16_t *h = dst;
+
+    if (dt == 0)
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    else if (dt == 1)
+        for (int64_t i = 0; i < n; i++)
+            h[i] = zs_cvt_f32_bf16(src[i]);
+    else
+        for (int64_t i = 0; i < n; i++)
+            h[i] = zs_cvt_f32_f16(src[i]);
+}
+
 #endif /* ZS_CONVERT_H */

@@ -36,6 +36,7 @@ struct zs_nvme_optim {
         uint64_t age;
     } *ring;
     uint64_t clock;
+    bool working;            /* the shards on disk are the working parameters (fp32), read at each fetch */
     char desc[768];
 };
 
@@ -53,6 +54,13 @@ static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 static bool params_on_disk(const struct zs_ctx *ctx)
 {
     return ctx->cfg.zero.stage == 3 && ctx->cfg.zero.offload_param.device == ZS_OFFLOAD_NVME;
+}
+
+/* fp32 masters in the swap file: the parameter shards themselves (offload_param nvme, fp32), or the
+ * masters of 16-bit parameters, which stay with the optimizer state they are updated with. */
+static bool master_on_disk(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    return (params_on_disk(ctx) && zs_unit_is_sharded(ctx, un)) || ctx->cfg.param_dtype != ZS_DTYPE_FP32;
 }
 
 zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, size_t *pool_bytes)
@@ -79,7 +87,7 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
      * With offload_param nvme a sharded unit's region starts with its parameter shard. */
     for (int32_t u = 0; u < ctx->nunits; u++) {
         int64_t sh = ctx->units[u].part.shard;
-        if (params_on_disk(ctx) && zs_unit_is_sharded(ctx, &ctx->units[u]))
+        if (master_on_disk(ctx, &ctx->units[u]))
             n->unit_param[u] = align_up((uint64_t)sh * 4, block);
         uint64_t region = n->unit_param[u] + align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)k, block);
         if (u == 0 || group_elems + (uint64_t)sh > (uint64_t)limit) {
@@ -100,7 +108,8 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
         n->slot_bytes = n->group_bytes[g] > n->slot_bytes ? n->group_bytes[g] : n->slot_bytes;
     for (int32_t u = 0; u < ctx->nunits; u++)
         n->ring_bytes = n->unit_param[u] > n->ring_bytes ? n->unit_param[u] : n->ring_bytes;
-    if (n->ring_bytes) {
+    n->working = params_on_disk(ctx);
+    if (n->ring_bytes && n->working) {
         n->nring = (int32_t)ctx->cfg.zero.offload_param.buffer_count;
         n->ring = calloc((size_t)n->nring, sizeof(*n->ring));
         if (!n->ring) {
@@ -384,9 +393,14 @@ static zs_status ring_issue(struct zs_nvme_optim *n, struct ring_buf *b, int32_t
     return ZS_OK;
 }
 
-bool zs_nvme_param_on_disk(const struct zs_nvme_optim *n, int32_t u)
+bool zs_nvme_master_on_disk(const struct zs_nvme_optim *n, int32_t u)
 {
     return n && n->unit_param[u] != 0;
+}
+
+bool zs_nvme_param_on_disk(const struct zs_nvme_optim *n, int32_t u)
+{
+    return n && n->working && n->unit_param[u] != 0;
 }
 
 zs_status zs_nvme_param_ahead(struct zs_nvme_optim *n, int32_t u, bool *queued)
@@ -426,17 +440,16 @@ zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, float *dst, int
 
 zs_status zs_nvme_param_write(struct zs_nvme_optim *n, int32_t u, const float *src, int64_t count)
 {
-    struct ring_buf *b;
+    char *buf = n->slot[0]; /* outside a step the slots are free */
+    zs_status st = zs_nvme_param_drop(n);
     uint64_t t;
-    zs_status st;
     int rc;
 
-    b = ring_take(n, true, &st);
-    if (!b)
-        return st ? st : zs_fail(ZS_ERR_INVALID, "offload: no parameter buffer");
-    memcpy(b->buf, src, (size_t)count * sizeof(float));
-    memset(b->buf + (size_t)count * sizeof(float), 0, n->unit_param[u] - (size_t)count * sizeof(float));
-    rc = zs_swap_write(n->swap, n->unit_off[u], b->buf, n->unit_param[u], &t);
+    if (st)
+        return st;
+    memcpy(buf, src, (size_t)count * sizeof(float));
+    memset(buf + (size_t)count * sizeof(float), 0, n->unit_param[u] - (size_t)count * sizeof(float));
+    rc = zs_swap_write(n->swap, n->unit_off[u], buf, n->unit_param[u], &t);
     if (!rc)
         rc = zs_swap_wait(n->swap, t);
     return rc ? io_fail(n, rc, "writing a parameter shard") : ZS_OK;

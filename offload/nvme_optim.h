@@ -24,14 +24,16 @@ const char *zs_nvme_optim_describe(const struct zs_nvme_optim *n);
 uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n); /* 0 when n is NULL */
 
 /* Runs fn over every unit's owned elements [begin, end), in chunks, with its state paged in (s1, s2 point
- * at the unit's element 0; p at its parameter shard when that lives on disk too, else NULL), pipelined
+ * at the unit's element 0; p at its fp32 masters when those live on disk too, else NULL), pipelined
  * with the I/O. */
 typedef void (*zs_unit_state_fn)(struct zs_ctx *ctx, int32_t unit, float *p, float *s1, float *s2, int64_t begin,
                                  int64_t end, void *arg);
 zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_unit_state_fn fn, void *arg);
 
-/* Stage 3 with offload_param nvme: a sharded unit's parameter shard lives at the head of its region.
- * Whether unit u's shard is on disk (false when n is NULL). */
+/* A unit's region starts with this rank's fp32 masters when they live on disk: the parameter shard
+ * itself (stage 3, offload_param nvme, fp32) or the masters of 16-bit parameters. Whether unit u's
+ * masters are on disk, and whether they are the working parameters a fetch reads (false when n is NULL). */
+bool zs_nvme_master_on_disk(const struct zs_nvme_optim *n, int32_t u);
 bool zs_nvme_param_on_disk(const struct zs_nvme_optim *n, int32_t u);
 /* Queues a read of u's shard into a free read-ahead buffer (nothing when none is free or it is already
  * there); *queued tells whether a read was issued. */

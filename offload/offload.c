@@ -51,20 +51,20 @@ static uint64_t device_need(const struct zs_ctx *ctx, struct placement pl)
         total += pad;
         largest = pad > largest ? pad : largest;
         if (!(sharded && pl.param_host))
-            need += 4 * (sharded ? sh : pad);                 /* parameters */
-        need += 4 * (pl.stage <= 1 ? pad : sh);               /* gradients */
+            need += ctx->psz * (sharded ? sh : pad);          /* parameters */
+        need += pl.stage <= 1 ? ctx->psz * pad : ctx->csz * sh; /* gradients */
         if (!pl.opt_host)
-            need += k * (pl.stage == 0 ? pad : sh);           /* optimizer state */
+            need += k * (pl.stage == 0 ? pad : sh);           /* optimizer state (and fp32 masters) */
     }
     if (pl.stage >= 2) {
         uint64_t cap = (uint64_t)z->reduce_bucket_size;
         cap = cap > total ? total : cap;
-        need += 4 * (cap < largest ? largest : cap);
+        need += zs_bucket_elem_bytes(&ctx->cfg) * (cap < largest ? largest : cap);
     }
     if (pl.stage == 3) {
         uint64_t live = (uint64_t)z->max_live_parameters;
         live = live > total ? total : live;
-        need += 4 * (live < largest ? largest : live);
+        need += ctx->psz * (live < largest ? largest : live);
     }
     return need;
 }
@@ -214,11 +214,11 @@ static uint64_t host_need(const struct zs_ctx *ctx)
 
     for (int32_t u = 0; u < ctx->nunits; u++) {
         const struct zs_unit *un = &ctx->units[u];
-        uint64_t sh = (uint64_t)un->part.shard * 4;
-        if (zs_offload_optimizer_on_host(ctx))
-            bytes += k == 8 ? 2 * ((sh + 4095) / 4096 * 4096) : (k ? (sh + 4095) / 4096 * 4096 : 0);
+        uint64_t sh = (uint64_t)un->part.shard;
+        if (zs_offload_optimizer_on_host(ctx)) /* k / 4 fp32 arrays: moments, and masters of 16-bit params */
+            bytes += k / 4 * ((sh * 4 + 4095) / 4096 * 4096);
         if (zs_offload_params_on_host(ctx) && zs_unit_is_sharded(ctx, un))
-            bytes += (sh + 4095) / 4096 * 4096;
+            bytes += (sh * ctx->psz + 4095) / 4096 * 4096;
     }
     return bytes;
 }
@@ -254,7 +254,7 @@ zs_status zs_offload_setup(struct zs_ctx *ctx)
                zs_offload_params_on_host(ctx) ? ", parameter shards"
                : zs_offload_params_on_nvme(ctx) ? ", parameter read-ahead buffers" : "");
     if (ctx->nvme) {
-        char *buf = zs_mem_alloc_host(ctx, ZS_MEM_BUFFERS, (uint64_t)slots);
+        char *buf = zs_mem_alloc_host(ctx, ZS_MEM_SWAP, (uint64_t)slots);
         st = buf ? zs_nvme_optim_open(ctx, ctx->nvme, buf)
                  : zs_fail(ZS_ERR_NOMEM, "offload: the host pool has no room for the swap slots");
         if (st)

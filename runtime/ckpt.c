@@ -18,7 +18,9 @@
 #include "ckpt_format.h"
 #include "engine.h"
 #include "error.h"
+#include "convert.h" /* defines: zs_cvt_from_f32 */
 #include "nvme_optim.h"
+#include "optim.h" /* defines: zs_dtype_name */
 #include "safetensors.h"
 #include "swap.h" /* defines: zs_crc32c */
 
@@ -55,12 +57,14 @@ static int64_t slice(const struct zs_ctx *ctx, int32_t u, int32_t r, int64_t *be
 
 /* ---------------------------------------------------------------- where a unit's state lives now */
 
-/* Pointers to this rank's parameters (p0: element 0 of the unit, or of the shard when sharded) and
- * state arrays (s0: element 0 of the unit at stage 0, of the shard otherwise) for unit u; from the swap
- * file's first slot when they live on NVMe. */
+/* Where this rank's state of unit u lives: p, the fp32 parameters a checkpoint holds (the working
+ * parameters with fp32 training, the masters with 16-bit), elements [p_base, p_base + p_count) of the
+ * unit; with 16-bit training also the working copy `work`, [w_base, w_base + w_count); and the state
+ * arrays from s_base. From the swap file's first slot when the masters or state live on NVMe. */
 struct unit_view {
     float *p, *s1, *s2;
-    int64_t p_base, s_base; /* unit element index of p[0] and s1[0] */
+    void *work;
+    int64_t p_base, p_count, w_base, w_count, s_base;
     bool on_disk;
 };
 
@@ -68,11 +72,12 @@ static zs_status view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t mine = zs_partition_begin(&un->part, ctx->rank);
+    bool s0 = ctx->cfg.zero.stage == 0;
     float *dp = NULL;
     zs_status st;
 
     memset(v, 0, sizeof(*v));
-    v->s_base = ctx->cfg.zero.stage == 0 ? 0 : mine;
+    v->s_base = s0 ? 0 : mine;
     v->s1 = un->m;
     v->s2 = un->v;
     if (ctx->nvme) {
@@ -81,14 +86,31 @@ static zs_status view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
             return st;
         v->on_disk = true;
     }
-    if (un->sharded) {
-        v->p = dp ? dp : un->shard;
-        v->p_base = mine;
+    v->w_base = un->sharded ? mine : 0;
+    v->w_count = un->sharded ? un->part.shard : un->part.padded;
+    if (ctx->pdt == ZS_DTYPE_FP32) {
+        v->p = dp ? dp : un->sharded ? un->shard : un->full;
+        v->p_base = v->w_base;
+        v->p_count = v->w_count;
     } else {
-        v->p = un->full;
-        v->p_base = 0;
+        v->work = un->sharded ? un->shard : un->full;
+        v->p = dp ? dp : un->master;
+        v->p_base = v->s_base;
+        v->p_count = s0 ? un->part.padded : un->part.shard;
     }
     return ZS_OK;
+}
+
+/* New parameter values (fp32, vals[0] = unit element w_base, w_count of them) into the view: the working
+ * parameters (rounded when 16-bit) and the masters. */
+static void apply_params(struct zs_ctx *ctx, const struct unit_view *v, const float *vals)
+{
+    if (!v->work) {
+        memcpy(v->p, vals + (v->p_base - v->w_base), (size_t)v->p_count * sizeof(float));
+        return;
+    }
+    zs_cvt_from_f32(v->work, (int)ctx->pdt, vals, v->w_count);
+    memcpy(v->p, vals + (v->p_base - v->w_base), (size_t)v->p_count * sizeof(float));
 }
 
 /* ---------------------------------------------------------------- save */
@@ -153,7 +175,7 @@ static zs_status write_rank_file(struct zs_ctx *ctx, const char *tmp, uint64_t *
             continue;
         st = view_unit(ctx, u, &v);
         if (!st)
-            st = out_write(&f, v.p + (begin - v.p_base), (size_t)count * sizeof(float));
+            st = out_write(&f, v.p + (begin - v.p_base), (size_t)count * sizeof(float)); /* fp32 masters */
         if (!st && k >= 1)
             st = out_write(&f, v.s1 + (begin - v.s_base), (size_t)count * sizeof(float));
         if (!st && k >= 2)
@@ -210,10 +232,11 @@ static zs_status build_manifest(struct zs_ctx *ctx, struct zs_ckpt_manifest *m, 
     m->micro_step = ctx->micro_step;
     m->world_size = ctx->world;
     m->stage = ctx->cfg.zero.stage;
-    m->param_dtype = "fp32";
+    m->param_dtype = (char *)zs_dtype_name(ctx->pdt);
     m->optimizer = (char *)zs_optim_name(ctx->cfg.optim.type);
-    m->scaler = (struct zs_ckpt_scaler){.scale = ctx->stats.loss_scale, .last_overflow = -1,
-                                        .iter = ctx->global_step};
+    m->scaler = (struct zs_ckpt_scaler){.scale = ctx->scaler.scale, .skipped_steps = ctx->skipped_steps,
+                                        .hysteresis = ctx->scaler.cur_hysteresis,
+                                        .last_overflow = ctx->scaler.last_overflow_iter, .iter = ctx->scaler.cur_iter};
     m->config_json = ctx->config_text;
     m->nunits = ctx->nunits;
     m->nparams = ctx->nparams;
@@ -429,12 +452,17 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
     struct zs_unit *un = &ctx->units[u];
     struct unit_view v;
     int k = nstates(ctx);
-    int64_t pn = un->sharded ? un->part.shard : un->part.padded;
     int64_t sn = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
     zs_status st = view_unit(ctx, u, &v);
+    float *vals = NULL;
 
+    if (!st && !(vals = malloc((size_t)v.w_count * sizeof(float))))
+        st = zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory loading unit '%s'", un->name);
     if (!st)
-        st = read_into(rd, u, ZS_CKPT_PARAM, v.p_base, pn, v.p, un->numel);
+        st = read_into(rd, u, ZS_CKPT_PARAM, v.w_base, v.w_count, vals, un->numel);
+    if (!st)
+        apply_params(ctx, &v, vals);
+    free(vals);
     if (!st && k >= 1)
         st = read_into(rd, u, ZS_CKPT_EXP_AVG, v.s_base, sn, v.s1, un->numel);
     if (!st && k >= 2)
@@ -474,7 +502,15 @@ zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir)
     st = zs_agree(ctx, st);
     if (!st) {
         ctx->global_step = m.global_step;
+        ctx->skipped_steps = m.scaler.skipped_steps;
         ctx->micro_step = m.global_step * ctx->cfg.grad_accum_steps;
+        if (ctx->scaler.dynamic && !strcmp(m.param_dtype, "fp16")) { /* the dynamic scale carries on */
+            ctx->scaler.scale = m.scaler.scale;
+            ctx->scaler.cur_hysteresis = m.scaler.hysteresis;
+            ctx->scaler.last_overflow_iter = m.scaler.last_overflow;
+            ctx->scaler.cur_iter = m.scaler.iter;
+            ctx->stats.loss_scale = m.scaler.scale;
+        }
         ctx->stats.global_step = ctx->global_step;
         ctx->stats.micro_step = ctx->micro_step;
         if (ctx->rank == 0 && !ctx->quiet)
@@ -487,14 +523,15 @@ zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir)
 
 /* ---------------------------------------------------------------- safetensors import */
 
-static zs_status import_param(struct zs_ctx *ctx, struct zs_st *st, const struct zs_param_rec *pr,
-                              const struct unit_view *v, int64_t p_end, const char *path)
+/* The tensor of parameter pr, checked against its shape, for elements [w_base, w_end) of its unit. */
+static zs_status import_param(struct zs_st *st, const struct zs_param_rec *pr, float *vals, int64_t w_base,
+                              int64_t w_end, const char *path)
 {
     const struct zs_st_tensor *t = zs_st_find(st, pr->name);
     int32_t ndim = pr->ndim ? pr->ndim : 1;
     const int64_t *shape = pr->ndim ? pr->shape : &pr->numel;
-    int64_t lo = pr->offset > v->p_base ? pr->offset : v->p_base;
-    int64_t hi = pr->offset + pr->numel < p_end ? pr->offset + pr->numel : p_end;
+    int64_t lo = pr->offset > w_base ? pr->offset : w_base;
+    int64_t hi = pr->offset + pr->numel < w_end ? pr->offset + pr->numel : w_end;
     char err[512];
 
     if (!t)
@@ -502,7 +539,7 @@ static zs_status import_param(struct zs_ctx *ctx, struct zs_st *st, const struct
     if (t->ndim != ndim || memcmp(t->shape, shape, (size_t)ndim * sizeof(int64_t)))
         return zs_fail(ZS_ERR_MISMATCH, "%s: tensor '%s' has %d dimensions (first %lld), the parameter %d (first %lld)",
                        path, pr->name, t->ndim, t->ndim ? (long long)t->shape[0] : 0LL, ndim, (long long)shape[0]);
-    if (lo < hi && zs_st_read_f32(st, t, lo - pr->offset, hi - lo, v->p + (lo - v->p_base), err, sizeof(err)))
+    if (lo < hi && zs_st_read_f32(st, t, lo - pr->offset, hi - lo, vals + (lo - w_base), err, sizeof(err)))
         return zs_fail(ZS_ERR_IO, "%s", err);
     return ZS_OK;
 }
@@ -530,10 +567,15 @@ zs_status zs_import_safetensors(zs_ctx *ctx, const char *path)
     for (int32_t u = 0; !s && u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         struct unit_view v;
+        float *vals = NULL;
         s = view_unit(ctx, u, &v);
-        int64_t p_end = v.p_base + (un->sharded ? un->part.shard : un->part.padded);
+        if (!s && !(vals = calloc((size_t)v.w_count, sizeof(float))))
+            s = zs_fail(ZS_ERR_NOMEM, "%s: out of memory for unit '%s'", path, un->name);
         for (int32_t i = 0; !s && i < un->nparams; i++)
-            s = import_param(ctx, st, &ctx->params[un->first_param + i], &v, p_end, path);
+            s = import_param(st, &ctx->params[un->first_param + i], vals, v.w_base, v.w_base + v.w_count, path);
+        if (!s)
+            apply_params(ctx, &v, vals);
+        free(vals);
         if (!s && v.on_disk)
             s = zs_nvme_unit_store(ctx->nvme, u);
     }

@@ -25,7 +25,7 @@ static json_t *dump_scaler(const struct zs_ckpt_scaler *s, bool *bad)
     json_t *o = json_object();
 
     put(o, "scale", json_real(s->scale), bad);
-    put(o, "good_steps", json_integer(s->good_steps), bad);
+    put(o, "skipped_steps", json_integer(s->skipped_steps), bad);
     put(o, "hysteresis", json_integer(s->hysteresis), bad);
     put(o, "last_overflow", json_integer(s->last_overflow), bad);
     put(o, "iter", json_integer(s->iter), bad);

@@ -205,7 +205,7 @@ static json_t *mp_elem(struct mp *p, json_t *a, const char *key, size_t i, char 
 
 static int parse_scaler(struct mp *p, json_t *root, struct zs_ckpt_scaler *s)
 {
-    static const char *const fields[] = {"scale", "good_steps", "hysteresis", "last_overflow", "iter", NULL};
+    static const char *const fields[] = {"scale", "skipped_steps", "hysteresis", "last_overflow", "iter", NULL};
     const char *path = "loss_scaler";
     int rc;
     json_t *o = mp_get(p, root, "", path, JSON_OBJECT, true, &rc), *v;
@@ -220,7 +220,7 @@ static int parse_scaler(struct mp *p, json_t *root, struct zs_ckpt_scaler *s)
     s->scale = json_number_value(v);
     if (!isfinite(s->scale) || s->scale <= 0)
         return mp_fail(p, path, "scale", "%g is not a positive finite number", s->scale);
-    return mp_int(p, o, path, "good_steps", 0, INT64_MAX, &s->good_steps) ||
+    return mp_int(p, o, path, "skipped_steps", 0, INT64_MAX, &s->skipped_steps) ||
            mp_int(p, o, path, "hysteresis", 0, INT64_MAX, &s->hysteresis) ||
            mp_int(p, o, path, "last_overflow", -1, INT64_MAX, &s->last_overflow) ||
            mp_int(p, o, path, "iter", 0, INT64_MAX, &s->iter) ? -1 : 0;

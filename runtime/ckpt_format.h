@@ -11,7 +11,7 @@
  *   "global_step": 10, "micro_step": 20, "world_size": 4, "stage": 3,
  *   "param_dtype": "fp32" | "bf16" | "fp16",   (the training dtype; saved data are always fp32 masters)
  *   "optimizer": "adamw",                       (config optimizer type, lower case)
- *   "loss_scaler": {"scale": 65536.0, "good_steps": 0, "hysteresis": 2, "last_overflow": -1, "iter": 10},
+ *   "loss_scaler": {"scale": 65536.0, "skipped_steps": 0, "hysteresis": 2, "last_overflow": -1, "iter": 10},
  *   "config": { ...the run's DeepSpeed config object, as loaded... },
  *   "units": [ {"name": "layer0", "numel": 1040,
  *               "params": [ {"name": "layer0.w", "offset": 0, "numel": 1024, "shape": [32, 32]}, ... ]} ],
@@ -69,7 +69,7 @@ struct zs_ckpt_seg {
 
 struct zs_ckpt_scaler {
     double scale;
-    int64_t good_steps, hysteresis, last_overflow, iter;
+    int64_t skipped_steps, hysteresis, last_overflow, iter;
 };
 
 struct zs_ckpt_manifest {

@@ -486,7 +486,7 @@ static int parse_fp16(parser *p, struct zs_config *cfg, json_t *root)
     if (master)
         zs_cfg_defer(p, "fp16", "fp16_master_weights_and_grads", "16-bit master weights are not implemented yet");
     if (cfg->fp16.enabled)
-        zs_cfg_defer(p, "fp16", "enabled", "fp16 training is not implemented yet");
+        cfg->param_dtype = ZS_DTYPE_FP16;
     return 0;
 }
 
@@ -514,7 +514,7 @@ static int parse_bf16(parser *p, struct zs_config *cfg, json_t *root)
     if (master)
         zs_cfg_defer(p, name, "bf16_master_weights_and_grads", "16-bit master weights are not implemented yet");
     if (cfg->bf16_enabled)
-        zs_cfg_defer(p, name, "enabled", "bf16 training is not implemented yet");
+        cfg->param_dtype = ZS_DTYPE_BF16;
     return 0;
 }
 
@@ -546,20 +546,60 @@ static const struct {
     {"", {"sequence_parallel_size", true, 1, 1, "sequence parallelism is not supported"}},
 };
 
+/* communication_data_type: the dtype gradients are reduced to (fp32 accumulation inside the reduction
+ * either way). Default: the training dtype. Runs after the precision sections. */
+static int parse_comm_dtype(parser *p, struct zs_config *cfg, json_t *root)
+{
+    const char *comm;
+    zs_dtype want;
+
+    cfg->comm_dtype = cfg->param_dtype;
+    if (zs_cfg_get_str(p, root, "", "communication_data_type", &comm))
+        return -EINVAL;
+    if (!comm)
+        return 0;
+    if (!strcmp(comm, "fp32"))
+        want = ZS_DTYPE_FP32;
+    else if (!strcmp(comm, "bf16"))
+        want = ZS_DTYPE_BF16;
+    else if (!strcmp(comm, "fp16"))
+        want = ZS_DTYPE_FP16;
+    else
+        return zs_cfg_fail(p, "", "communication_data_type", "expected \"fp32\", \"fp16\" or \"bf16\", got \"%.40s\"",
+                           comm);
+    if (want != ZS_DTYPE_FP32 && want != cfg->param_dtype)
+        return zs_cfg_fail(p, "", "communication_data_type", "\"%s\" differs from the training dtype %s (reduce in "
+                           "the training dtype or in fp32)", comm, cfg->param_dtype == ZS_DTYPE_FP32 ? "fp32"
+                           : cfg->param_dtype == ZS_DTYPE_BF16 ? "bf16" : "fp16");
+    cfg->comm_dtype = want;
+    return 0;
+}
+
+/* 16-bit training against the ZeRO settings (after both are parsed). */
+static int check_precision(parser *p, const struct zs_config *cfg)
+{
+    const char *sec = cfg->fp16.enabled ? "fp16" : "bf16";
+
+    if (cfg->param_dtype == ZS_DTYPE_FP32)
+        return 0;
+    if (cfg->comm_dtype != cfg->param_dtype && cfg->zero.stage < 2)
+        return zs_cfg_fail(p, "", "communication_data_type", "\"fp32\" with %s needs ZeRO stage 2 or 3 (stages 0-1 "
+                           "reduce the %s gradient buffers in place)", sec, sec);
+    if (cfg->zero.offload_param.device == ZS_OFFLOAD_NVME)
+        zs_cfg_defer(p, "zero_optimization.offload_param", "device",
+                     "'nvme' parameter offload with %s is not implemented yet (fp32, or offload_param cpu)", sec);
+    return 0;
+}
+
 static int parse_runtime_keys(parser *p, json_t *root)
 {
     static const char *const bools[] = {"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
                                         "disable_allgather", "memory_breakdown", NULL};
-    const char *comm;
     bool unused;
 
     for (const char *const *k = bools; *k; k++)
         if (zs_cfg_get_bool(p, root, "", *k, false, false, &unused))
             return -EINVAL;
-    if (zs_cfg_get_str(p, root, "", "communication_data_type", &comm))
-        return -EINVAL;
-    if (comm && strcmp(comm, "fp32") != 0)
-        zs_cfg_defer(p, "", "communication_data_type", "'%s' communication is not implemented yet (fp32 only)", comm);
     for (size_t i = 0; i < sizeof(feature_gates) / sizeof(feature_gates[0]); i++) {
         const char *name = feature_gates[i].section;
         json_t *sec = root;
@@ -576,7 +616,8 @@ static int parse_root(parser *p, struct zs_config *cfg, json_t *root)
 {
     if (check_top_keys(p, root) || parse_batch(p, cfg, root) || parse_scalars(p, cfg, root) ||
         zs_cfg_parse_zero(p, cfg, root) || parse_optimizer(p, cfg, root) || parse_scheduler(p, cfg, root) ||
-        parse_fp16(p, cfg, root) || parse_bf16(p, cfg, root) || parse_fp8(p, root) || parse_runtime_keys(p, root) ||
+        parse_fp16(p, cfg, root) || parse_bf16(p, cfg, root) || parse_fp8(p, root) || parse_comm_dtype(p, cfg, root) ||
+        parse_runtime_keys(p, root) || check_precision(p, cfg) ||
         zs_cfg_parse_cpu(p, cfg, root))
         return -EINVAL;
     return 0;

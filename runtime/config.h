@@ -89,6 +89,8 @@ struct zs_config {
     struct zs_sched_config sched;
     struct zs_fp16_config fp16;
     bool bf16_enabled;
+    zs_dtype param_dtype;       /* fp32, or bf16/fp16 with fp32 masters (resolved from fp16/bf16.enabled) */
+    zs_dtype comm_dtype;        /* what gradients are reduced to: param_dtype or fp32 */
     struct zs_aio_config aio;
     struct zs_zero_config zero;
     struct zs_cpu_config cpu;
@@ -107,12 +109,17 @@ int zs_config_parse(struct zs_config *cfg, const char *text, const char *source,
  * momentum; Lion its momentum; Adagrad its squared sum. */
 static inline uint64_t zs_config_state_bytes(const struct zs_config *c)
 {
+    uint64_t master = c->param_dtype == ZS_DTYPE_FP32 ? 0 : 4; /* the fp32 master copy of 16-bit params */
+
     if (c->optim.type == ZS_OPTIM_ADAM || c->optim.type == ZS_OPTIM_ADAMW)
-        return 8;
+        return 8 + master;
     if (c->optim.type == ZS_OPTIM_SGD)
-        return c->optim.momentum != 0.0 ? 4 : 0;
-    return 4;
+        return (c->optim.momentum != 0.0 ? 4 : 0) + master;
+    return 4 + master;
 }
+
+/* Bytes of one parameter element, and of one reduced gradient element, as trained. */
+static inline uint64_t zs_dtype_bytes(zs_dtype t) { return t == ZS_DTYPE_FP32 ? 4 : 2; }
 
 /* Reads a whole file into a malloc'd NUL-terminated string; 0 or -errno. */
 int zs_config_read_file(const char *path, char **text);

@@ -233,10 +233,18 @@ static zs_status choose_kernel(struct zs_ctx *ctx)
                        zs_kpath_name(zs_kpath_best()));
     if (rc)
         return zs_fail(ZS_ERR_CONFIG, "%s: unknown kernel path '%s' (auto, scalar, avx2, avx512)", what, name);
-    ctx->kernel = zs_optim_kernel(ctx->kpath, kernel_opt(ctx->cfg.optim.type), ZS_DTYPE_FP32, ZS_DTYPE_FP32);
+    /* 16-bit parameters: the kernel updates the fp32 master and writes the rounded working copy; it reads
+     * gradients as reduced (stages 2-3) or as accumulated in place (stages 0-1). */
+    ctx->pdt = ctx->cfg.param_dtype;
+    ctx->cdt = ctx->cfg.comm_dtype;
+    ctx->gdt = ctx->cfg.zero.stage <= 1 ? ctx->pdt : ctx->cdt;
+    ctx->psz = zs_dtype_bytes(ctx->pdt);
+    ctx->csz = zs_dtype_bytes(ctx->cdt);
+    ctx->kernel = zs_optim_kernel(ctx->kpath, kernel_opt(ctx->cfg.optim.type), ctx->pdt, ctx->gdt);
     if (!ctx->kernel)
-        return zs_fail(ZS_ERR_UNSUPPORTED, "no %s kernel for %s", zs_kpath_name(ctx->kpath),
-                       zs_kopt_name(kernel_opt(ctx->cfg.optim.type)));
+        return zs_fail(ZS_ERR_UNSUPPORTED, "no %s kernel for %s with %s parameters and %s gradients",
+                       zs_kpath_name(ctx->kpath), zs_kopt_name(kernel_opt(ctx->cfg.optim.type)),
+                       zs_dtype_name(ctx->pdt), zs_dtype_name(ctx->gdt));
     return ZS_OK;
 }
 
@@ -336,7 +344,7 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
         zs_finalize(ctx);
         return st;
     }
-    ctx->stats.loss_scale = 1.0;
+    zs_scaler_init(ctx);
     ctx->stats.clip_coef = 1.0;
     if (ctx->rank == 0 && !ctx->quiet) {
         zs_log("stage %d, world %d, micro-batch %lld, gradient accumulation %lld, train batch %lld, optimizer %s lr %g",
@@ -363,8 +371,8 @@ zs_status zs_finalize(zs_ctx *ctx)
     zs_fetch_free_all(ctx);
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
-        uint64_t pad = (uint64_t)un->part.padded * sizeof(float), sh = (uint64_t)un->part.shard * sizeof(float);
-        bool s0 = ctx->cfg.zero.stage == 0;
+        uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
+        uint64_t opt = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
         if (un->reduce_req)
             zs_comm_wait(ctx->comm, un->reduce_req);
         if (ctx->cfg.zero.stage == 0)
@@ -375,16 +383,17 @@ zs_status zs_finalize(zs_ctx *ctx)
             zs_mem_free(ctx, ZS_MEM_PARAMS, un->shard, sh);
         if (ctx->cfg.zero.stage <= 1)
             zs_mem_free_comm(ctx, ZS_MEM_GRADS, un->grad, pad);
-        zs_mem_free(ctx, ZS_MEM_GRADS, un->grad_shard, sh);
+        zs_mem_free(ctx, ZS_MEM_GRADS, un->grad_shard, (uint64_t)un->part.shard * ctx->csz);
         if (!zs_offload_optimizer_on_host(ctx)) { /* host-pool blocks go with the pool */
-            zs_mem_free(ctx, ZS_MEM_OPTIM, un->m, s0 ? pad : sh);
-            zs_mem_free(ctx, ZS_MEM_OPTIM, un->v, s0 ? pad : sh);
+            zs_mem_free(ctx, ZS_MEM_MASTER, un->master, opt);
+            zs_mem_free(ctx, ZS_MEM_OPTIM, un->m, opt);
+            zs_mem_free(ctx, ZS_MEM_OPTIM, un->v, opt);
         }
         free(un->name);
     }
     for (int32_t p = 0; p < ctx->nparams; p++)
         free(ctx->params[p].name);
-    zs_mem_free_comm(ctx, ZS_MEM_BUFFERS, ctx->arena, (uint64_t)ctx->arena_cap * sizeof(float));
+    zs_mem_free_comm(ctx, ZS_MEM_BUFFERS, ctx->arena, (uint64_t)ctx->arena_cap);
     free(ctx->params);
     free(ctx->config_text);
     free(ctx->units);

@@ -14,7 +14,12 @@
 #include "threads.h"   /* defines: struct zs_pool */
 #include "zeroshard.h"
 
-enum zs_mem_cat { ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_OPTIM, ZS_MEM_BUFFERS, ZS_MEM_LIVE, ZS_MEM_NCAT };
+/* PARAMS: working parameters (dtype pdt); GRADS: gradients; MASTER: fp32 masters of 16-bit parameters;
+ * OPTIM: optimizer moments; BUFFERS: the gradient bucket; SWAP: NVMe swap slots and read-ahead (in the
+ * host pool); LIVE: gathered stage-3 units. */
+enum zs_mem_cat {
+    ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_MASTER, ZS_MEM_OPTIM, ZS_MEM_BUFFERS, ZS_MEM_SWAP, ZS_MEM_LIVE, ZS_MEM_NCAT
+};
 
 enum zs_gather_state { ZS_GATHER_NONE, ZS_GATHER_PENDING, ZS_GATHER_READY };
 enum zs_grad_state { ZS_GRAD_IDLE, ZS_GRAD_OPEN, ZS_GRAD_REDUCING };
@@ -36,20 +41,31 @@ struct zs_unit {
     int64_t numel;               /* last parameter's end, alignment gaps included */
     struct zs_partition part;
     bool sharded;                /* stage 3 and not kept whole by the persistence threshold */
-    float *full;                 /* whole parameters: persistent unless sharded */
-    float *shard;                /* sharded: this rank's persistent shard */
-    float *gathered;             /* sharded: the gathered unit while live */
+    /* Parameter and gradient buffers hold ctx->pdt elements (grad_shard: ctx->cdt); zs_at() indexes. */
+    void *full;                  /* whole parameters: persistent unless sharded */
+    void *shard;                 /* sharded: this rank's persistent shard */
+    void *gathered;              /* sharded: the gathered unit while live */
     enum zs_gather_state gather;
     struct zs_comm_req *gather_req;
     bool prefetched;             /* gathered ahead of its fetch, not yet fetched */
     int32_t fetched;             /* program references (fetch minus release) */
-    float *grad;                 /* stages 0-1: persistent full gradients; 2-3: bucket staging */
-    float *grad_shard;           /* stages 2-3: persistent accumulator for this rank's shard */
+    void *grad;                  /* stages 0-1: persistent full gradients; 2-3: bucket staging */
+    void *grad_shard;            /* stages 2-3: persistent accumulator for this rank's shard (cdt) */
+    void *reduced;               /* stages 2-3: where the reduce-scatter puts this rank's part */
     enum zs_grad_state grad_state;
     struct zs_comm_req *reduce_req;
     int64_t ready_micro;         /* micro-step of the last zs_grad_ready, -1 before any */
     int64_t accumulated;         /* micro-batches folded into grad_shard this window */
+    float *master;               /* 16-bit params: fp32 masters (whole at stage 0, shard otherwise), unless
+                                  * they live in the NVMe swap file */
     float *m, *v;                /* optimizer state (whole at stage 0, shard otherwise) */
+};
+
+/* DeepSpeed's DynamicLossScaler state (fp16 with loss_scale 0); a static scale otherwise. */
+struct zs_scaler {
+    double scale;
+    int64_t cur_hysteresis, last_overflow_iter, cur_iter;
+    bool dynamic;
 };
 
 struct zs_ctx {
@@ -62,6 +78,10 @@ struct zs_ctx {
     struct zs_pool *pool;            /* the optimizer's threads, bound to this rank's cores */
     enum zs_kpath kpath;
     zs_optim_fn kernel;
+    zs_dtype pdt, cdt, gdt;          /* parameters; reduced gradients; what the optimizer reads (pdt or cdt) */
+    size_t psz, csz;                 /* their element sizes */
+    struct zs_scaler scaler;
+    int64_t skipped_steps;           /* boundaries skipped for overflow (global_step counts them too) */
     bool own_mpi, quiet, set_up, broken;
 
     struct zs_param_rec *params;
@@ -71,8 +91,8 @@ struct zs_ctx {
     uint64_t numel, numel_padded;
 
     /* Gradient bucket (stages 2-3): a bump arena of staging buffers, reset when all its reductions end. */
-    float *arena;
-    int64_t arena_cap, arena_used;   /* restarts only at deterministic points (full, step) */
+    char *arena;
+    int64_t arena_cap, arena_used;   /* bytes; restarts only at deterministic points (full, step) */
     int32_t *pending;            /* units with a reduction in flight, in launch order */
     int32_t npending;
 
@@ -98,6 +118,9 @@ struct zs_ctx {
 
 /* "Adam", "AdamW", "SGD", "Lion", "Adagrad" (DeepSpeed's spelling of the config's optimizer type) */
 const char *zs_optim_name(int type);
+
+/* Element i of a buffer of esz-byte elements. */
+static inline void *zs_at(void *base, int64_t i, size_t esz) { return (char *)base + (size_t)i * esz; }
 
 /* FNV-1a, for the cross-rank agreement hashes (config, registration). */
 #define ZS_FNV_SEED 0xcbf29ce484222325ULL
@@ -142,24 +165,35 @@ static inline bool zs_unit_is_sharded(const struct zs_ctx *ctx, const struct zs_
 bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what);
 
 /* sharding/fetch.c */
-zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, float **data);
+zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, void **data);
 zs_status zs_release_unit(struct zs_ctx *ctx, int32_t u);
 zs_status zs_fetch_step_end(struct zs_ctx *ctx);  /* drops stale gathered copies, closes the trace window */
 void zs_fetch_free_all(struct zs_ctx *ctx);
 
 /* sharding/grads.c */
-zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, float **grad);
+zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad);
 zs_status zs_grads_ready(struct zs_ctx *ctx, int32_t u);
 zs_status zs_grads_progress(struct zs_ctx *ctx);
 zs_status zs_grads_flush(struct zs_ctx *ctx);      /* waits for every reduction in flight */
-/* This rank's reduced gradient shard of unit u (valid after flush at a boundary). */
-float *zs_grads_shard(struct zs_ctx *ctx, int32_t u);
+/* This rank's reduced gradient shard of unit u, ctx->gdt elements (valid after flush at a boundary). */
+void *zs_grads_shard(struct zs_ctx *ctx, int32_t u);
 void zs_grads_zero(struct zs_ctx *ctx);            /* starts a new accumulation window */
+
+/* runtime/memory.c */
+/* Gradient bucket elements (stages 2-3): reduce_bucket_size, never more than the model, at least the
+ * largest unit; and bytes per element (staging, plus room for an fp32 reduction of 16-bit gradients). */
+int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64_t largest);
+uint64_t zs_bucket_elem_bytes(const struct zs_config *cfg);
+void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (unless quiet) */
 
 /* runtime/step.c */
 zs_status zs_step_boundary(struct zs_ctx *ctx);
+void zs_scaler_init(struct zs_ctx *ctx); /* the loss scale fp16's config starts with (1 otherwise) */
 
-/* Parameters the optimizer updates for unit u on this rank, and how many elements. */
+/* The fp32 parameters the optimizer updates for unit u on this rank (the working parameters in fp32,
+ * the masters with 16-bit ones; NULL when those live in the swap file), and how many elements. */
 float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n);
+/* The working parameters (ctx->pdt) of the same elements. */
+void *zs_unit_working(struct zs_ctx *ctx, int32_t u);
 
 #endif /* ZS_ENGINE_H */

@@ -6,6 +6,7 @@
 
 #include "engine.h"
 #include "error.h"
+#include "convert.h" /* defines: zs_cvt_from_f32 */
 #include "nvme_optim.h"
 
 struct reg_summary {
@@ -67,17 +68,23 @@ static zs_status agree_on_registration(struct zs_ctx *ctx)
     return st;
 }
 
+/* Optimizer-side fp32 arrays: in the host pool with offload_optimizer cpu, else on the device. */
+static float *alloc_opt(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+{
+    return zs_offload_optimizer_on_host(ctx) ? zs_mem_alloc_host(ctx, cat, bytes) : zs_mem_alloc(ctx, cat, bytes);
+}
+
 static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
 {
     int stage = ctx->cfg.zero.stage;
-    uint64_t pad = (uint64_t)un->part.padded * sizeof(float), sh = (uint64_t)un->part.shard * sizeof(float);
-    uint64_t opt = stage == 0 ? pad : sh;
-    /* Adam keeps m and v; SGD a momentum buffer when it has momentum; Lion m; Adagrad the squared sum. */
-    bool on_disk = zs_offload_optimizer_on_nvme(ctx); /* the state lives in the swap file */
+    uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
+    uint64_t opt = (uint64_t)(stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
+    /* Adam keeps m and v; SGD a momentum buffer when it has momentum; Lion m; Adagrad the squared sum.
+     * With the optimizer on NVMe they (and the fp32 masters of 16-bit parameters) live in the swap file. */
+    bool on_disk = zs_offload_optimizer_on_nvme(ctx);
     bool momentum = !on_disk && (ctx->cfg.optim.type != ZS_OPTIM_SGD || ctx->cfg.optim.momentum != 0.0);
     bool second = !on_disk && (ctx->cfg.optim.type == ZS_OPTIM_ADAM || ctx->cfg.optim.type == ZS_OPTIM_ADAMW);
-
-    bool opt_host = zs_offload_optimizer_on_host(ctx);
+    bool master = !on_disk && ctx->pdt != ZS_DTYPE_FP32;
 
     un->sharded = zs_unit_is_sharded(ctx, un);
     if (un->sharded && zs_offload_params_on_nvme(ctx))
@@ -90,13 +97,16 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
     if (stage <= 1)
         un->grad = zs_mem_alloc_comm(ctx, ZS_MEM_GRADS, pad);
     else
-        un->grad_shard = zs_mem_alloc(ctx, ZS_MEM_GRADS, sh);
+        un->grad_shard = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)un->part.shard * ctx->csz);
+    if (master)
+        un->master = alloc_opt(ctx, ZS_MEM_MASTER, opt);
     if (momentum)
-        un->m = opt_host ? zs_mem_alloc_host(ctx, ZS_MEM_OPTIM, opt) : zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
+        un->m = alloc_opt(ctx, ZS_MEM_OPTIM, opt);
     if (second)
-        un->v = opt_host ? zs_mem_alloc_host(ctx, ZS_MEM_OPTIM, opt) : zs_mem_alloc(ctx, ZS_MEM_OPTIM, opt);
-    if ((un->sharded ? !un->shard && !zs_offload_params_on_nvme(ctx) : !un->full) || (stage <= 1 ? !un->grad : !un->grad_shard) ||
-        (momentum && !un->m) || (second && !un->v))
+        un->v = alloc_opt(ctx, ZS_MEM_OPTIM, opt);
+    if ((un->sharded ? !un->shard && !zs_offload_params_on_nvme(ctx) : !un->full) ||
+        (stage <= 1 ? !un->grad : !un->grad_shard) || (master && !un->master) || (momentum && !un->m) ||
+        (second && !un->v))
         return ctx->over_budget ? ZS_ERR_NOMEM
                                 : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory allocating unit '%s' (%lld elements)",
                                           un->name, (long long)un->part.padded);
@@ -129,34 +139,49 @@ static bool has_init_arrays(const struct zs_ctx *ctx, const struct zs_unit *un)
     return false;
 }
 
+/* The fp32 values of what this rank stores of a unit (vals, `n` elements from unit element `begin`) go
+ * to the working parameters (rounded when 16-bit), and to the fp32 masters: in memory, or in the swap
+ * file with the shard (NVMe parameters, or 16-bit masters with the optimizer on NVMe). */
+static zs_status place_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u, const float *vals, int64_t begin)
+{
+    int64_t mine = zs_partition_begin(&un->part, ctx->rank), sh = un->part.shard;
+    int64_t mfirst = ctx->cfg.zero.stage == 0 ? 0 : mine; /* unit element of the masters' first */
+    int64_t mcount = ctx->cfg.zero.stage == 0 ? un->part.padded : sh;
+    void *work = un->sharded ? un->shard : un->full;
+
+    if (work)
+        zs_cvt_from_f32(work, ctx->pdt, vals, un->sharded ? sh : un->part.padded);
+    if (un->master)
+        memcpy(un->master, vals + (mfirst - begin), (size_t)mcount * sizeof(float));
+    if (zs_nvme_master_on_disk(ctx->nvme, u))
+        return zs_nvme_param_write(ctx->nvme, u, vals + (mine - begin), sh);
+    return ZS_OK;
+}
+
 /* Initial values: a rank fills just what it stores from the init functions; where a unit has init
  * arrays, rank 0's values win and are broadcast (as in DeepSpeed), so ranks that seeded differently
- * still agree. A shard on NVMe is written to the swap file. */
+ * still agree. */
 static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u)
 {
-    int64_t begin = un->sharded ? zs_partition_begin(&un->part, ctx->rank) : 0;
-    bool bcast = has_init_arrays(ctx, un), staged = un->sharded && (bcast || !un->shard);
-    float *buf = staged ? calloc((size_t)(bcast ? un->part.padded : un->part.shard), sizeof(float))
-                        : un->sharded ? un->shard : un->full;
+    bool bcast = has_init_arrays(ctx, un);
+    int64_t begin = un->sharded && !bcast ? zs_partition_begin(&un->part, ctx->rank) : 0;
+    int64_t n = un->sharded && !bcast ? un->part.shard : un->part.padded;
+    float *buf = calloc((size_t)n, sizeof(float));
     zs_status st = ZS_OK;
 
     if (!buf)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory staging unit '%s'", un->name);
     if (bcast) {
         if (ctx->rank == 0)
-            fill_range(ctx, un, 0, un->part.padded, buf, true);
-        st = zs_comm_bcast(ctx->comm, buf, un->part.padded * (int64_t)sizeof(float), 0);
-        if (un->sharded)
-            memmove(buf, buf + begin, (size_t)un->part.shard * sizeof(float));
+            fill_range(ctx, un, 0, n, buf, true);
+        st = zs_comm_bcast(ctx->comm, buf, n * (int64_t)sizeof(float), 0);
     } else {
-        fill_range(ctx, un, begin, begin + (un->sharded ? un->part.shard : un->part.padded), buf, false);
+        fill_range(ctx, un, begin, begin + n, buf, false);
     }
-    if (!st && staged && un->shard)
-        memcpy(un->shard, buf, (size_t)un->part.shard * sizeof(float));
-    else if (!st && staged)
-        st = zs_nvme_param_write(ctx->nvme, u, buf, un->part.shard);
-    if (staged)
-        free(buf);
+    int64_t skip = un->sharded && bcast ? zs_partition_begin(&un->part, ctx->rank) : 0; /* to the shard */
+    if (!st)
+        st = place_values(ctx, un, u, buf + skip, begin + skip);
+    free(buf);
     return st;
 }
 
@@ -169,16 +194,13 @@ static zs_status setup_bucket(struct zs_ctx *ctx)
     for (int32_t u = 0; u < ctx->nunits; u++)
         if (ctx->units[u].part.padded > largest)
             largest = ctx->units[u].part.padded;
-    /* A bucket never needs more than the whole model, and must hold the largest unit. */
-    cap = ctx->cfg.zero.reduce_bucket_size;
-    if (cap > (int64_t)ctx->numel_padded)
-        cap = (int64_t)ctx->numel_padded;
-    if (cap < largest)
-        cap = largest;
-    ctx->arena = zs_mem_alloc_comm(ctx, ZS_MEM_BUFFERS, (uint64_t)cap * sizeof(float));
+    cap = zs_bucket_elems(&ctx->cfg, (int64_t)ctx->numel_padded, largest);
+    /* bytes: each unit's staging (pdt), and its reduced part when that is wider (fp32 reduction) */
+    int64_t per = (int64_t)zs_bucket_elem_bytes(&ctx->cfg);
+    ctx->arena = zs_mem_alloc_comm(ctx, ZS_MEM_BUFFERS, (uint64_t)cap * (uint64_t)per);
     if (!ctx->arena)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket", (long long)cap);
-    ctx->arena_cap = cap;
+    ctx->arena_cap = cap * per;
     ctx->pending = calloc((size_t)ctx->nunits, sizeof(int32_t));
     if (!ctx->pending)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
@@ -236,6 +258,7 @@ zs_status zs_setup(zs_ctx *ctx)
     ctx->pre_scale = (float)(1.0 / pre);
     ctx->post_scale = (float)(pre / n);
     ctx->set_up = true;
+    zs_memory_log(ctx);
     return ZS_OK;
 }
 
@@ -245,7 +268,7 @@ int32_t zs_world_size(const zs_ctx *ctx) { return ctx ? ctx->world : 0; }
 int32_t zs_rank(const zs_ctx *ctx) { return ctx ? ctx->rank : -1; }
 int32_t zs_param_count(const zs_ctx *ctx) { return ctx ? ctx->nparams : 0; }
 int32_t zs_unit_count(const zs_ctx *ctx) { return ctx ? ctx->nunits : 0; }
-zs_dtype zs_param_dtype(const zs_ctx *ctx) { (void)ctx; return ZS_DTYPE_FP32; }
+zs_dtype zs_param_dtype(const zs_ctx *ctx) { return ctx ? ctx->pdt : ZS_DTYPE_FP32; }
 int64_t zs_grad_accum_steps(const zs_ctx *ctx) { return ctx ? ctx->cfg.grad_accum_steps : 0; }
 int64_t zs_micro_batch_size(const zs_ctx *ctx) { return ctx ? ctx->cfg.micro_batch_size : 0; }
 
@@ -263,40 +286,6 @@ zs_status zs_param_info(const zs_ctx *ctx, int32_t param, const char **name, int
         *unit = pr->unit;
     if (offset)
         *offset = pr->offset;
-    return ZS_OK;
-}
-
-zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
-{
-    uint64_t psi, n, k, p = 4, g = 4, f;
-
-    if (!ctx || !out)
-        return zs_fail(ZS_ERR_INVALID, "zs_memory: NULL argument");
-    psi = ctx->numel;
-    n = (uint64_t)ctx->world;
-    k = zs_config_state_bytes(&ctx->cfg);
-    switch (ctx->cfg.zero.stage) {
-    case 0: f = (p + g + k) * psi; break;
-    case 1: f = (p + g) * psi + k * psi / n; break;
-    case 2: f = p * psi + (g + k) * psi / n; break;
-    default: f = (p + g + k) * psi / n; break;
-    }
-    memset(out, 0, sizeof(*out));
-    out->rank = ctx->rank;
-    out->world = ctx->world;
-    out->stage = ctx->cfg.zero.stage;
-    out->params = ctx->mem[ZS_MEM_PARAMS];
-    out->grads = ctx->mem[ZS_MEM_GRADS];
-    out->optimizer = ctx->mem[ZS_MEM_OPTIM];
-    out->buffers = ctx->mem[ZS_MEM_BUFFERS] + zs_comm_scratch_bytes(ctx->comm);
-    out->formula = f;
-    out->live_params = ctx->mem[ZS_MEM_LIVE];
-    out->peak_live_params = ctx->peak_live;
-    out->host = ctx->mem_host;
-    out->device_budget = ctx->device_budget;
-    out->numel = ctx->numel;
-    out->numel_padded = ctx->numel_padded;
-    out->nvme = zs_nvme_optim_file_bytes(ctx->nvme);
     return ZS_OK;
 }
 

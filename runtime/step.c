@@ -2,6 +2,7 @@
  * norm in a fixed order, clip, run the optimizer on this rank's shard, and make the updated parameters
  * visible again (all-gather at stages 1-2, drop stale gathered copies at stage 3). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -11,6 +12,7 @@
 #include "nvme_optim.h"
 #include "optim.h"
 #include "schedule.h"
+#include "convert.h" /* defines: zs_cvt_to_f32 */
 
 static double now(void)
 {
@@ -20,43 +22,143 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void *zs_unit_working(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+
+    if (ctx->cfg.zero.stage == 0)
+        return un->full;
+    return un->sharded ? un->shard : zs_at(un->full, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
+}
+
 float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n)
 {
     struct zs_unit *un = &ctx->units[u];
 
-    if (ctx->cfg.zero.stage == 0) {
-        *n = un->part.padded;
-        return un->full;
+    *n = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
+    if (ctx->pdt != ZS_DTYPE_FP32)
+        return un->master;
+    return zs_unit_working(ctx, u);
+}
+
+/* Squares of n elements of dtype dt summed in double, left to right (fp32: the shared reference). */
+static double sumsq_dt(const void *x, zs_dtype dt, int64_t n)
+{
+    float b[256];
+    double s = 0.0;
+
+    if (dt == ZS_DTYPE_FP32)
+        return zs_sumsq_ref(x, n);
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t k = n - i0 < 256 ? n - i0 : 256;
+        zs_cvt_to_f32(b, zs_at((void *)(uintptr_t)x, i0, 2), (int)dt, k);
+        for (int64_t i = 0; i < k; i++)
+            s += (double)b[i] * (double)b[i];
     }
-    *n = un->part.shard;
-    return un->sharded ? un->shard : un->full + zs_partition_begin(&un->part, ctx->rank);
+    return s;
+}
+
+/* Test hook: ZS_TEST_OVERFLOW=R:B1,B2,... makes rank R see an overflow (an Inf in its gradients) at the
+ * accumulation boundaries B1, B2, ... (1 = the first), as fp16 gradients that overflowed there would. */
+static bool injected_overflow(const struct zs_ctx *ctx)
+{
+    const char *e = getenv("ZS_TEST_OVERFLOW"), *p;
+    char *end;
+    long r;
+
+    if (!e || !*e || (r = strtol(e, &end, 10), *end != ':') || r != ctx->rank)
+        return false;
+    for (p = end + 1; *p;) {
+        long long b = strtoll(p, &end, 10);
+        if (end == p)
+            return false;
+        if (b == ctx->global_step + 1)
+            return true;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return false;
+    }
+    return false;
 }
 
 /* Per rank: squares summed over its shard range of each unit in unit order; across ranks: the partials
- * gathered and added in rank order. Every stage sums the same ranges in the same order. */
-static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm)
+ * gathered and added in rank order. Every stage sums the same ranges in the same order. The result is
+ * of the gradients as reduced (times the loss scale); *overflow: some rank's partial is not finite,
+ * which every rank sees alike, from the same gathered partials. */
+static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm, bool *overflow)
 {
     double mine = 0.0, total = 0.0, *all;
     zs_status st;
 
     for (int32_t u = 0; u < ctx->nunits; u++)
-        mine += zs_sumsq_ref(zs_grads_shard(ctx, u), ctx->units[u].part.shard);
+        mine += sumsq_dt(zs_grads_shard(ctx, u), ctx->gdt, ctx->units[u].part.shard);
+    if (injected_overflow(ctx))
+        mine = INFINITY;
     all = malloc((size_t)ctx->world * sizeof(double));
     if (!all)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
     st = zs_comm_allgather_bytes(ctx->comm, &mine, all, (int32_t)sizeof(double));
-    for (int32_t r = 0; !st && r < ctx->world; r++)
+    *overflow = false;
+    for (int32_t r = 0; !st && r < ctx->world; r++) {
         total += all[r];
+        *overflow |= !isfinite(all[r]);
+    }
     free(all);
     *norm = sqrt(total);
     return st;
+}
+
+/* DeepSpeed's DynamicLossScaler.update_scale, step for step: an overflow shrinks the scale once
+ * `hysteresis` overflows have used up the delay; loss_scale_window clean iterations since the last
+ * overflow grow it. */
+static zs_status scaler_update(struct zs_ctx *ctx, bool overflow)
+{
+    struct zs_scaler *s = &ctx->scaler;
+    const struct zs_fp16_config *f = &ctx->cfg.fp16;
+
+    if (!s->dynamic)
+        return ZS_OK;
+    if (overflow) {
+        if (f->hysteresis == 1 || s->cur_hysteresis == 1) {
+            if (s->scale <= f->min_loss_scale)
+                return zs_fail(ZS_ERR_INVALID, "zs_step: the fp16 gradients overflow at the minimum loss scale "
+                               "(fp16.min_loss_scale %g): the run cannot go on", f->min_loss_scale);
+            s->scale = s->scale / 2.0 > f->min_loss_scale ? s->scale / 2.0 : f->min_loss_scale;
+        } else {
+            s->cur_hysteresis--;
+        }
+        s->last_overflow_iter = s->cur_iter;
+    } else {
+        if (f->consecutive_hysteresis)
+            s->cur_hysteresis = f->hysteresis;
+        if ((s->cur_iter - s->last_overflow_iter) % f->loss_scale_window == 0) {
+            if (!f->consecutive_hysteresis)
+                s->cur_hysteresis = f->hysteresis;
+            s->scale *= 2.0;
+        }
+    }
+    s->cur_iter++;
+    return ZS_OK;
+}
+
+void zs_scaler_init(struct zs_ctx *ctx)
+{
+    const struct zs_fp16_config *f = &ctx->cfg.fp16;
+
+    ctx->scaler = (struct zs_scaler){.scale = 1.0, .last_overflow_iter = -1};
+    if (ctx->pdt == ZS_DTYPE_FP16) {
+        ctx->scaler.dynamic = f->loss_scale == 0.0;
+        ctx->scaler.scale = f->loss_scale > 0.0 ? f->loss_scale : ldexp(1.0, (int)f->initial_scale_power);
+        ctx->scaler.cur_hysteresis = f->hysteresis;
+    }
+    ctx->stats.loss_scale = ctx->scaler.scale;
 }
 
 /* The per-step scalars of the configured optimizer, in double and rounded once to float. */
 static void step_scalars(const struct zs_ctx *ctx, double lr, float coef, struct zs_optim_step *s)
 {
     const struct zs_optim_config *o = &ctx->cfg.optim;
-    double t = (double)(ctx->global_step + 1);
+    double t = (double)(ctx->global_step - ctx->skipped_steps + 1); /* steps the optimizer has taken */
     bool adam = o->type == ZS_OPTIM_ADAM || o->type == ZS_OPTIM_ADAMW;
     double bc1 = adam && o->bias_correction ? 1.0 - pow(o->beta1, t) : 1.0;
     double bc2 = adam && o->bias_correction ? 1.0 - pow(o->beta2, t) : 1.0;
@@ -76,7 +178,7 @@ static void step_scalars(const struct zs_ctx *ctx, double lr, float coef, struct
     s->momentum = (float)o->momentum;
     s->dampening_c = (float)(1.0 - o->dampening);
     s->nesterov = o->nesterov;
-    s->first = ctx->global_step == 0;
+    s->first = ctx->global_step - ctx->skipped_steps == 0;
 }
 
 struct optim_job {
@@ -99,11 +201,16 @@ static void optim_range(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1,
     struct zs_unit *un = &ctx->units[u];
     int64_t n;
     struct optim_job job = { .fn = ctx->kernel, .step = arg };
-    float *p = disk_p ? disk_p : zs_unit_master(ctx, u, &n);
-    const float *g = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
+    float *master = disk_p ? disk_p : zs_unit_master(ctx, u, &n);
+    void *g = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
 
-    job.bufs.param = p + begin;
-    job.bufs.grad = g + begin;
+    if (ctx->pdt == ZS_DTYPE_FP32) {
+        job.bufs.param = master + begin;
+    } else { /* the kernel updates the fp32 master and writes its rounding to the working copy */
+        job.bufs.param = zs_at(zs_unit_working(ctx, u), begin, ctx->psz);
+        job.bufs.master = master + begin;
+    }
+    job.bufs.grad = zs_at(g, begin, zs_dtype_bytes(ctx->gdt));
     job.bufs.s1 = s1 ? s1 + begin : NULL;
     job.bufs.s2 = s2 ? s2 + begin : NULL;
     zs_pool_run(ctx->pool, optim_chunk, &job, end - begin);
@@ -140,7 +247,7 @@ static zs_status gather_updated(struct zs_ctx *ctx)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
     for (int32_t u = 0; u < ctx->nunits && !st; u++)
         if (!ctx->units[u].sharded)
-            st = zs_comm_all_gather(ctx->comm, ctx->units[u].full, ctx->units[u].part.shard, &reqs[u]);
+            st = zs_comm_all_gather_dt(ctx->comm, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
     for (int32_t u = 0; u < ctx->nunits; u++) {
         if (!reqs[u])
             continue;
@@ -154,41 +261,81 @@ static zs_status gather_updated(struct zs_ctx *ctx)
     return st;
 }
 
+/* An fp16 overflow on any rank: no update anywhere, the scale shrinks (after the hysteresis), the
+ * gradients are dropped; the learning-rate schedule and Adam's step count stay where they were. */
+static zs_status end_window(struct zs_ctx *ctx)
+{
+    zs_status st = zs_fetch_step_end(ctx);
+
+    if (st)
+        return st;
+    zs_grads_zero(ctx);
+    ctx->global_step++;
+    return ZS_OK;
+}
+
+static zs_status skip_step(struct zs_ctx *ctx)
+{
+    zs_status st = scaler_update(ctx, true);
+
+    if (!st)
+        st = end_window(ctx);
+    if (st)
+        return st;
+    ctx->skipped_steps++;
+    ctx->stats = (zs_step_stats){.global_step = ctx->global_step, .micro_step = ctx->micro_step, .stepped = 0,
+                                 .skipped = 1, .lr = ctx->stats.lr, .grad_norm = INFINITY, .clip_coef = 0.0,
+                                 .loss_scale = ctx->scaler.scale};
+    if (ctx->rank == 0 && !ctx->quiet)
+        zs_log("step %lld skipped: fp16 gradients overflowed; loss scale now %g", (long long)ctx->global_step,
+               ctx->scaler.scale);
+    return ZS_OK;
+}
+
 zs_status zs_step_boundary(struct zs_ctx *ctx)
 {
-    double t0 = now(), t1, t2, norm = 0.0, lr;
+    double t0 = now(), t1, t2, norm = 0.0, lr, scale = ctx->scaler.scale;
     float coef = 1.0f;
+    bool overflow = false;
     zs_status st;
 
     st = zs_grads_flush(ctx);
     if (st)
         return st;
     t1 = now();
+    /* The norm, always: it is reported every step, decides clipping, and (fp16) reveals an overflow. */
+    st = global_grad_norm(ctx, &norm, &overflow);
+    if (st)
+        return st;
+    if (overflow && ctx->pdt == ZS_DTYPE_FP16)
+        return skip_step(ctx);
+    norm /= scale; /* of the true gradients */
     if (ctx->cfg.gradient_clipping > 0.0) {
-        st = global_grad_norm(ctx, &norm);
-        if (st)
-            return st;
         double c = ctx->cfg.gradient_clipping / (norm + 1e-6);
         if (c < 1.0)
             coef = (float)c;
     }
-    lr = zs_schedule_lr(&ctx->cfg.sched, ctx->cfg.optim.lr, ctx->global_step + 1);
-    st = run_optimizer(ctx, lr, coef);
+    lr = zs_schedule_lr(&ctx->cfg.sched, ctx->cfg.optim.lr, ctx->global_step - ctx->skipped_steps + 1);
+    /* one factor for the kernel: unscale and clip (DeepSpeed's combined scale) */
+    st = run_optimizer(ctx, lr, scale == 1.0 ? coef : (float)((double)coef / scale));
+    if (st)
+        return st;
+    st = scaler_update(ctx, false);
     if (st)
         return st;
     t2 = now();
     st = gather_updated(ctx);
     if (!st)
-        st = zs_fetch_step_end(ctx);
+        st = end_window(ctx);
     if (st)
         return st;
-    zs_grads_zero(ctx);
-    ctx->global_step++;
     ctx->stats.global_step = ctx->global_step;
     ctx->stats.stepped = 1;
+    ctx->stats.skipped = 0;
     ctx->stats.lr = lr;
     ctx->stats.grad_norm = norm;
     ctx->stats.clip_coef = coef;
+    ctx->stats.loss_scale = ctx->scaler.scale;
     ctx->t_reduce += t1 - t0;
     ctx->t_optim += t2 - t1;
     ctx->t_gather += now() - t2;

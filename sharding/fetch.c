@@ -9,8 +9,11 @@
 #include "error.h"
 #include "nvme_optim.h"
 
-static uint64_t unit_bytes(const struct zs_unit *un) { return (uint64_t)un->part.padded * sizeof(float); }
-static uint64_t live_elems(const struct zs_ctx *ctx) { return ctx->mem[ZS_MEM_LIVE] / sizeof(float); }
+static uint64_t unit_bytes(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    return (uint64_t)un->part.padded * ctx->psz;
+}
+static uint64_t live_elems(const struct zs_ctx *ctx) { return ctx->mem[ZS_MEM_LIVE] / ctx->psz; }
 
 /* offload_param nvme: queue reads of the shards the next fetches will want (the trace's order, or unit
  * order before there is one) into the free read-ahead buffers, so the disk works ahead of the program. */
@@ -37,11 +40,11 @@ static zs_status read_ahead(struct zs_ctx *ctx, int32_t u)
 static zs_status shard_in(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
-    float *dst = un->gathered + zs_partition_begin(&un->part, ctx->rank);
+    void *dst = zs_at(un->gathered, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
     zs_status st;
 
     if (!zs_nvme_param_on_disk(ctx->nvme, u)) {
-        memcpy(dst, un->shard, (size_t)un->part.shard * sizeof(float));
+        memcpy(dst, un->shard, (size_t)un->part.shard * ctx->psz);
         return ZS_OK;
     }
     st = zs_nvme_param_read(ctx->nvme, u, dst, un->part.shard);
@@ -55,7 +58,7 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
     struct zs_unit *un = &ctx->units[u];
     zs_status st;
 
-    un->gathered = zs_mem_alloc_comm(ctx, ZS_MEM_LIVE, unit_bytes(un));
+    un->gathered = zs_mem_alloc_comm(ctx, ZS_MEM_LIVE, unit_bytes(ctx, un));
     if (!un->gathered && ctx->over_budget) {
         zs_error_prefix("fetch unit '%s'", un->name);
         return ZS_ERR_NOMEM;
@@ -65,9 +68,9 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
                        (long long)un->part.padded);
     st = shard_in(ctx, u);
     if (!st)
-        st = zs_comm_all_gather(ctx->comm, un->gathered, un->part.shard, &un->gather_req);
+        st = zs_comm_all_gather_dt(ctx->comm, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
     if (st) {
-        zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(un));
+        zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));
         un->gathered = NULL;
         zs_error_prefix("fetch unit '%s'", un->name);
         return st;
@@ -96,7 +99,7 @@ static zs_status gather_drop(struct zs_ctx *ctx, struct zs_unit *un)
 {
     zs_status st = gather_wait(ctx, un);
 
-    zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(un));
+    zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));
     un->gathered = NULL;
     un->gather = ZS_GATHER_NONE;
     un->prefetched = false;
@@ -181,7 +184,7 @@ static int64_t reuse_distance(const struct zs_ctx *ctx, int32_t u)
     return -1;
 }
 
-zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, float **data)
+zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, void **data)
 {
     struct zs_unit *un = &ctx->units[u];
     zs_status st;
@@ -266,7 +269,7 @@ zs_status zs_fetch_step_end(struct zs_ctx *ctx)
 
 zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data)
 {
-    float *p = NULL;
+    void *p = NULL;
     zs_status st;
 
     if (!ctx || !ctx->set_up)
@@ -303,6 +306,6 @@ zs_status zs_param_data(zs_ctx *ctx, int32_t param, void **data)
     un = &ctx->units[pr->unit];
     if (un->sharded && (un->fetched == 0 || !un->gathered))
         return zs_fail(ZS_ERR_INVALID, "zs_param_data: parameter '%s': unit '%s' is not fetched", pr->name, un->name);
-    *data = (un->sharded ? un->gathered : un->full) + pr->offset;
+    *data = zs_at(un->sharded ? un->gathered : un->full, pr->offset, ctx->psz);
     return ZS_OK;
 }

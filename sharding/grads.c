@@ -2,14 +2,39 @@
  * per accumulation window; stages 2-3 hand out staging buffers from one bucket (reduce_bucket_size),
  * reduce-scatter every micro-batch as backward produces it, and fold the result into a persistent
  * shard. With overlap_comm the reduction runs while the program keeps computing. */
+#include <stdint.h>
 #include <string.h>
 
 #include "engine.h"
 #include "error.h"
+#include "convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
+#include "optim.h"   /* defines: zs_dtype_name */
 
 static bool at_boundary(const struct zs_ctx *ctx)
 {
     return (ctx->micro_step + 1) % ctx->cfg.grad_accum_steps == 0;
+}
+
+/* dst += src over n elements of dtype dt: in fp32, rounded back to nearest even for 16-bit. */
+static void accumulate(void *dst, const void *src, zs_dtype dt, int64_t n)
+{
+    float a[256], b[256];
+
+    if (dt == ZS_DTYPE_FP32) {
+        float *d = dst;
+        const float *s = src;
+        for (int64_t i = 0; i < n; i++)
+            d[i] += s[i];
+        return;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t k = n - i0 < 256 ? n - i0 : 256;
+        zs_cvt_to_f32(a, zs_at(dst, i0, 2), (int)dt, k);
+        zs_cvt_to_f32(b, zs_at((void *)(uintptr_t)src, i0, 2), (int)dt, k);
+        for (int64_t i = 0; i < k; i++)
+            a[i] += b[i];
+        zs_cvt_from_f32(zs_at(dst, i0, 2), (int)dt, a, k);
+    }
 }
 
 /* Completion of one unit's reduction: at stages 2-3 the reduced shard lands in the accumulator
@@ -21,15 +46,13 @@ static void finish_reduction(struct zs_ctx *ctx, int32_t u)
     un->grad_state = ZS_GRAD_IDLE;
     if (ctx->cfg.zero.stage < 2)
         return;
-    const float *src = un->grad + zs_partition_begin(&un->part, ctx->rank);
-    float *dst = un->grad_shard;
     if (un->accumulated == 0)
-        memcpy(dst, src, (size_t)un->part.shard * sizeof(float));
+        memcpy(un->grad_shard, un->reduced, (size_t)un->part.shard * ctx->csz);
     else
-        for (int64_t i = 0; i < un->part.shard; i++)
-            dst[i] += src[i];
+        accumulate(un->grad_shard, un->reduced, ctx->cdt, un->part.shard);
     un->accumulated++;
     un->grad = NULL;
+    un->reduced = NULL;
 }
 
 static zs_status pop_head(struct zs_ctx *ctx)
@@ -76,17 +99,26 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t s = un->part.shard;
-    float *g = un->grad;
+    void *g = un->grad;
     zs_status st;
 
-    if (ctx->pre_scale != 1.0f)
-        for (int64_t i = 0; i < un->part.padded; i++)
-            g[i] *= ctx->pre_scale;
+    if (ctx->pre_scale != 1.0f) /* prescale_gradients: in the gradients' dtype, as the program left them */
+        for (int64_t i0 = 0; i0 < un->part.padded; i0 += 256) {
+            float b[256];
+            int64_t k = un->part.padded - i0 < 256 ? un->part.padded - i0 : 256;
+            zs_cvt_to_f32(b, zs_at(g, i0, ctx->psz), (int)ctx->pdt, k);
+            for (int64_t i = 0; i < k; i++)
+                b[i] *= ctx->pre_scale;
+            zs_cvt_from_f32(zs_at(g, i0, ctx->psz), (int)ctx->pdt, b, k);
+        }
     if (ctx->cfg.zero.stage == 0 || (ctx->cfg.zero.stage == 1 && !ctx->cfg.zero.reduce_scatter))
-        st = zs_comm_all_reduce(ctx->comm, g, s, ctx->post_scale, &un->reduce_req);
+        st = zs_comm_all_reduce_dt(ctx->comm, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
+    else if (ctx->cfg.zero.stage == 1)
+        st = zs_comm_reduce_scatter_dt(ctx->comm, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->rank), ctx->psz),
+                                       ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else
-        st = zs_comm_reduce_scatter(ctx->comm, g, g + zs_partition_begin(&un->part, ctx->rank), s, ctx->post_scale,
-                                    &un->reduce_req);
+        st = zs_comm_reduce_scatter_dt(ctx->comm, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale,
+                                       &un->reduce_req);
     if (st) {
         zs_error_prefix("reduce gradients of unit '%s'", un->name);
         return st;
@@ -98,7 +130,7 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
     return zs_grads_progress(ctx);
 }
 
-zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, float **grad)
+zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad)
 {
     struct zs_unit *un = &ctx->units[u];
     zs_status st;
@@ -118,15 +150,22 @@ zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, float **grad)
         /* The bucket restarts only here and at the step, never when reductions happen to finish: every
          * rank must place a unit's staging buffer at the same offset, because peers on the node read it
          * there. */
-        if (ctx->arena_used + un->part.padded > ctx->arena_cap) {
+        /* the staging, then (fp32 reduction of 16-bit gradients) room for this rank's reduced part;
+         * in place in the staging otherwise */
+        int64_t stage_b = un->part.padded * (int64_t)ctx->psz;
+        int64_t need = stage_b + (ctx->cdt != ctx->pdt ? un->part.shard * (int64_t)ctx->csz : 0);
+        need = (need + 63) / 64 * 64;
+        if (ctx->arena_used + need > ctx->arena_cap) {
             st = zs_grads_flush(ctx); /* the bucket is full: its reductions must land before reuse */
             if (st)
                 return st;
             ctx->arena_used = 0;
         }
         un->grad = ctx->arena + ctx->arena_used;
-        ctx->arena_used += un->part.padded;
-        memset(un->grad, 0, (size_t)un->part.padded * sizeof(float));
+        un->reduced = ctx->cdt != ctx->pdt ? ctx->arena + ctx->arena_used + stage_b
+                                           : zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
+        ctx->arena_used += need;
+        memset(un->grad, 0, (size_t)stage_b);
     }
     un->grad_state = ZS_GRAD_OPEN;
     *grad = un->grad;
@@ -148,13 +187,13 @@ zs_status zs_grads_ready(struct zs_ctx *ctx, int32_t u)
     return launch(ctx, u);
 }
 
-float *zs_grads_shard(struct zs_ctx *ctx, int32_t u)
+void *zs_grads_shard(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
 
     if (ctx->cfg.zero.stage >= 2)
         return un->grad_shard;
-    return un->grad + zs_partition_begin(&un->part, ctx->rank);
+    return zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz); /* stage 0: the norm's part */
 }
 
 void zs_grads_zero(struct zs_ctx *ctx)
@@ -163,23 +202,31 @@ void zs_grads_zero(struct zs_ctx *ctx)
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         if (ctx->cfg.zero.stage < 2)
-            memset(un->grad, 0, (size_t)un->part.padded * sizeof(float));
+            memset(un->grad, 0, (size_t)un->part.padded * ctx->psz);
         un->accumulated = 0;
     }
 }
 
 /* ---------------------------------------------------------------- public API */
 
-zs_status zs_grad_get(zs_ctx *ctx, int32_t unit, float **grad)
+zs_status zs_grad_buffer(zs_ctx *ctx, int32_t unit, void **grad)
 {
     zs_status st;
 
     if (!ctx || !ctx->set_up || !grad)
-        return zs_fail(ZS_ERR_INVALID, "zs_grad_get: call zs_setup first");
+        return zs_fail(ZS_ERR_INVALID, "zs_grad_buffer: call zs_setup first");
     if (unit < 0 || unit >= ctx->nunits)
-        return zs_fail(ZS_ERR_INVALID, "zs_grad_get: no unit %d", unit);
+        return zs_fail(ZS_ERR_INVALID, "zs_grad_buffer: no unit %d", unit);
     st = zs_grads_progress(ctx);
     return st ? st : zs_grads_get(ctx, unit, grad);
+}
+
+zs_status zs_grad_get(zs_ctx *ctx, int32_t unit, float **grad)
+{
+    if (ctx && ctx->pdt != ZS_DTYPE_FP32)
+        return zs_fail(ZS_ERR_INVALID, "zs_grad_get: the parameters are %s; use zs_grad_buffer, whose buffer has "
+                       "the parameters' dtype", zs_dtype_name(ctx->pdt));
+    return zs_grad_buffer(ctx, unit, (void **)grad);
 }
 
 zs_status zs_grad_ready(zs_ctx *ctx, int32_t unit)

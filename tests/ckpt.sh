@@ -10,11 +10,7 @@
 #  5. bad input: a truncated file, a flipped byte, another model, another optimizer.
 set -u
 TRAIN=$1 ZS=$2 PY=$3
-tmp=$(mktemp -d -p "${ZS_TEST_NVME_DIR:-$PWD}")
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-pass=0 fail=0
-check() { if [ "$1" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2" >&2; fi; }
+. "$(dirname "$0")/lib.sh"
 
 # cfg NAME STAGE [EXTRA_ZERO_KEYS]
 cfg() {
@@ -132,5 +128,4 @@ expect "flipped byte at load" "rank00001.bin: crc32c" 2 s1 --hidden 24 --load "$
 echo '{"format": "zeroshard-checkpoint", "version": 1, "segments": 7}' > "$tmp/bad/global_step5/manifest.json"
 expect "bad manifest" "manifest.json" 2 s1 --hidden 24 --load "$tmp/bad"
 
-echo "ckpt: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish ckpt

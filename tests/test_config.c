@@ -144,10 +144,15 @@ static const struct err_case err_cases[] = {
      "scheduler.params.last_batch_iteration:", "checkpoint, not the config", 0},
     {"warmup_num_steps negative", "{" MB "'scheduler': {'type': 'WarmupLR', 'params': {'warmup_num_steps': -1}}}",
      "scheduler.params.warmup_num_steps: expected an integer >= 0, got -1", NULL, 0},
-    {"fp16 enabled refused", "{" MB "'fp16': {'enabled': true}}", "fp16.enabled: fp16 training is not implemented yet",
-     NULL, 0},
-    {"bf16 enabled refused", "{" MB "'bf16': {'enabled': true}}", "bf16.enabled: bf16 training is not implemented yet",
-     NULL, 0},
+    {"fp16 and bf16 together", "{" MB "'fp16': {'enabled': true}, 'bf16': {'enabled': true}}",
+     "bf16.enabled: fp16 and bf16 cannot both be enabled", NULL, 0},
+    {"bf16 with nvme parameter offload not implemented",
+     "{" MB "'bf16': {'enabled': true}, 'zero_optimization': {'stage': 3, 'offload_optimizer': {'device': 'nvme', "
+     "'nvme_path': '/x'}, 'offload_param': {'device': 'nvme', 'nvme_path': '/x'}}}",
+     "zero_optimization.offload_param.device: 'nvme' parameter offload with bf16 is not implemented yet", NULL, 0},
+    {"fp32 reduction of bf16 gradients at stage 1",
+     "{" MB "'bf16': {'enabled': true}, 'communication_data_type': 'fp32', 'zero_optimization': {'stage': 1}}",
+     "communication_data_type: \"fp32\" with bf16 needs ZeRO stage 2 or 3", NULL, 0},
     {"bfloat16 spelling named in messages", "{" MB "'bfloat16': {'enabled': 1}}",
      "bfloat16.enabled: expected true or false, got 1", NULL, 0},
     {"bf16 and bfloat16 together", "{" MB "'bf16': {}, 'bfloat16': {}}", "bfloat16: same setting as bf16", NULL, 0},
@@ -239,8 +244,10 @@ static const struct err_case err_cases[] = {
     {"sparse gradients refused", "{" MB "'sparse_gradients': true}", "sparse_gradients:", "not supported", 0},
     {"sequence parallelism refused", "{" MB "'sequence_parallel_size': 4}", "sequence_parallel_size:",
      "not supported", 0},
-    {"fp16 communication refused", "{" MB "'communication_data_type': 'fp16'}", "communication_data_type:",
-     "not implemented", 0},
+    {"fp16 communication of fp32 training", "{" MB "'communication_data_type': 'fp16'}",
+     "communication_data_type: \"fp16\" differs from the training dtype fp32", NULL, 0},
+    {"unknown communication dtype", "{" MB "'communication_data_type': 'int8'}",
+     "communication_data_type: expected \"fp32\", \"fp16\" or \"bf16\", got \"int8\"", NULL, 0},
     {"aio alias given twice", "{" MB "'aio': {'intra_op_parallelism': 2, 'thread_count': 2}}",
      "aio.thread_count: same setting as intra_op_parallelism", NULL, 0},
     {"aio block size too small", "{" MB "'aio': {'block_size': 100}}",
@@ -617,6 +624,22 @@ static bool t_precision_disabled(void)
     EXPECT(!c.fp16.enabled && c.fp16.loss_scale == 1024 && c.fp16.initial_scale_power == 32);
     EXPECT(c.fp16.loss_scale_window == 500 && c.fp16.hysteresis == 3 && c.fp16.consecutive_hysteresis);
     EXPECT(c.fp16.min_loss_scale == 0 && !c.bf16_enabled);
+    EXPECT(c.param_dtype == ZS_DTYPE_FP32 && c.comm_dtype == ZS_DTYPE_FP32);
+    return true;
+}
+
+static bool t_precision_enabled(void)
+{
+    struct zs_config c;
+
+    PARSE_OK("{" MB "'fp16': {'enabled': true}}", 1, NULL, &c);
+    EXPECT(c.param_dtype == ZS_DTYPE_FP16 && c.comm_dtype == ZS_DTYPE_FP16 && c.fp16.loss_scale == 0);
+    EXPECT(c.fp16.initial_scale_power == 16 && c.fp16.loss_scale_window == 1000 && c.fp16.hysteresis == 2);
+    EXPECT(!c.fp16.consecutive_hysteresis && c.fp16.min_loss_scale == 1);
+    PARSE_OK("{" MB "'bf16': {'enabled': true}, 'communication_data_type': 'fp32', 'zero_optimization': {'stage': 2}}",
+             2, NULL, &c);
+    EXPECT(c.param_dtype == ZS_DTYPE_BF16 && c.comm_dtype == ZS_DTYPE_FP32);
+    EXPECT(zs_config_state_bytes(&c) == 12); /* fp32 master, m, v */
     return true;
 }
 
@@ -770,6 +793,7 @@ static const struct {
     {"zeroshard section defaults and values", t_zeroshard_section},
     {"schedulers", t_schedulers},
     {"precision blocks parsed while disabled", t_precision_disabled},
+    {"fp16 and bf16 enabled: dtypes and DeepSpeed's loss-scale defaults", t_precision_enabled},
     {"offload blocks with device none", t_offload_none},
     {"type names ignore case; did-you-mean limits", t_case_and_nearby_keys},
     {"NULL auto values equal zero auto values", t_null_autov_is_zero_autov},

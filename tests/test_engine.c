@@ -1,6 +1,8 @@
 /* test_engine.c - engine behaviour that needs several ranks: agreement checks at init and set-up
  * (a differing config or registration fails on every rank with the ranks named, never hangs), API
  * misuse errors, and per-rank memory against the ZeRO formulas. Run under mpirun -np 4 (and 3). */
+#include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <mpi.h>
@@ -94,20 +96,26 @@ static void test_misuse(void)
     zs_finalize(ctx);
 }
 
-/* One full training iteration, then persistent bytes against 16Psi-style formulas for fp32 AdamW. */
-static void test_memory(int stage)
+static double rel(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : (a ? 1e9 : 1.0); }
+
+/* One full training iteration, then persistent bytes against the ZeRO formulas for AdamW: in total and
+ * per category (fp32: 4+4+8 bytes a parameter; bf16: 2+2+12), and against zs_estimate_memory. */
+static void test_memory(int stage, const char *dtype)
 {
+    bool bf16 = !strcmp(dtype, "bf16");
     enum { UNITS = 4, W = 262000, B = 144 };
     char json[512];
     zs_ctx *ctx = NULL;
     int32_t units[UNITS], p;
     zs_memory_report m;
-    float *w = calloc(W, sizeof(float)), *g;
+    float *w = calloc(W, sizeof(float));
+    void *g;
 
     snprintf(json, sizeof(json),
              "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1, \"stage3_param_persistence_threshold\": 0,"
-             " \"stage3_max_live_parameters\": 600000, \"stage3_prefetch_bucket_size\": 300000}}", stage);
+             " \"stage3_max_live_parameters\": 600000, \"stage3_prefetch_bucket_size\": 300000}%s}", stage,
+             bf16 ? ", \"bf16\": {\"enabled\": true}" : "");
     CHECK(init_json(&ctx, json) == ZS_OK, "%s", zs_last_error());
     if (!ctx) {
         free(w);
@@ -126,9 +134,12 @@ static void test_memory(int stage)
             CHECK(zs_unit_fetch(ctx, units[i], NULL) == ZS_OK && zs_unit_release(ctx, units[i]) == ZS_OK, "%s",
                   zs_last_error());
         for (int i = UNITS - 1; i >= 0; i--) {
-            CHECK(zs_unit_fetch(ctx, units[i], NULL) == ZS_OK && zs_grad_get(ctx, units[i], &g) == ZS_OK, "%s",
+            CHECK(zs_unit_fetch(ctx, units[i], NULL) == ZS_OK && zs_grad_buffer(ctx, units[i], &g) == ZS_OK, "%s",
                   zs_last_error());
-            g[0] = 1.0f;
+            if (bf16)
+                ((uint16_t *)g)[0] = 0x3f80; /* 1.0 */
+            else
+                ((float *)g)[0] = 1.0f;
             CHECK(zs_grad_ready(ctx, units[i]) == ZS_OK && zs_unit_release(ctx, units[i]) == ZS_OK, "%s",
                   zs_last_error());
         }
@@ -138,18 +149,41 @@ static void test_memory(int stage)
     uint64_t persistent = m.params + m.grads + m.optimizer;
     double ratio = (double)persistent / (double)m.formula;
     if (rank == 0)
-        printf("stage %d world %d: params %llu grads %llu optimizer %llu buffers %llu | formula %llu ratio %.4f "
-               "peak live %llu\n", stage, world, (unsigned long long)m.params, (unsigned long long)m.grads,
-               (unsigned long long)m.optimizer, (unsigned long long)m.buffers, (unsigned long long)m.formula, ratio,
+        printf("stage %d %s world %d: params %llu grads %llu optimizer %llu (masters %llu) buffers %llu | formula %llu "
+               "ratio %.4f (params %.4f grads %.4f optimizer %.4f) peak live %llu\n", stage, dtype, world,
+               (unsigned long long)m.params, (unsigned long long)m.grads, (unsigned long long)m.optimizer,
+               (unsigned long long)m.master, (unsigned long long)m.buffers, (unsigned long long)m.formula, ratio,
+               rel(m.params, m.expect_params), rel(m.grads, m.expect_grads), rel(m.optimizer, m.expect_optimizer),
                (unsigned long long)m.peak_live_params);
-    CHECK(ratio > 0.95 && ratio < 1.05, "stage %d: persistent %llu vs formula %llu (ratio %.4f)", stage,
+    CHECK(ratio > 0.95 && ratio < 1.05, "stage %d %s: persistent %llu vs formula %llu (ratio %.4f)", stage, dtype,
           (unsigned long long)persistent, (unsigned long long)m.formula, ratio);
+    CHECK(fabs(rel(m.params, m.expect_params) - 1) < 0.05 && fabs(rel(m.grads, m.expect_grads) - 1) < 0.05 &&
+              fabs(rel(m.optimizer, m.expect_optimizer) - 1) < 0.05,
+          "stage %d %s: a category is off its formula", stage, dtype);
+    CHECK(llabs((long long)m.formula - (long long)((uint64_t)(bf16 ? (stage == 0 ? 16 : stage == 1 ? 4 * world + 12 : stage == 2 ? 2 * world + 14 : 16)
+                                       : (stage == 0 ? 16 : stage == 1 ? 8 * world + 8 : stage == 2 ? 4 * world + 12 : 16)) *
+                            (uint64_t)UNITS * (W + B) / (uint64_t)(stage == 0 ? 1 : world))) <= 8, /* rounding */
+          "stage %d %s: formula %llu is not the ZeRO paper's", stage, dtype, (unsigned long long)m.formula);
+    /* the estimator, from the config and the unit sizes alone, predicts the same model states */
+    zs_memory_report e;
+    int64_t sizes[UNITS];
+    for (int i = 0; i < UNITS; i++)
+        sizes[i] = W + B;
+    CHECK(zs_estimate_memory(json, world, UNITS, sizes, &e) == ZS_OK, "%s", zs_last_error());
+    CHECK(e.params == m.params && e.grads == m.grads && e.optimizer == m.optimizer && e.formula == m.formula,
+          "stage %d %s: estimate params %llu grads %llu optimizer %llu, measured %llu %llu %llu", stage, dtype,
+          (unsigned long long)e.params, (unsigned long long)e.grads, (unsigned long long)e.optimizer,
+          (unsigned long long)m.params, (unsigned long long)m.grads, (unsigned long long)m.optimizer);
+    CHECK(e.buffers <= m.comm_buffers && rel(e.buffers + e.params + e.grads + e.optimizer,
+                                             m.comm_buffers + m.params + m.grads + m.optimizer) > 0.95,
+          "stage %d %s: estimated bucket %llu, measured communication buffers %llu", stage, dtype,
+          (unsigned long long)e.buffers, (unsigned long long)m.comm_buffers);
     CHECK(m.numel == (uint64_t)UNITS * (W + B), "numel %llu", (unsigned long long)m.numel);
     if (stage == 3) /* a cap above one unit: never more than the cap gathered at once */
         CHECK(m.peak_live_params <= 600000 * 4, "peak live %llu above stage3_max_live_parameters",
               (unsigned long long)m.peak_live_params);
     if (stage >= 2) /* the bucket holds one unit (reduce_bucket_size 1 is raised to the largest unit) */
-        CHECK(m.buffers >= (uint64_t)(W + B) * 4, "buffers %llu", (unsigned long long)m.buffers);
+        CHECK(m.buffers >= (uint64_t)(W + B) * (bf16 ? 2 : 4), "buffers %llu", (unsigned long long)m.buffers);
     zs_finalize(ctx);
     free(w);
 }
@@ -167,8 +201,10 @@ int main(int argc, char **argv)
         test_bad_config_on_one_rank();
         test_registration_mismatch();
     }
-    for (int stage = 0; stage <= 3; stage++)
-        test_memory(stage);
+    for (int stage = 0; stage <= 3; stage++) {
+        test_memory(stage, "fp32");
+        test_memory(stage, "bf16");
+    }
     fails = zs_test_fail;
     MPI_Allreduce(&fails, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Finalize();

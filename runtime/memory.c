@@ -1,0 +1,173 @@
+/* memory.c - what a rank holds, by category, next to what the ZeRO formulas predict (REFERENCE: with
+ * Adam, 2+2+12 bytes a parameter for 16-bit training, 4+4+8 for fp32; stage 1 shards the optimizer
+ * state, stage 2 the gradients too, stage 3 the parameters too), and the same figures predicted before
+ * launching (zs_estimate_memory, the zs-estimate tool). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "error.h"
+#include "host_pool.h"
+#include "nvme_optim.h"
+#include "optim.h" /* defines: zs_dtype_name */
+
+int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64_t largest)
+{
+    int64_t cap = cfg->zero.reduce_bucket_size;
+
+    if (cap > numel_padded)
+        cap = numel_padded;
+    return cap < largest ? largest : cap;
+}
+
+uint64_t zs_bucket_elem_bytes(const struct zs_config *cfg)
+{
+    uint64_t p = zs_dtype_bytes(cfg->param_dtype), c = zs_dtype_bytes(cfg->comm_dtype);
+
+    return p + (cfg->comm_dtype != cfg->param_dtype ? c : 0);
+}
+
+/* The formulas, per category, for psi parameters at n ranks. */
+static void expect(const struct zs_config *cfg, uint64_t psi, uint64_t n, zs_memory_report *out)
+{
+    uint64_t p = zs_dtype_bytes(cfg->param_dtype), c = zs_dtype_bytes(cfg->comm_dtype);
+    uint64_t k = zs_config_state_bytes(cfg);
+    int stage = cfg->zero.stage;
+
+    out->expect_params = stage == 3 ? p * psi / n : p * psi;
+    out->expect_grads = stage <= 1 ? p * psi : c * psi / n;
+    out->expect_optimizer = stage == 0 ? k * psi : k * psi / n;
+    out->formula = out->expect_params + out->expect_grads + out->expect_optimizer;
+}
+
+zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
+{
+    if (!ctx || !out)
+        return zs_fail(ZS_ERR_INVALID, "zs_memory: NULL argument");
+    memset(out, 0, sizeof(*out));
+    out->rank = ctx->rank;
+    out->world = ctx->world;
+    out->stage = ctx->cfg.zero.stage;
+    out->dtype = ctx->pdt;
+    out->params = ctx->mem[ZS_MEM_PARAMS];
+    out->grads = ctx->mem[ZS_MEM_GRADS];
+    out->master = ctx->mem[ZS_MEM_MASTER];
+    out->optimizer = ctx->mem[ZS_MEM_OPTIM] + ctx->mem[ZS_MEM_MASTER];
+    out->comm_buffers = ctx->mem[ZS_MEM_BUFFERS] + zs_comm_scratch_bytes(ctx->comm);
+    out->swap_buffers = ctx->mem[ZS_MEM_SWAP];
+    out->buffers = out->comm_buffers + out->swap_buffers;
+    out->live_params = ctx->mem[ZS_MEM_LIVE];
+    out->peak_live_params = ctx->peak_live;
+    if (ctx->cfg.zero.stage == 3) {
+        uint64_t live = (uint64_t)ctx->cfg.zero.max_live_parameters, largest = 0;
+        for (int32_t u = 0; u < ctx->nunits; u++)
+            largest = (uint64_t)ctx->units[u].part.padded > largest ? (uint64_t)ctx->units[u].part.padded : largest;
+        live = live > ctx->numel_padded ? ctx->numel_padded : live;
+        out->prefetch_cap = ctx->psz * (live < largest ? largest : live);
+    }
+    out->host = ctx->mem_host;
+    out->pinned_pool = zs_host_pool_size(ctx->host);
+    out->device_budget = ctx->device_budget;
+    out->numel = ctx->numel;
+    out->numel_padded = ctx->numel_padded;
+    out->nvme = zs_nvme_optim_file_bytes(ctx->nvme);
+    expect(&ctx->cfg, ctx->numel, (uint64_t)ctx->world, out);
+    return ZS_OK;
+}
+
+static const char *mib(uint64_t b, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.2f MiB", (double)b / (double)(1 << 20));
+    return buf;
+}
+
+static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
+
+void zs_memory_log(const struct zs_ctx *ctx)
+{
+    zs_memory_report r;
+    char a[6][32];
+
+    if (ctx->rank != 0 || ctx->quiet || zs_memory(ctx, &r))
+        return;
+    zs_log("memory per rank (rank 0, stage %d, %s, %d ranks; ZeRO formula and ratio in brackets): params %s "
+           "[%s %.3f], grads %s [%s %.3f], optimizer %s (fp32 masters %s) [%s %.3f]",
+           r.stage, zs_dtype_name(r.dtype), r.world, mib(r.params, a[0], 32), mib(r.expect_params, a[1], 32),
+           ratio(r.params, r.expect_params), mib(r.grads, a[2], 32), mib(r.expect_grads, a[3], 32),
+           ratio(r.grads, r.expect_grads), mib(r.optimizer, a[4], 32), mib(r.master, a[5], 32),
+           mib(r.expect_optimizer, a[1], 32), ratio(r.optimizer, r.expect_optimizer));
+    zs_log("buffers per rank: communication %s, stage-3 gathered cap %s, pinned host pool %s (swap buffers %s), "
+           "on NVMe %s", mib(r.comm_buffers, a[0], 32), mib(r.prefetch_cap, a[1], 32), mib(r.pinned_pool, a[2], 32),
+           mib(r.swap_buffers, a[3], 32), mib(r.nvme, a[4], 32));
+}
+
+/* ---------------------------------------------------------------- the estimator */
+
+static uint64_t page(uint64_t b) { return (b + 4095) / 4096 * 4096; }
+
+zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nunits, const int64_t *unit_numel,
+                             zs_memory_report *out)
+{
+    struct zs_config cfg;
+    char err[768];
+    uint64_t psi = 0, padded = 0, largest = 0;
+
+    if (!config_json || !unit_numel || !out || world < 1 || nunits < 1)
+        return zs_fail(ZS_ERR_INVALID, "zs_estimate_memory: bad argument");
+    memset(&cfg, 0, sizeof(cfg));
+    if (zs_config_parse(&cfg, config_json, "<config>", world, NULL, err, sizeof(err)))
+        return zs_fail(ZS_ERR_CONFIG, "%s", err);
+    memset(out, 0, sizeof(*out));
+    out->world = world;
+    out->stage = cfg.zero.stage;
+    out->dtype = cfg.param_dtype;
+
+    int stage = cfg.zero.stage;
+    uint64_t p = zs_dtype_bytes(cfg.param_dtype), c = zs_dtype_bytes(cfg.comm_dtype);
+    uint64_t k = zs_config_state_bytes(&cfg), mk = cfg.param_dtype == ZS_DTYPE_FP32 ? 0 : 4;
+    bool opt_host = stage >= 1 && cfg.zero.offload_optimizer.device == ZS_OFFLOAD_CPU;
+    bool opt_disk = stage >= 1 && cfg.zero.offload_optimizer.device == ZS_OFFLOAD_NVME;
+    bool par_host = stage == 3 && cfg.zero.offload_param.device == ZS_OFFLOAD_CPU;
+    bool par_disk = stage == 3 && cfg.zero.offload_param.device == ZS_OFFLOAD_NVME;
+
+    for (int32_t u = 0; u < nunits; u++) {
+        struct zs_partition part;
+        if (unit_numel[u] < 1 || zs_partition_init(&part, unit_numel[u], world))
+            return zs_fail(ZS_ERR_INVALID, "zs_estimate_memory: unit %d: bad size %lld", u, (long long)unit_numel[u]);
+        uint64_t pad = (uint64_t)part.padded, sh = (uint64_t)part.shard, opt = stage == 0 ? pad : sh;
+        bool sharded = stage == 3 && unit_numel[u] >= cfg.zero.param_persistence_threshold;
+        psi += (uint64_t)unit_numel[u];
+        padded += pad;
+        largest = pad > largest ? pad : largest;
+        if (sharded && par_disk) {
+            out->nvme += 4 * sh;
+        } else {
+            out->params += p * (sharded ? sh : pad);
+            if (sharded && par_host)
+                out->host += page(p * sh);
+        }
+        out->grads += stage <= 1 ? p * pad : c * sh;
+        if (opt_disk) {
+            out->nvme += k * opt; /* moments, and the masters of 16-bit parameters */
+        } else {
+            out->optimizer += k * opt;
+            out->master += mk * opt;
+            if (opt_host)
+                out->host += k / 4 * page(4 * opt);
+        }
+    }
+    if (stage >= 2)
+        out->comm_buffers = zs_bucket_elem_bytes(&cfg) * (uint64_t)zs_bucket_elems(&cfg, (int64_t)padded, (int64_t)largest);
+    if (stage == 3) {
+        uint64_t live = (uint64_t)cfg.zero.max_live_parameters;
+        live = live > padded ? padded : live;
+        out->prefetch_cap = p * (live < largest ? largest : live);
+    }
+    out->buffers = out->comm_buffers;
+    out->pinned_pool = out->host;
+    out->numel = psi;
+    out->numel_padded = padded;
+    expect(&cfg, psi, (uint64_t)world, out);
+    return ZS_OK;
+}
