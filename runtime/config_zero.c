@@ -115,6 +115,13 @@ static int parse_offload(parser *p, json_t *zo, const char *name, bool param, st
         zs_cfg_get_bool(p, sec, path, "fast_init", false, false, &o->fast_init) ||
         zs_cfg_get_num(p, sec, path, "ratio", &(struct zs_cfg_spec){ZS_IN_OC(0, 1), .def = 1.0}, &o->ratio))
         return -EINVAL;
+    /* The swapper always reads ahead and writes behind, and holds no parameters in host memory beyond
+     * buffer_count read-ahead shards: these tune DeepSpeed's swapper and change nothing here. */
+    static const char *const tuning[] = {"buffer_size", "max_in_cpu", "pipeline_read", "pipeline_write", "fast_init",
+                                         NULL};
+    for (const char *const *k = tuning; sec && *k; k++)
+        if (json_object_get(sec, *k))
+            zs_cfg_list_add(p->noeffect, sizeof(p->noeffect), ", ", path, *k);
     if (nvme && strlen(nvme) >= sizeof(o->nvme_path))
         return zs_cfg_fail(p, path, "nvme_path", "longer than %zu bytes", sizeof(o->nvme_path) - 1);
     if (nvme)
@@ -205,7 +212,12 @@ static int parse_aio(parser *p, struct zs_config *cfg, json_t *root)
         zs_cfg_get_bool(p, sec, "aio", "overlap_events", true, false, &a->overlap_events) ||
         zs_cfg_check_gate(p, sec, "aio", &gds))
         return -EINVAL;
+    static const char *const tuning[] = {"single_submit", "overlap_events", "intra_op_parallelism", "thread_count",
+                                         NULL};
     nvme = cfg->zero.offload_optimizer.device == ZS_OFFLOAD_NVME || cfg->zero.offload_param.device == ZS_OFFLOAD_NVME;
+    for (const char *const *k = tuning; nvme && sec && *k; k++) /* one ring, batched submits, completions as they come */
+        if (json_object_get(sec, *k))
+            zs_cfg_list_add(p->noeffect, sizeof(p->noeffect), ", ", "aio", *k);
     if (sec && !nvme)
         zs_cfg_list_add(p->noeffect, sizeof(p->noeffect), ", ", "", "aio (no NVMe offload configured)");
     return 0;
