@@ -55,8 +55,10 @@ struct run {
 
 // ---------------------------------------------------------------------------- pieces
 
-/* One unit of compute: a few passes of a dependent multiply-add over an in-cache array. */
-static void work_units(float *w, int64_t n)
+/* One unit of compute: a few passes of a dependent multiply-add over an in-cache array. Never inlined:
+ * every mode must run the same machine code as the calibration (an inlined copy the compiler vectorized
+ * differently once ran at half the speed and looked like negative overlap). */
+__attribute__((noinline)) static void work_units(float *w, int64_t n)
 {
     for (int64_t u = 0; u < n; u++)
         for (int p = 0; p < 4; p++)
@@ -154,14 +156,33 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static double median_of(double *t, int reps)
+{
+    qsort(t, (size_t)reps, sizeof(t[0]), cmp_double);
+    return t[reps / 2];
+}
+
 static double median(struct run *r, int what, int reps)
 {
     double t[MAX_REPS];
 
     for (int i = 0; i < reps; i++)
         t[i] = rep(r, what);
-    qsort(t, (size_t)reps, sizeof(t[0]), cmp_double);
-    return t[reps / 2];
+    return median_of(t, reps);
+}
+
+/* The compute alone and the three ways together, interleaved rep by rep so that a machine whose speed
+ * drifts (shared memory bus, neighbours) favours none of them. */
+static void measure_interleaved(struct run *r, int reps, double *t_comp, double t_both[MODE_COUNT])
+{
+    static double t[MODE_COUNT + 1][MAX_REPS];
+
+    for (int i = 0; i < reps; i++)
+        for (int m = -1; m < MODE_COUNT; m++)
+            t[m + 1][i] = rep(r, m < 0 ? -2 : m);
+    *t_comp = median_of(t[0], reps);
+    for (int m = 0; m < MODE_COUNT; m++)
+        t_both[m] = median_of(t[m + 1], reps);
 }
 
 /* Work units per second on this rank, agreed as the slowest rank's, so every rank computes as long. */
@@ -253,9 +274,7 @@ static int run_impl(const struct overlap_args *a, int which, int rank, int size)
     median(r, -1, 3 < a->reps ? 3 : a->reps); /* warm up: pages, shared heap, MPI connections */
     t_comm = median(r, -1, a->reps);
     calibrate(r, t_comm, a->slice_us);
-    t_comp = median(r, -2, a->reps);
-    for (int m = 0; m < MODE_COUNT; m++)
-        t_both[m] = median(r, m, a->reps);
+    measure_interleaved(r, a->reps, &t_comp, t_both);
     if (rank == 0) {
         const char *impl = which ? "zeroshard-mpi" : zs_comm_describe(r->c);
         double lo = t_comm < t_comp ? t_comm : t_comp;
