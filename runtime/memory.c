@@ -158,7 +158,8 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
         }
     }
     if (stage >= 2)
-        out->comm_buffers = zs_bucket_elem_bytes(&cfg) * (uint64_t)zs_bucket_elems(&cfg, (int64_t)padded, (int64_t)largest);
+        out->comm_buffers = zs_bucket_elem_bytes(&cfg) * (uint64_t)zs_bucket_elems(&cfg, (int64_t)padded, (int64_t)largest) +
+                            64 * (uint64_t)nunits; /* alignment slack, as setup.c allocates it */
     if (stage == 3) {
         uint64_t live = (uint64_t)cfg.zero.max_live_parameters;
         live = live > padded ? padded : live;

@@ -196,11 +196,12 @@ static zs_status setup_bucket(struct zs_ctx *ctx)
             largest = ctx->units[u].part.padded;
     cap = zs_bucket_elems(&ctx->cfg, (int64_t)ctx->numel_padded, largest);
     /* bytes: each unit's staging (pdt), and its reduced part when that is wider (fp32 reduction) */
-    int64_t per = (int64_t)zs_bucket_elem_bytes(&ctx->cfg);
-    ctx->arena = zs_mem_alloc_comm(ctx, ZS_MEM_BUFFERS, (uint64_t)cap * (uint64_t)per);
+    /* each unit's staging starts on a 64-byte boundary (grads.c): up to 63 bytes of slack per unit */
+    int64_t per = (int64_t)zs_bucket_elem_bytes(&ctx->cfg), bytes = cap * per + 64 * (int64_t)ctx->nunits;
+    ctx->arena = zs_mem_alloc_comm(ctx, ZS_MEM_BUFFERS, (uint64_t)bytes);
     if (!ctx->arena)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket", (long long)cap);
-    ctx->arena_cap = cap * per;
+    ctx->arena_cap = bytes;
     ctx->pending = calloc((size_t)ctx->nunits, sizeof(int32_t));
     if (!ctx->pending)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
