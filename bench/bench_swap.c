@@ -466,38 +466,40 @@ static double step_in_memory(const struct step_run *r)
     return bench_now() - t0;
 }
 
-/* offload/nvme_optim.c's zs_nvme_optim_step, line for line; without compute it is the disk alone. */
+struct nvme_job {
+    const struct step_run *r;
+    uint64_t block;
+    bool compute;
+};
+
+static void nvme_group_at(void *arg, int32_t g, uint64_t *off, size_t *bytes)
+{
+    const struct nvme_job *j = arg;
+
+    *off = (uint64_t)g * j->r->region;
+    *bytes = group_bytes(j->r, g, j->block);
+}
+
+static int nvme_group(void *arg, int32_t g, char *base)
+{
+    const struct nvme_job *j = arg;
+
+    if (j->compute)
+        step_kernel(j->r, g, (float *)base, (float *)(base + align_up((uint64_t)group_len(j->r, g) * 4, 4096)));
+    return 0;
+}
+
+/* The runtime's pipeline (zs_swap_pipeline, as zs_nvme_optim_step runs it); without compute it is the
+ * disk alone. */
 static int step_nvme(const struct step_run *r, uint64_t block, bool compute, double *secs)
 {
-    uint64_t rd[SLOTS] = {0}, wr[SLOTS] = {0};
+    struct nvme_job job = {r, block, compute};
+    char *const slot[SLOTS] = {r->slots, r->slots + r->region, r->slots + 2 * r->region};
     double t0 = bench_now();
-    int rc, rc2;
+    int rc = zs_swap_pipeline(r->sw, r->ngroups, slot, nvme_group_at, nvme_group, &job);
 
-    rc = zs_swap_read(r->sw, 0, r->slots, group_bytes(r, 0, block), &rd[0]);
-    for (int32_t g = 0; !rc && g < r->ngroups; g++) {
-        int s = g % SLOTS, ns = (g + 1) % SLOTS;
-        char *base = r->slots + (size_t)s * r->region;
-
-        rc = zs_swap_wait(r->sw, rd[s]);
-        rd[s] = 0;
-        if (rc)
-            break;
-        if (g + 1 < r->ngroups) { /* the next slot's last write must land before it is refilled */
-            if (wr[ns] && (rc = zs_swap_wait(r->sw, wr[ns])) != 0)
-                break;
-            wr[ns] = 0;
-            rc = zs_swap_read(r->sw, (uint64_t)(g + 1) * r->region, r->slots + (size_t)ns * r->region,
-                              group_bytes(r, g + 1, block), &rd[ns]);
-            if (rc)
-                break;
-        }
-        if (compute)
-            step_kernel(r, g, (float *)base, (float *)(base + align_up((uint64_t)group_len(r, g) * 4, 4096)));
-        rc = zs_swap_write(r->sw, (uint64_t)g * r->region, base, group_bytes(r, g, block), &wr[s]);
-    }
-    rc2 = zs_swap_wait_all(r->sw);
     *secs = bench_now() - t0;
-    return rc ? rc : rc2;
+    return rc;
 }
 
 /* Step t = 10 of the usual AdamW hyperparameters, as bench_optimizer.c. */

@@ -226,18 +226,36 @@ uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n)
  * I/Os long before the queue drains, large enough that the pool's threads stay busy. */
 #define ZS_STEP_CHUNK (1 << 20)
 
-static zs_status run_group(struct zs_ctx *ctx, struct zs_nvme_optim *n, int32_t g, zs_unit_state_fn fn, void *arg)
+struct step_job {
+    struct zs_ctx *ctx;
+    struct zs_nvme_optim *n;
+    zs_unit_state_fn fn;
+    void *arg;
+};
+
+static void group_at(void *arg, int32_t g, uint64_t *off, size_t *bytes)
 {
-    char *base = n->slot[g % ZS_SLOTS];
+    const struct step_job *j = arg;
+
+    *off = j->n->group_off[g];
+    *bytes = j->n->group_bytes[g];
+}
+
+/* The kernel over one sub-group in its slot, in chunks with a look at the disk between them. Returns a
+ * zs_status (positive) to stop the pipeline. */
+static int run_group(void *arg, int32_t g, char *base)
+{
+    const struct step_job *j = arg;
+    struct zs_nvme_optim *n = j->n;
 
     for (int32_t u = n->first[g]; u < n->first[g + 1]; u++) {
         char *region = base + (n->unit_off[u] - n->group_off[g]);
         float *p = n->unit_param[u] ? (float *)region : NULL;
         float *s1 = (float *)(region + n->unit_param[u]);
         float *s2 = (float *)((char *)s1 + n->unit_state[u]);
-        int64_t len = ctx->units[u].part.shard;
+        int64_t len = j->ctx->units[u].part.shard;
         for (int64_t b = 0; b < len; b += ZS_STEP_CHUNK) {
-            fn(ctx, u, p, s1, s2, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, arg);
+            j->fn(j->ctx, u, p, s1, s2, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, j->arg);
             int rc = zs_swap_progress(n->swap);
             if (rc)
                 return io_fail(n, rc, "optimizer step");
@@ -248,40 +266,16 @@ static zs_status run_group(struct zs_ctx *ctx, struct zs_nvme_optim *n, int32_t 
 
 zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_unit_state_fn fn, void *arg)
 {
-    uint64_t rd[ZS_SLOTS] = {0}, wr[ZS_SLOTS] = {0};
-    zs_status st = ZS_OK;
+    struct step_job job = {ctx, n, fn, arg};
+    zs_status st;
     int rc;
 
     /* The step rewrites the parameter shards: shards read ahead before it would be stale. */
     st = zs_nvme_param_drop(n);
     if (st)
         return st;
-    rc = zs_swap_read(n->swap, n->group_off[0], n->slot[0], n->group_bytes[0], &rd[0]);
-    for (int32_t g = 0; !rc && g < n->ngroups; g++) {
-        int s = g % ZS_SLOTS, ns = (g + 1) % ZS_SLOTS;
-        rc = zs_swap_wait(n->swap, rd[s]);
-        rd[s] = 0;
-        if (rc)
-            break;
-        if (g + 1 < n->ngroups) { /* the next slot's last write must land before it is refilled */
-            if (wr[ns] && (rc = zs_swap_wait(n->swap, wr[ns])) != 0)
-                break;
-            wr[ns] = 0;
-            rc = zs_swap_read(n->swap, n->group_off[g + 1], n->slot[ns], n->group_bytes[g + 1], &rd[ns]);
-            if (rc)
-                break;
-        }
-        st = run_group(ctx, n, g, fn, arg);
-        if (st)
-            break;
-        rc = zs_swap_write(n->swap, n->group_off[g], n->slot[s], n->group_bytes[g], &wr[s]);
-    }
-    if (rc && !st)
-        st = io_fail(n, rc, "optimizer step");
-    rc = zs_swap_wait_all(n->swap); /* nothing stays in flight, whatever happened */
-    if (rc && !st)
-        st = io_fail(n, rc, "writing the optimizer state");
-    return st;
+    rc = zs_swap_pipeline(n->swap, n->ngroups, n->slot, group_at, run_group, &job);
+    return rc > 0 ? (zs_status)rc : rc < 0 ? io_fail(n, rc, "optimizer step") : ZS_OK;
 }
 
 /* ---------------------------------------------------------------- one unit at a time (checkpoints) */

@@ -628,3 +628,41 @@ int zs_swap_reserve(struct zs_swap *s, uint64_t bytes)
                          strerror(rc));
     return 0;
 }
+
+/* ---------------------------------------------------------------- the step pipeline */
+
+int zs_swap_pipeline(struct zs_swap *s, int32_t ngroups, char *const slot[3], zs_swap_group_at at,
+                     zs_swap_group_fn fn, void *arg)
+{
+    uint64_t rd[3] = {0}, wr[3] = {0}, off;
+    size_t bytes;
+    int rc = 0, stop = 0, rc2;
+
+    if (ngroups > 0) {
+        at(arg, 0, &off, &bytes);
+        rc = zs_swap_read(s, off, slot[0], bytes, &rd[0]);
+    }
+    for (int32_t g = 0; !rc && !stop && g < ngroups; g++) {
+        int k = g % 3, nk = (g + 1) % 3;
+        rc = zs_swap_wait(s, rd[k]);
+        rd[k] = 0;
+        if (rc)
+            break;
+        if (g + 1 < ngroups) { /* the next slot's last write must land before it is refilled */
+            if (wr[nk] && (rc = zs_swap_wait(s, wr[nk])) != 0)
+                break;
+            wr[nk] = 0;
+            at(arg, g + 1, &off, &bytes);
+            rc = zs_swap_read(s, off, slot[nk], bytes, &rd[nk]);
+            if (rc)
+                break;
+        }
+        stop = fn(arg, g, slot[k]);
+        if (stop)
+            break;
+        at(arg, g, &off, &bytes);
+        rc = zs_swap_write(s, off, slot[k], bytes, &wr[k]);
+    }
+    rc2 = zs_swap_wait_all(s); /* nothing stays in flight, whatever happened */
+    return stop ? stop : rc ? rc : rc2;
+}
