@@ -40,15 +40,6 @@ struct zs_nvme_optim {
     char desc[768];
 };
 
-static int nstates(const struct zs_ctx *ctx)
-{
-    const struct zs_optim_config *o = &ctx->cfg.optim;
-
-    if (o->type == ZS_OPTIM_ADAM || o->type == ZS_OPTIM_ADAMW)
-        return 2;
-    return o->type == ZS_OPTIM_SGD && o->momentum == 0.0 ? 0 : 1;
-}
-
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 static bool params_on_disk(const struct zs_ctx *ctx)
@@ -68,7 +59,7 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
     struct zs_nvme_optim *n = calloc(1, sizeof(*n));
     uint64_t block = (uint64_t)ctx->cfg.aio.block_size, off = 0, group_elems = 0;
     int64_t limit = ctx->cfg.zero.sub_group_size;
-    int k = nstates(ctx);
+    int k = zs_config_state_arrays(&ctx->cfg);
 
     if (!n)
         return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");

@@ -33,15 +33,6 @@ static void join(char *out, const char *a, const char *b)
         out[CKPT_PATH - 1] = '\0';
 }
 
-static int nstates(const struct zs_ctx *ctx)
-{
-    const struct zs_optim_config *o = &ctx->cfg.optim;
-
-    if (o->type == ZS_OPTIM_ADAM || o->type == ZS_OPTIM_ADAMW)
-        return 2;
-    return o->type == ZS_OPTIM_SGD && o->momentum == 0.0 ? 0 : 1;
-}
-
 /* The slice of unit u that rank r of the current world writes: [begin, begin + count) of its flat
  * elements (padding excluded). */
 static int64_t slice(const struct zs_ctx *ctx, int32_t u, int32_t r, int64_t *begin)
@@ -158,7 +149,7 @@ static zs_status write_rank_file(struct zs_ctx *ctx, const char *tmp, uint64_t *
 {
     char path[CKPT_PATH];
     struct file_out f = {.path = path};
-    int k = nstates(ctx);
+    int k = zs_config_state_arrays(&ctx->cfg);
     zs_status st = ZS_OK;
 
     char name[32];
@@ -223,7 +214,7 @@ static void remove_tree(const char *dir)
 static zs_status build_manifest(struct zs_ctx *ctx, struct zs_ckpt_manifest *m, const uint64_t *bytes,
                                 const uint32_t *crc)
 {
-    int k = nstates(ctx);
+    int k = zs_config_state_arrays(&ctx->cfg);
     int64_t nsegs = 0;
 
     memset(m, 0, sizeof(*m));
@@ -407,7 +398,7 @@ zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
 
 static zs_status match_model(struct zs_ctx *ctx, const struct zs_ckpt_manifest *m, const char *where)
 {
-    int k = nstates(ctx);
+    int k = zs_config_state_arrays(&ctx->cfg);
 
     if (m->nunits != ctx->nunits || m->nparams != ctx->nparams)
         return zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: a different model: %d units and %d parameters, the program "
@@ -451,7 +442,7 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
 {
     struct zs_unit *un = &ctx->units[u];
     struct unit_view v;
-    int k = nstates(ctx);
+    int k = zs_config_state_arrays(&ctx->cfg);
     int64_t sn = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
     zs_status st = view_unit(ctx, u, &v);
     float *vals = NULL;

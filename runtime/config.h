@@ -107,15 +107,20 @@ int zs_config_parse(struct zs_config *cfg, const char *text, const char *source,
 
 /* Bytes of optimizer state per parameter: Adam keeps m and v; SGD a momentum buffer when it has
  * momentum; Lion its momentum; Adagrad its squared sum. */
+/* fp32 state arrays the optimizer keeps per element: Adam m and v; SGD a momentum buffer when it has
+ * momentum; Lion m; Adagrad the squared sum. */
+static inline int zs_config_state_arrays(const struct zs_config *c)
+{
+    if (c->optim.type == ZS_OPTIM_ADAM || c->optim.type == ZS_OPTIM_ADAMW)
+        return 2;
+    return c->optim.type == ZS_OPTIM_SGD && c->optim.momentum == 0.0 ? 0 : 1;
+}
+
 static inline uint64_t zs_config_state_bytes(const struct zs_config *c)
 {
     uint64_t master = c->param_dtype == ZS_DTYPE_FP32 ? 0 : 4; /* the fp32 master copy of 16-bit params */
 
-    if (c->optim.type == ZS_OPTIM_ADAM || c->optim.type == ZS_OPTIM_ADAMW)
-        return 8 + master;
-    if (c->optim.type == ZS_OPTIM_SGD)
-        return (c->optim.momentum != 0.0 ? 4 : 0) + master;
-    return 4 + master;
+    return 4 * (uint64_t)zs_config_state_arrays(c) + master;
 }
 
 /* Bytes of one parameter element, and of one reduced gradient element, as trained. */

@@ -82,8 +82,8 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
     /* Adam keeps m and v; SGD a momentum buffer when it has momentum; Lion m; Adagrad the squared sum.
      * With the optimizer on NVMe they (and the fp32 masters of 16-bit parameters) live in the swap file. */
     bool on_disk = zs_offload_optimizer_on_nvme(ctx);
-    bool momentum = !on_disk && (ctx->cfg.optim.type != ZS_OPTIM_SGD || ctx->cfg.optim.momentum != 0.0);
-    bool second = !on_disk && (ctx->cfg.optim.type == ZS_OPTIM_ADAM || ctx->cfg.optim.type == ZS_OPTIM_ADAMW);
+    bool momentum = !on_disk && zs_config_state_arrays(&ctx->cfg) >= 1;
+    bool second = !on_disk && zs_config_state_arrays(&ctx->cfg) == 2;
     bool master = !on_disk && ctx->pdt != ZS_DTYPE_FP32;
 
     un->sharded = zs_unit_is_sharded(ctx, un);

@@ -7,18 +7,7 @@
 #include <string.h>
 
 #include "config.h"  /* defines: zs_config_parse, zs_config_read_file */
-
-static const char *optim_name(enum zs_optim_type t)
-{
-    switch (t) {
-    case ZS_OPTIM_ADAM: return "Adam";
-    case ZS_OPTIM_ADAMW: return "AdamW";
-    case ZS_OPTIM_SGD: return "SGD";
-    case ZS_OPTIM_LION: return "Lion";
-    case ZS_OPTIM_ADAGRAD: return "Adagrad";
-    }
-    return "?";
-}
+#include "engine.h"  /* defines: zs_optim_name */
 
 static int check_file(const char *path, int world, const zs_auto_values *av)
 {
@@ -39,7 +28,7 @@ static int check_file(const char *path, int world, const zs_auto_values *av)
         return 1;
     }
     printf("%s: ok (stage %d, optimizer %s, lr %g, micro %lld, gas %lld, train_batch %lld)\n", path, cfg.zero.stage,
-           optim_name(cfg.optim.type), cfg.optim.lr, (long long)cfg.micro_batch_size,
+           zs_optim_name(cfg.optim.type), cfg.optim.lr, (long long)cfg.micro_batch_size,
            (long long)cfg.grad_accum_steps, (long long)cfg.train_batch_size);
     if (cfg.warning[0])
         printf("%s: %s\n", path, cfg.warning);
