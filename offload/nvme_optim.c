@@ -191,6 +191,8 @@ void zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet)
         return;
     if (n->swap)
         zs_swap_close(n->swap);
+    /* n->dir is set only once the directory is ours (a refused run has ""), and dir_remove checks the
+     * owner record again: a run refused at set-up never removes the live owner's files */
     if (n->dir[0])
         zs_swap_dir_remove(n->dir); /* a clean exit leaves nothing behind */
     free(n->first);

@@ -23,13 +23,17 @@ struct zs_swap_opts {
     bool verify;              /* keep a CRC32C per block and check it on every read */
 };
 
-/* Creates nvme_path/zeroshard-rank<R> (mode 0700, never through a symlink) holding an owner file with
- * this process's pid. A leftover directory whose owner is dead is cleared (and *stale set); one whose
- * owner is alive is an error. out receives the path. */
+/* Creates nvme_path/zeroshard-rank<R> (mode 0700, never through a symlink) holding an owner record: host,
+ * boot id, pid namespace, pid and the process's start time. A leftover directory whose owner is dead
+ * (checked on this host and boot: its pid gone or started at another time) is cleared (and *stale set);
+ * one whose owner is alive, or lives where it cannot be checked (another host or boot, a shared file
+ * system), is -EBUSY naming host and pid; an unreadable record is -EBADMSG. out receives the path only
+ * once the directory is this run's (it is "" after a failure), so a caller that removes what out names
+ * never removes another run's directory. */
 int zs_swap_dir_create(const char *nvme_path, int rank, char *out, size_t outlen, bool *stale, char *err,
                        size_t errlen);
 /* Removes the files zs_swap created in dir (regular files and symlinks, never followed) and the
- * directory itself. */
+ * directory itself, only if its owner record names this process (-EPERM otherwise, nothing touched). */
 int zs_swap_dir_remove(const char *dir);
 
 /* Creates dir/name and an io_uring of queue_depth entries. No io_uring is an error ("io_uring

@@ -99,17 +99,44 @@ static int write_file(const char *path, const char *text)
     return fclose(f) ? -errno : 0;
 }
 
-static long read_pid(const char *path)
+static void read_text(const char *path, char *buf, size_t len)
 {
-    char buf[32] = "";
     FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, len - 1, f) : 0;
 
-    if (!f)
-        return -1;
-    if (!fgets(buf, sizeof(buf), f))
-        buf[0] = '\0';
-    fclose(f);
-    return strtol(buf, NULL, 10);
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Start time of pid in clock ticks after boot (field 22 of /proc/<pid>/stat), 0 if it has none. */
+static unsigned long long proc_start(long pid)
+{
+    char path[64], buf[1024], *p;
+    unsigned long long t = 0;
+
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    read_text(path, buf, sizeof(buf));
+    p = strrchr(buf, ')');
+    if (p && sscanf(p + 1, " %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+                    &t) != 1)
+        t = 0;
+    return t;
+}
+
+/* The owner record of pid as issue 11 item 8 defines it (host, boot id, pid namespace, pid, start
+ * time), built here independently of swap_dir.c; host NULL: this host. */
+static void owner_record(char *buf, size_t len, long pid, const char *host, unsigned long long start)
+{
+    char me[256] = "", boot[64], ns[64] = "";
+
+    gethostname(me, sizeof(me) - 1);
+    read_text("/proc/sys/kernel/random/boot_id", boot, sizeof(boot));
+    boot[strcspn(boot, "\n")] = '\0';
+    if (readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1) < 0)
+        ns[0] = '\0';
+    snprintf(buf, len, "zeroshard-owner 1\nhost %s\nboot %s\npidns %s\npid %ld\nstart %llu\n", host ? host : me, boot,
+             ns, pid, start);
 }
 
 /* A fresh empty directory below root for one directory test. */
@@ -193,7 +220,7 @@ static const char *test_crc_fast_vs_table(void)
 
 static const char *test_dir_create_remove(void)
 {
-    char sub[PATH_MAX], out[PATH_MAX], want[PATH_MAX + 32], p[PATH_MAX + 64], err[512];
+    char sub[PATH_MAX], out[PATH_MAX], want[PATH_MAX + 32], p[PATH_MAX + 64], err[512], got[1024], rec[1024];
     const char *w = subdir(disk_root, sub, sizeof(sub));
     bool stale = true;
     struct stat st;
@@ -208,8 +235,10 @@ static const char *test_dir_create_remove(void)
     if (stat(out, &st) || !S_ISDIR(st.st_mode) || (st.st_mode & 0777) != 0700)
         return why("mode %o", (unsigned)st.st_mode);
     snprintf(p, sizeof(p), "%s/owner", out);
-    if (read_pid(p) != getpid())
-        return why("owner file holds %ld, not %ld", read_pid(p), (long)getpid());
+    read_text(p, got, sizeof(got));
+    owner_record(rec, sizeof(rec), (long)getpid(), NULL, proc_start((long)getpid()));
+    if (strcmp(got, rec))
+        return why("owner record:\n%s\nexpected:\n%s", got, rec);
     snprintf(p, sizeof(p), "%s/swap.bin", out);
     write_file(p, "data");
     rc = zs_swap_dir_remove(out);
@@ -230,25 +259,54 @@ static pid_t dead_pid(void)
     return pid;
 }
 
-/* Plants a leftover rank directory with an owner pid and a junk file. */
-static const char *plant_rank_dir(const char *sub, long pid, char *rdir, size_t len)
+/* Plants a leftover rank directory with an owner record and a junk file. */
+static const char *plant_rank_dir(const char *sub, const char *record, char *rdir, size_t len)
 {
-    char p[PATH_MAX + 64], pidtext[32];
+    char p[PATH_MAX + 64];
 
     snprintf(rdir, len, "%s/zeroshard-rank0", sub);
-    snprintf(pidtext, sizeof(pidtext), "%ld\n", pid);
     if (mkdir(rdir, 0700))
         return strerror(errno);
     snprintf(p, sizeof(p), "%s/owner", rdir);
-    write_file(p, pidtext);
+    write_file(p, record);
     snprintf(p, sizeof(p), "%s/junk.bin", rdir);
     write_file(p, "junk");
     return NULL;
 }
 
+/* Plants the record of pid (on this host, with start time start) and asks for the directory: *reclaimed
+ * when it was taken over (junk gone, the record now ours), else the error is in err and junk.bin is
+ * checked to have survived. */
+static const char *claim_planted(const char *record, bool *reclaimed, int *rc, char *err, size_t errlen)
+{
+    char sub[PATH_MAX], rdir[PATH_MAX], out[PATH_MAX], p[PATH_MAX + 64], got[1024], rec[1024];
+    const char *w = subdir(disk_root, sub, sizeof(sub));
+    bool stale = false;
+
+    if (w || (w = plant_rank_dir(sub, record, rdir, sizeof(rdir))))
+        return w;
+    *rc = zs_swap_dir_create(sub, 0, out, sizeof(out), &stale, err, errlen);
+    snprintf(p, sizeof(p), "%s/junk.bin", rdir);
+    *reclaimed = *rc == 0;
+    if (*rc) {
+        if (out[0])
+            return why("refused (rc %d) but the path was handed out for removal: %s", *rc, out);
+        return exists(p) ? NULL : why("refused (rc %d: %s) and the owner's files were removed", *rc, err);
+    }
+    if (!stale || exists(p))
+        return why("reclaimed: stale %d, junk file still there %d", stale, exists(p));
+    snprintf(p, sizeof(p), "%s/owner", rdir);
+    read_text(p, got, sizeof(got));
+    owner_record(rec, sizeof(rec), (long)getpid(), NULL, proc_start((long)getpid()));
+    if (strcmp(got, rec))
+        return why("the record after reclaim is not ours:\n%s", got);
+    return zs_swap_dir_remove(out) ? "remove failed" : NULL;
+}
+
 static const char *test_dir_stale(void)
 {
     char sub[PATH_MAX], rdir[PATH_MAX], out[PATH_MAX], p[PATH_MAX + 64], victim[PATH_MAX + 64], err[512];
+    char rec[1024];
     const char *w = subdir(disk_root, sub, sizeof(sub));
     pid_t pid = dead_pid();
     bool stale = false;
@@ -258,7 +316,8 @@ static const char *test_dir_stale(void)
         return w ? w : "fork failed";
     if (kill(pid, 0) == 0)
         return why("pid %ld still alive", (long)pid);
-    w = plant_rank_dir(sub, pid, rdir, sizeof(rdir));
+    owner_record(rec, sizeof(rec), (long)pid, NULL, 12345);
+    w = plant_rank_dir(sub, rec, rdir, sizeof(rdir));
     if (w)
         return w;
     /* a symlink inside must go without its target going with it */
@@ -276,30 +335,105 @@ static const char *test_dir_stale(void)
     snprintf(p, sizeof(p), "%s/link", rdir);
     if (exists(p) || !exists(victim))
         return "symlink not removed, or its target removed";
-    snprintf(p, sizeof(p), "%s/owner", rdir);
-    if (read_pid(p) != getpid())
-        return why("owner is %ld after reclaim", read_pid(p));
     return zs_swap_dir_remove(out) ? "remove failed" : NULL;
 }
 
 static const char *test_dir_live_owner(void)
 {
-    char sub[PATH_MAX], rdir[PATH_MAX], out[PATH_MAX], p[PATH_MAX + 64], want[64], err[512];
-    const char *w = subdir(disk_root, sub, sizeof(sub));
-    bool stale = false;
+    long pid = (long)getppid(); /* our parent is alive and is not us */
+    char rec[1024], want[64], err[512];
+    bool reclaimed;
+    const char *w;
     int rc;
 
+    owner_record(rec, sizeof(rec), pid, NULL, proc_start(pid));
+    w = claim_planted(rec, &reclaimed, &rc, err, sizeof(err));
+    snprintf(want, sizeof(want), "in use by pid %ld on this host", pid);
+    if (!w && (reclaimed || rc != -EBUSY || !strstr(err, want) || !strstr(err, "zeroshard-rank0")))
+        w = why("rc %d: %s", rc, err);
+    printf("# live owner: %s\n", err);
+    return w;
+}
+
+/* issue 11 item 8: a live pid that started at another time than the recorded one is a reused pid; the
+ * record's process is dead and the directory is taken over. */
+static const char *test_dir_reused_pid(void)
+{
+    long pid = (long)getppid();
+    char rec[1024], err[512];
+    bool reclaimed;
+    const char *w;
+    int rc;
+
+    owner_record(rec, sizeof(rec), pid, NULL, proc_start(pid) + 1);
+    w = claim_planted(rec, &reclaimed, &rc, err, sizeof(err));
+    return w ? w : reclaimed ? NULL : why("not taken over: rc %d: %s", rc, err);
+}
+
+/* issue 11 item 8: an owner on another host (a shared file system) or from another boot cannot be
+ * checked from here: refused even with a pid that is dead here, naming host and pid and the way out. */
+static const char *test_dir_other_host(void)
+{
+    char rec[1024], err[512], *b;
+    long pid = (long)dead_pid();
+    bool reclaimed;
+    const char *w;
+    int rc;
+
+    owner_record(rec, sizeof(rec), pid, "zs-test-elsewhere", 777);
+    w = claim_planted(rec, &reclaimed, &rc, err, sizeof(err));
+    if (!w && (reclaimed || rc != -EBUSY || !strstr(err, "pid") || !strstr(err, "host zs-test-elsewhere") ||
+               !strstr(err, "remove the directory")))
+        w = why("another host: rc %d: %s", rc, err);
+    printf("# another host: %s\n", err);
     if (w)
         return w;
-    w = plant_rank_dir(sub, (long)getppid(), rdir, sizeof(rdir)); /* our parent is alive and is not us */
-    if (w)
+    owner_record(rec, sizeof(rec), pid, NULL, 777);
+    b = strstr(rec, "boot ") + 5;
+    *b = *b == '0' ? '1' : '0'; /* the same host, another boot id */
+    w = claim_planted(rec, &reclaimed, &rc, err, sizeof(err));
+    if (!w && (reclaimed || rc != -EBUSY || !strstr(err, "cannot be checked")))
+        w = why("another boot: rc %d: %s", rc, err);
+    return w;
+}
+
+/* issue 11 item 8: a record that does not parse (a bare pid of the old format, junk, a truncated one)
+ * is an error saying what to do, never a reason to delete. */
+static const char *test_dir_garbage_owner(void)
+{
+    static const char *const bad[] = {"12345\n", "\x01\x02garbage", "",
+                                      "zeroshard-owner 1\nhost h\nboot b\npidns p\npid 12\n"};
+    char err[512];
+    bool reclaimed;
+    const char *w = NULL;
+    int rc;
+
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]) && !w; i++) {
+        w = claim_planted(bad[i], &reclaimed, &rc, err, sizeof(err));
+        if (!w && (reclaimed || rc != -EBADMSG || !strstr(err, "owner: not an owner record") ||
+                   !strstr(err, "remove the directory")))
+            w = why("record %zu: rc %d: %s", i, rc, err);
+    }
+    printf("# garbage record: %s\n", err);
+    return w;
+}
+
+/* issue 11 item 7: removal takes only a directory this process holds, whatever path it is given. */
+static const char *test_dir_remove_not_ours(void)
+{
+    char sub[PATH_MAX], rdir[PATH_MAX], p[PATH_MAX + 64], rec[1024];
+    const char *w = subdir(disk_root, sub, sizeof(sub));
+    long pid = (long)getppid();
+    int rc;
+
+    owner_record(rec, sizeof(rec), pid, NULL, proc_start(pid));
+    if (w || (w = plant_rank_dir(sub, rec, rdir, sizeof(rdir))))
         return w;
-    rc = zs_swap_dir_create(sub, 0, out, sizeof(out), &stale, err, sizeof(err));
-    snprintf(want, sizeof(want), "in use by pid %ld", (long)getppid());
-    if (rc != -EBUSY || !strstr(err, want) || !strstr(err, rdir))
-        return why("rc %d: %s", rc, err);
+    rc = zs_swap_dir_remove(rdir);
     snprintf(p, sizeof(p), "%s/junk.bin", rdir);
-    return exists(p) ? NULL : "the live run's files were removed";
+    if (rc != -EPERM || !exists(p))
+        return why("removing another process's directory: rc %d, its file %s", rc, exists(p) ? "kept" : "deleted");
+    return NULL;
 }
 
 static const char *test_dir_symlink(void)
@@ -330,12 +464,13 @@ static const char *test_dir_symlink(void)
 /* A leftover that others could have written into is not ours to reuse, whoever its owner was. */
 static const char *test_dir_not_private(void)
 {
-    char sub[PATH_MAX], rdir[PATH_MAX], out[PATH_MAX], err[512];
+    char sub[PATH_MAX], rdir[PATH_MAX], out[PATH_MAX], err[512], rec[1024];
     const char *w = subdir(disk_root, sub, sizeof(sub));
     bool stale = false;
     int rc;
 
-    if (w || (w = plant_rank_dir(sub, dead_pid(), rdir, sizeof(rdir))))
+    owner_record(rec, sizeof(rec), (long)dead_pid(), NULL, 1);
+    if (w || (w = plant_rank_dir(sub, rec, rdir, sizeof(rdir))))
         return w;
     chmod(rdir, 0770);
     rc = zs_swap_dir_create(sub, 0, out, sizeof(out), &stale, err, sizeof(err));
@@ -796,6 +931,10 @@ int main(void)
     zs_test_report("run directory created 0700 with owner pid, removed", test_dir_create_remove());
     zs_test_report("stale run directory of a dead pid cleared", test_dir_stale());
     zs_test_report("run directory of a live pid refused with -EBUSY", test_dir_live_owner());
+    zs_test_report("issue 11 item 8: a reused pid (other start time) is taken over", test_dir_reused_pid());
+    zs_test_report("issue 11 item 8: an owner on another host or boot is refused", test_dir_other_host());
+    zs_test_report("issue 11 item 8: an unparseable owner record is a clear error", test_dir_garbage_owner());
+    zs_test_report("issue 11 item 7: dir_remove refuses a directory it does not hold", test_dir_remove_not_ours());
     zs_test_report("symlink at the run directory refused, not followed", test_dir_symlink());
     zs_test_report("group-writable run directory or a file in its place refused", test_dir_not_private());
     zs_test_report("missing or non-directory nvme_path named in the error", test_dir_missing());
