@@ -53,6 +53,8 @@ struct swap_bench {
     const struct swap_args *a;
     char run_dir[512], fio_path[600], fio_file[1200], fio_json[600], fio_version[64]; /* fio_file: escaped */
     bool have_fio, stale;
+    bool direct;  /* the bandwidth swapper runs O_DIRECT */
+    bool unlike;  /* it fell back to buffered I/O: no comparison with fio --direct=1 */
     struct zs_swap *sw;
     char *buf; /* nbuf transfers of xfer bytes, one registered region */
     size_t xfer;
@@ -355,6 +357,31 @@ static void bw_close(struct swap_bench *b)
     b->buf = NULL;
 }
 
+/* fio always runs --direct=1; zeroshard only where the file system takes O_DIRECT. */
+static const char *io_mode(const struct swap_bench *b, enum impl m)
+{
+    return m == IMPL_FIO || b->direct ? "direct" : "buffered";
+}
+
+#define UNLIKE_WHY "zeroshard fell back to buffered I/O here (the file system refused O_DIRECT) and fio runs " \
+                   "--direct=1: the page cache against the disk is not a like-for-like comparison"
+
+/* Issue 11 item 20: a ratio against fio only when both sides do direct I/O. Refused outright with
+ * --require-fio; otherwise fio is not run and no ratio is printed, saying why. */
+static int bw_check_like(struct swap_bench *b)
+{
+    b->direct = zs_swap_direct(b->sw);
+    if (b->direct)
+        return BENCH_OK;
+    b->unlike = true;
+    b->have_fio = false;
+    if (b->a->require_fio) {
+        fprintf(stderr, "zs-bench swap: --require-fio: " UNLIKE_WHY "\n");
+        return BENCH_FAIL;
+    }
+    return BENCH_OK;
+}
+
 static double gbs(const struct swap_bench *b, double secs) { return (double)b->a->size / secs / 1e9; }
 
 static void keep_best(double *best, double t) { *best = fmin(*best, fmax(t, 1e-9)); }
@@ -625,9 +652,10 @@ static void step_print(const struct swap_bench *b, const struct step_run *r, con
     double file = (double)r->ngroups * (double)r->region;
 
     printf("\n# optimizer step: adamw fp32 (path %s, %s), n=%lld in %d sub-groups of %lld, m,v on disk "
-           "(%.1f MiB file, read and written each step), %d slots of %.1f MiB %s; best of %d interleaved reps\n",
+           "(%.1f MiB file, %s, read and written each step), %d slots of %.1f MiB %s; best of %d interleaved reps\n",
            zs_kpath_name(zs_kpath_best()), zs_pool_describe(r->pool), (long long)r->n, r->ngroups,
-           (long long)r->group, file / (1 << 20), SLOTS, (double)r->region / (1 << 20), reg, b->a->reps);
+           (long long)r->group, file / (1 << 20), zs_swap_direct(r->sw) ? "O_DIRECT" : "buffered (O_DIRECT refused)",
+           SLOTS, (double)r->region / (1 << 20), reg, b->a->reps);
     printf("%-15s %9s %9s %10s\n", "impl", "seconds", "Gparam/s", "disk GB/s");
     for (int k = 0; k < STEP_COUNT; k++) {
         printf("%-15s %9.3f %9.3f ", step_names[k], t[k], (double)r->n / t[k] / 1e9);
@@ -701,6 +729,8 @@ static void print_header(const struct swap_bench *b, int argc, char **argv)
     if (b->have_fio)
         printf("# %s: one job, io_uring, O_DIRECT, same bs/iodepth/size, --fallocate=posix, --end_fsync=0%s\n",
                b->fio_version, zs_swap_registered(b->sw) ? ", --fixedbufs" : "");
+    else if (b->unlike)
+        printf("# fio: not run, no ratio: " UNLIKE_WHY "\n");
     else
         printf("# fio: %s; the fio rows are skipped\n", a->fio ? "not found on PATH (apt-get install fio)" : "--no-fio");
     printf("# write-new: rep 1 into freshly preallocated extents; write, read: best of the other reps "
@@ -717,15 +747,15 @@ static void print_table(const struct swap_bench *b)
 {
     const struct swap_args *a = b->a;
 
-    printf("\n%-9s %-9s %10s %11s %12s %9s %8s %7s\n", "op", "impl", "block_size", "queue_depth", "bytes", "seconds",
-           "GB/s", "ratio");
+    printf("\n%-9s %-9s %-8s %10s %11s %12s %9s %8s %7s\n", "op", "impl", "io", "block_size", "queue_depth", "bytes",
+           "seconds", "GB/s", "ratio");
     for (int op = 0; op < OP_COUNT; op++)
         for (int m = 0; m < IMPL_COUNT; m++) {
             double t = b->secs[m][op];
             if (isinf(t))
                 continue;
-            printf("%-9s %-9s %10lld %11d %12lld %9.3f %8.3f ", op_names[op], impl_names[m], (long long)a->block_size,
-                   a->queue_depth, (long long)a->size, t, gbs(b, t));
+            printf("%-9s %-9s %-8s %10lld %11d %12lld %9.3f %8.3f ", op_names[op], impl_names[m], io_mode(b, m),
+                   (long long)a->block_size, a->queue_depth, (long long)a->size, t, gbs(b, t));
             if (m == IMPL_ZS && isfinite(ratio(b, (enum op)op)))
                 printf("%7.3f\n", ratio(b, (enum op)op));
             else
@@ -741,10 +771,10 @@ static void print_json(const struct swap_bench *b)
     for (int op = 0; op < OP_COUNT; op++)
         for (int m = 0; m < IMPL_COUNT; m++)
             if (!isinf(b->secs[m][op]))
-                printf("{\"bench\": \"swap\", \"op\": \"%s\", \"impl\": \"%s\", \"block_size\": %lld, "
+                printf("{\"bench\": \"swap\", \"op\": \"%s\", \"impl\": \"%s\", \"io\": \"%s\", \"block_size\": %lld, "
                        "\"queue_depth\": %d, \"bytes\": %lld, \"gbytes_s\": %.6g}\n",
-                       op_names[op], impl_names[m], (long long)a->block_size, a->queue_depth, (long long)a->size,
-                       gbs(b, b->secs[m][op]));
+                       op_names[op], impl_names[m], io_mode(b, (enum impl)m), (long long)a->block_size, a->queue_depth,
+                       (long long)a->size, gbs(b, b->secs[m][op]));
     for (int k = 0; b->step_n && k < STEP_COUNT; k++)
         printf("{\"bench\": \"swap\", \"op\": \"optimizer_step\", \"impl\": \"%s\", \"n\": %lld, \"seconds\": %.6g}\n",
                step_names[k], (long long)b->step_n, b->step_secs[k]);
@@ -766,7 +796,8 @@ static void print_summary(const struct swap_bench *b)
         snprintf(rw, sizeof(rw), "%.3f", ratio(b, w));
     if (isfinite(ratio(b, OP_READ)))
         snprintf(rr, sizeof(rr), "%.3f", ratio(b, OP_READ));
-    printf("ratio write: %s, read: %s%s\n", rw, rr, b->have_fio ? "" : " (no fio)");
+    printf("ratio write: %s, read: %s%s\n", rw, rr,
+           b->unlike ? " (refused: zeroshard buffered, fio O_DIRECT; not like for like)" : b->have_fio ? "" : " (no fio)");
 }
 
 // ---------------------------------------------------------------------------- driver
@@ -784,6 +815,8 @@ static int bench_run(struct swap_bench *b, int argc, char **argv)
         return BENCH_FAIL;
     }
     rc = bw_open(b); /* a disk too small fails in zs_swap_reserve, naming the file */
+    if (!rc)
+        rc = bw_check_like(b);
     if (!rc) {
         print_header(b, argc, argv);
         rc = bw_run(b);

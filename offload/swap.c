@@ -469,10 +469,21 @@ static int opts_check(const struct zs_swap_opts *o, char *err, size_t errlen)
     return 0;
 }
 
+/* Test hook: ZS_TEST_SWAP_BUFFERED=1 makes every file behave as on a file system that refuses O_DIRECT
+ * (buffered, and reported so), for tests of what callers do with the fallback (zs-bench swap must then
+ * refuse its comparison with fio --direct=1). */
+static bool test_no_direct(void)
+{
+    const char *v = getenv("ZS_TEST_SWAP_BUFFERED");
+
+    return v && !strcmp(v, "1");
+}
+
 /* Creates the file without O_DIRECT and asks for O_DIRECT afterwards with fcntl: an open with O_DIRECT
  * that the filesystem refuses can leave the file created, and O_EXCL would then refuse the retry. */
 static int file_create(struct zs_swap *s, const struct zs_swap_opts *o, char *err, size_t errlen)
 {
+    bool direct = o->direct && !test_no_direct();
     int dfd, fl, rc = 0;
 
     dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -484,9 +495,9 @@ static int file_create(struct zs_swap *s, const struct zs_swap_opts *o, char *er
         goto out_close_dir;
     }
     fl = fcntl(s->fd, F_GETFL);
-    if (o->direct && fl >= 0 && fcntl(s->fd, F_SETFL, fl | O_DIRECT) == 0)
+    if (direct && fl >= 0 && fcntl(s->fd, F_SETFL, fl | O_DIRECT) == 0)
         s->direct = true;
-    else if (o->direct && errno != EINVAL) /* EINVAL: the filesystem has no direct I/O; go buffered */
+    else if (direct && errno != EINVAL) /* EINVAL: the filesystem has no direct I/O; go buffered */
         rc = zs_swap_msg(err, errlen, -errno, "%s: cannot enable O_DIRECT: %s", s->path, strerror(errno));
     if (rc) {
         close(s->fd);
