@@ -60,4 +60,11 @@ void bench_cmdline(int argc, char **argv, char *buf, size_t len);
 void *bench_alloc(size_t bytes);
 void bench_free(void *p);
 
+/* Median and range of n samples, reported together wherever one figure is compared with another:
+ * the median resists a noisy neighbour, the range shows how much the machine moved. Sorts x in place. */
+struct bench_spread {
+    double median, min, max;
+};
+struct bench_spread bench_spread_of(double *x, int n);
+
 #endif /* ZS_BENCH_H */

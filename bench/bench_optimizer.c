@@ -1,5 +1,6 @@
 /* bench_optimizer.c - zs-bench optimizer: times each optimizer kernel per dtype and size through the thread
- * pool, against a STREAM triad run interleaved with it in the same process (bandwidth here swings 2x). */
+ * pool, against the memory traffic of an Adam step (the Adam-pattern stream) run interleaved with it rep by
+ * rep in the same process (bandwidth here swings 2x); medians with their range. */
 #ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, posix_memalign, strtok_r, sysconf */
 #endif
@@ -46,7 +47,7 @@ struct arrays {
     int64_t n;
     void *param, *grad;
     float *master, *s1, *s2;
-    float *ta, *tb, *tc; /* triad */
+    float *sp, *sg, *sm, *sv; /* the Adam-pattern stream's own p, g, m, v */
 };
 
 struct row {
@@ -54,65 +55,88 @@ struct row {
     zs_dtype dt;
     int64_t n;
     int threads, reps, bytes;
-    double t_kernel, t_triad; /* best of the reps, seconds */
+    struct bench_spread t_kernel, t_stream; /* seconds per call over the reps */
+    struct bench_spread ratio;              /* per rep: kernel GB/s / the stream's GB/s beside it */
 };
 
 // ---------------------------------------------------------------------------- pool work
 
-typedef void (*triad_fn)(float *restrict a, const float *restrict b, const float *restrict c, float s,
-                         int64_t begin, int64_t end);
+/* The reference: the memory traffic of an fp32 Adam step without its arithmetic. It touches arrays of its
+ * own as the step touches p, g, m, v, in place: g read; p, m, v read and written back. Each line written
+ * was just read, so no write-allocate traffic hides in it: (4 reads + 3 writes) x 4 bytes = 28 bytes per
+ * element. (A STREAM triad a = b + s*c is counted as 12 bytes but moves 16 with write-allocate, which
+ * made an optimizer look up to 1.33x closer to the machine's limit than it is.) */
+#define STREAM_READS 4
+#define STREAM_WRITES 3
+#define STREAM_BYTES ((STREAM_READS + STREAM_WRITES) * (int)sizeof(float))
+
+typedef void (*stream_fn)(float *restrict p, float *restrict m, float *restrict v, const float *restrict g,
+                          float s, int64_t begin, int64_t end);
 
 /* For CPUs without AVX2; whatever the compiler makes of it. */
-static void triad_plain(float *restrict a, const float *restrict b, const float *restrict c, float s,
-                        int64_t begin, int64_t end)
+static void stream_plain(float *restrict p, float *restrict m, float *restrict v, const float *restrict g, float s,
+                         int64_t begin, int64_t end)
 {
-    for (int64_t i = begin; i < end; i++)
-        a[i] = b[i] + s * c[i];
+    for (int64_t i = begin; i < end; i++) {
+        float gi = g[i];
+
+        m[i] += s * gi;
+        v[i] += s * gi;
+        p[i] -= s * gi;
+    }
 }
 
 #if defined(__x86_64__) || defined(__i386__)
-/* Explicit vectors, so the triad is vectorized whatever the auto-vectorizer's cost model says at -O2.
+/* Explicit vectors, so the stream is vectorized whatever the auto-vectorizer's cost model says at -O2.
  * aligned(4) and may_alias make an access through this type an unaligned vector access to floats. */
 typedef float bench_v8f __attribute__((vector_size(32), aligned(4), may_alias));
 
-/* Two vectors an iteration: one cache line written per iteration. */
-__attribute__((target("avx2"))) static void triad_avx2(float *restrict a, const float *restrict b,
-                                                       const float *restrict c, float s, int64_t begin,
-                                                       int64_t end)
+__attribute__((target("avx2"))) static inline void stream_v8(float *p, float *m, float *v, const float *g, float s)
+{
+    bench_v8f gv = *(const bench_v8f *)g;
+
+    *(bench_v8f *)m = *(bench_v8f *)m + s * gv;
+    *(bench_v8f *)v = *(bench_v8f *)v + s * gv;
+    *(bench_v8f *)p = *(bench_v8f *)p - s * gv;
+}
+
+/* Two vectors of each array an iteration: one cache line of each. */
+__attribute__((target("avx2"))) static void stream_avx2(float *restrict p, float *restrict m, float *restrict v,
+                                                        const float *restrict g, float s, int64_t begin,
+                                                        int64_t end)
 {
     int64_t i = begin;
 
     for (; i + 16 <= end; i += 16) {
-        *(bench_v8f *)(a + i) = *(const bench_v8f *)(b + i) + s * *(const bench_v8f *)(c + i);
-        *(bench_v8f *)(a + i + 8) = *(const bench_v8f *)(b + i + 8) + s * *(const bench_v8f *)(c + i + 8);
+        stream_v8(p + i, m + i, v + i, g + i, s);
+        stream_v8(p + i + 8, m + i + 8, v + i + 8, g + i + 8, s);
     }
-    for (; i < end; i++)
-        a[i] = b[i] + s * c[i];
+    stream_plain(p, m, v, g, s, i, end);
 }
 #endif
 
-static triad_fn triad_pick(void)
+static stream_fn stream_pick(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx2"))
-        return triad_avx2;
+        return stream_avx2;
 #endif
-    return triad_plain;
+    return stream_plain;
 }
 
-struct triad_arg {
-    triad_fn fn;
-    float *a;
-    const float *b, *c;
+struct stream_arg {
+    stream_fn fn;
+    float *p, *m, *v;
+    const float *g;
     float s;
 };
 
-static void triad_chunk(void *arg, int64_t begin, int64_t end)
+static void stream_chunk(void *arg, int64_t begin, int64_t end)
 {
-    struct triad_arg *t = arg;
+    struct stream_arg *t = arg;
 
-    t->fn(t->a, t->b, t->c, t->s, begin, end);
+    t->fn(t->p, t->m, t->v, t->g, t->s, begin, end);
 }
 
 struct kernel_arg {
@@ -132,15 +156,13 @@ static void kernel_chunk(void *arg, int64_t begin, int64_t end)
 static void touch_chunk(void *arg, int64_t begin, int64_t end)
 {
     const struct arrays *r = arg;
-    float *bufs[] = {r->param, (float *)r->grad, r->master, r->s1, r->s2, r->ta};
+    float *bufs[] = {r->param, (float *)r->grad, r->master, r->s1, r->s2, r->sp, r->sm, r->sv};
 
     for (size_t k = 0; k < sizeof(bufs) / sizeof(bufs[0]); k++)
         if (bufs[k])
             memset(bufs[k] + begin, 0, (size_t)(end - begin) * sizeof(float));
-    for (int64_t i = begin; i < end; i++) {
-        r->tb[i] = 1.0f;
-        r->tc[i] = 2.0f;
-    }
+    for (int64_t i = begin; i < end; i++)
+        r->sg[i] = 1.0f;
 }
 
 /* Magnitudes in [0.25, 1], alternating sign: gradients stay normal even in fp16 (>= 6.1e-5), and
@@ -290,17 +312,17 @@ static bool needs_s2(enum zs_kopt o, zs_dtype d) { (void)d; return o == ZS_KOPT_
 
 static void arrays_free(struct arrays *r)
 {
-    void *all[] = {r->param, r->grad, r->master, r->s1, r->s2, r->ta, r->tb, r->tc};
+    void *all[] = {r->param, r->grad, r->master, r->s1, r->s2, r->sp, r->sg, r->sm, r->sv};
 
     for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++)
         bench_free(all[k]);
     memset(r, 0, sizeof(*r));
 }
 
-/* Bytes arrays_alloc asks for: param, grad, s1, the triad's three, then master and s2 when needed. */
+/* Bytes arrays_alloc asks for: param, grad, s1, the stream's four, then master and s2 when needed. */
 static double arrays_bytes(const struct bench_args *a, int64_t n)
 {
-    int floats = 6 + args_need(a, needs_master) + args_need(a, needs_s2);
+    int floats = 7 + args_need(a, needs_master) + args_need(a, needs_s2);
 
     return (double)floats * 4.0 * (double)n;
 }
@@ -319,14 +341,15 @@ static int arrays_alloc(struct arrays *r, const struct bench_args *a, int64_t n)
     r->param = bench_alloc(bytes);
     r->grad = bench_alloc(bytes);
     r->s1 = bench_alloc(bytes);
-    r->ta = bench_alloc(bytes);
-    r->tb = bench_alloc(bytes);
-    r->tc = bench_alloc(bytes);
+    r->sp = bench_alloc(bytes);
+    r->sg = bench_alloc(bytes);
+    r->sm = bench_alloc(bytes);
+    r->sv = bench_alloc(bytes);
     if (args_need(a, needs_master))
         r->master = bench_alloc(bytes);
     if (args_need(a, needs_s2))
         r->s2 = bench_alloc(bytes);
-    if (!r->param || !r->grad || !r->s1 || !r->ta || !r->tb || !r->tc ||
+    if (!r->param || !r->grad || !r->s1 || !r->sp || !r->sg || !r->sm || !r->sv ||
         (args_need(a, needs_master) && !r->master) || (args_need(a, needs_s2) && !r->s2)) {
         arrays_free(r);
         return -ENOMEM;
@@ -379,28 +402,37 @@ static bool arrays_finite(const struct arrays *r, zs_dtype dt)
     return true;
 }
 
-/* Triad and kernel alternate, so both see the same minutes of a bandwidth that drifts; best of each. */
-static void measure(struct zs_pool *pool, const struct bench_args *a, struct kernel_arg *k,
-                    struct triad_arg *t, struct row *row)
+/* Stream and kernel alternate rep by rep, so both see the same minutes of a bandwidth that drifts; each
+ * rep's ratio pairs a kernel run with the stream run beside it. 0, or -ENOMEM. */
+static int measure(struct zs_pool *pool, const struct bench_args *a, struct kernel_arg *k,
+                   struct stream_arg *st, struct row *row)
 {
     int64_t n = row->n;
-    double est;
+    double est, *tk, *ts, *ratio;
 
-    time_run(pool, triad_chunk, t, n); /* warm-up: caches, TLB, sleeping workers */
+    time_run(pool, stream_chunk, st, n); /* warm-up: caches, TLB, sleeping workers */
     est = time_run(pool, kernel_chunk, k, n);
     row->reps = a->reps;
     if (!row->reps) {
         double want = ceil(a->min_time / (est > 1e-9 ? est : 1e-9));
         row->reps = want < 3 ? 3 : want > MAX_REPS ? MAX_REPS : (int)want;
     }
-    row->t_kernel = row->t_triad = INFINITY;
+    tk = malloc(3 * (size_t)row->reps * sizeof(double));
+    if (!tk)
+        return -ENOMEM;
+    ts = tk + row->reps;
+    ratio = ts + row->reps;
     for (int rep = 0; rep < row->reps; rep++) {
-        row->t_triad = fmin(row->t_triad, time_run(pool, triad_chunk, t, n));
-        row->t_kernel = fmin(row->t_kernel, time_run(pool, kernel_chunk, k, n));
+        /* below the clock's resolution a tiny n would divide by zero and print inf, which is not JSON */
+        ts[rep] = fmax(time_run(pool, stream_chunk, st, n), 1e-9);
+        tk[rep] = fmax(time_run(pool, kernel_chunk, k, n), 1e-9);
+        ratio[rep] = ((double)row->bytes / tk[rep]) / ((double)STREAM_BYTES / ts[rep]);
     }
-    /* Below the clock's resolution a tiny n would divide by zero and print inf, which is not JSON. */
-    row->t_triad = fmax(row->t_triad, 1e-9);
-    row->t_kernel = fmax(row->t_kernel, 1e-9);
+    row->t_kernel = bench_spread_of(tk, row->reps);
+    row->t_stream = bench_spread_of(ts, row->reps);
+    row->ratio = bench_spread_of(ratio, row->reps);
+    free(tk);
+    return 0;
 }
 
 // ---------------------------------------------------------------------------- output
@@ -411,33 +443,47 @@ static void print_header(int argc, char **argv, const struct bench_args *a, stru
 
     bench_cmdline(argc, argv, cmd, sizeof(cmd));
     printf("# %s\n", cmd);
-    printf("# path %s, %d threads (%s); triad a[i] = b[i] + s*c[i] counted as 12 B/element (STREAM), "
-           "run interleaved with each kernel; times are the best of the reps\n",
-           zs_kpath_name(a->path), zs_pool_threads(pool), zs_pool_describe(pool));
-    printf("%-9s %-5s %10s %7s %9s %8s %8s %7s %8s %10s %6s %6s\n", "optimizer", "dtype", "n", "threads",
-           "ms/step", "ns/param", "Gparam/s", "B/param", "GB/s", "triad GB/s", "ratio", "reps");
+    printf("# path %s, %d threads (%s)\n", zs_kpath_name(a->path), zs_pool_threads(pool), zs_pool_describe(pool));
+    printf("# reference: the Adam-pattern stream (arrays of its own: g read; p, m, v read and written in place; "
+           "%d B/element, no write-allocate), run interleaved rep by rep with each kernel\n", STREAM_BYTES);
+    printf("# medians over the reps, [min..max] beside them; ratio: median of the per-rep kernel GB/s / stream "
+           "GB/s\n");
+    printf("%-9s %-5s %10s %7s %9s %8s %8s %7s %8s %15s %8s %15s %6s %13s %6s\n", "optimizer", "dtype", "n",
+           "threads", "ms/step", "ns/param", "Gparam/s", "B/param", "GB/s", "[min..max]", "strm GB/s", "[min..max]",
+           "ratio", "[min..max]", "reps");
 }
 
-static double row_gbytes(const struct row *r) { return (double)r->n * r->bytes / r->t_kernel / 1e9; }
-static double row_triad(const struct row *r) { return 12.0 * (double)r->n / r->t_triad / 1e9; }
+/* GB/s of bytes per element at a time per call (median, or the range's ends: the slowest call is the min). */
+static double gbytes(const struct row *r, int bytes, double t) { return (double)r->n * bytes / t / 1e9; }
 
 static void print_row(const struct row *r)
 {
-    printf("%-9s %-5s %10lld %7d %9.3f %8.3f %8.3f %7d %8.2f %10.2f %6.3f %6d\n", zs_kopt_name(r->opt),
-           zs_dtype_name(r->dt), (long long)r->n, r->threads, r->t_kernel * 1e3, r->t_kernel * 1e9 / (double)r->n,
-           (double)r->n / r->t_kernel / 1e9, r->bytes, row_gbytes(r), row_triad(r),
-           row_gbytes(r) / row_triad(r), r->reps);
+    const struct bench_spread *k = &r->t_kernel, *s = &r->t_stream, *q = &r->ratio;
+    char kr[32], sr[32], qr[32];
+
+    snprintf(kr, sizeof(kr), "[%.1f..%.1f]", gbytes(r, r->bytes, k->max), gbytes(r, r->bytes, k->min));
+    snprintf(sr, sizeof(sr), "[%.1f..%.1f]", gbytes(r, STREAM_BYTES, s->max), gbytes(r, STREAM_BYTES, s->min));
+    snprintf(qr, sizeof(qr), "[%.3f..%.3f]", q->min, q->max);
+    printf("%-9s %-5s %10lld %7d %9.3f %8.3f %8.3f %7d %8.2f %15s %8.2f %15s %6.3f %13s %6d\n", zs_kopt_name(r->opt),
+           zs_dtype_name(r->dt), (long long)r->n, r->threads, k->median * 1e3, k->median * 1e9 / (double)r->n,
+           (double)r->n / k->median / 1e9, r->bytes, gbytes(r, r->bytes, k->median), kr,
+           gbytes(r, STREAM_BYTES, s->median), sr, q->median, qr, r->reps);
     fflush(stdout);
 }
 
 static void print_json(const struct row *r, enum zs_kpath path)
 {
+    const struct bench_spread *k = &r->t_kernel, *s = &r->t_stream, *q = &r->ratio;
+
     printf("{\"bench\": \"optimizer\", \"optimizer\": \"%s\", \"param_dtype\": \"%s\", \"n\": %lld, "
-           "\"threads\": %d, \"gparam_s\": %.6g, \"gbytes_s\": %.6g, \"roofline_gbytes_s\": %.6g, "
-           "\"ratio\": %.6g, \"ms_per_step\": %.6g, \"path\": \"%s\"}\n",
-           zs_kopt_name(r->opt), zs_dtype_name(r->dt), (long long)r->n, r->threads,
-           (double)r->n / r->t_kernel / 1e9, row_gbytes(r), row_triad(r), row_gbytes(r) / row_triad(r),
-           r->t_kernel * 1e3, zs_kpath_name(path));
+           "\"threads\": %d, \"gparam_s\": %.6g, \"gbytes_s\": %.6g, \"gbytes_s_min\": %.6g, \"gbytes_s_max\": %.6g, "
+           "\"stream_bytes_per_element\": %d, \"stream_gbytes_s\": %.6g, \"stream_gbytes_s_min\": %.6g, "
+           "\"stream_gbytes_s_max\": %.6g, \"ratio\": %.6g, \"ratio_min\": %.6g, \"ratio_max\": %.6g, "
+           "\"ms_per_step\": %.6g, \"reps\": %d, \"path\": \"%s\"}\n",
+           zs_kopt_name(r->opt), zs_dtype_name(r->dt), (long long)r->n, r->threads, (double)r->n / k->median / 1e9,
+           gbytes(r, r->bytes, k->median), gbytes(r, r->bytes, k->max), gbytes(r, r->bytes, k->min), STREAM_BYTES,
+           gbytes(r, STREAM_BYTES, s->median), gbytes(r, STREAM_BYTES, s->max), gbytes(r, STREAM_BYTES, s->min),
+           q->median, q->min, q->max, k->median * 1e3, r->reps, zs_kpath_name(path));
 }
 
 /* Fixed cost per call (pool wake-up, chunking) shows as a higher ns/param at small sizes. */
@@ -451,9 +497,9 @@ static void print_overhead(const struct row *rows, int nrows)
         if (r->opt != ZS_KOPT_ADAMW || r->dt != ZS_DTYPE_FP32)
             continue;
         if (r->n == SIZE_1M)
-            small = r->t_kernel / (double)r->n;
+            small = r->t_kernel.median / (double)r->n;
         if (r->n == SIZE_64M)
-            large = r->t_kernel / (double)r->n;
+            large = r->t_kernel.median / (double)r->n;
     }
     if (small > 0 && large > 0)
         printf("overhead: ns/param at 1M / ns/param at 64M = %.3f\n", small / large);
@@ -465,7 +511,7 @@ struct bench_run {
     const struct bench_args *a;
     struct zs_pool *pool;
     struct zs_optim_step step;
-    triad_fn triad;
+    stream_fn stream;
     struct row rows[MAX_ROWS];
     int nrows;
 };
@@ -477,7 +523,7 @@ static bool run_row(struct bench_run *b, struct arrays *r, enum zs_kopt opt, zs_
     struct zs_optim_bufs bufs = {r->param, r->grad, dt == ZS_DTYPE_FP32 ? NULL : r->master, r->s1, NULL};
     struct init_arg init = {r, dt};
     struct kernel_arg k = {fn, &b->step, &bufs};
-    struct triad_arg t = {b->triad, r->ta, r->tb, r->tc, 3.0f};
+    struct stream_arg st = {b->stream, r->sp, r->sm, r->sv, r->sg, 1e-7f};
     struct row *row = &b->rows[b->nrows];
 
     if (!fn) {
@@ -490,7 +536,11 @@ static bool run_row(struct bench_run *b, struct arrays *r, enum zs_kopt opt, zs_
     zs_pool_run(b->pool, init_chunk, &init, r->n);
     *row = (struct row){.opt = opt, .dt = dt, .n = r->n, .threads = zs_pool_threads(b->pool),
                         .bytes = zs_optim_bytes_per_param(opt, dt, dt, true)};
-    measure(b->pool, b->a, &k, &t, row);
+    if (measure(b->pool, b->a, &k, &st, row)) {
+        printf("# skip %s %s n=%lld: out of memory for the rep times\n", zs_kopt_name(opt), zs_dtype_name(dt),
+               (long long)r->n);
+        return false;
+    }
     if (!arrays_finite(r, dt)) {
         printf("# skip %s %s n=%lld: the data went non-finite\n", zs_kopt_name(opt), zs_dtype_name(dt),
                (long long)r->n);
@@ -551,7 +601,7 @@ int bench_optimizer(int argc, char **argv)
         return BENCH_FAIL;
     }
     b->a = &a;
-    b->triad = triad_pick();
+    b->stream = stream_pick();
     step_init(&b->step);
     rc = pool_start(&b->pool, a.threads);
     if (rc)

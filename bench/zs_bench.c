@@ -180,6 +180,27 @@ void bench_free(void *p)
     free(p);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+struct bench_spread bench_spread_of(double *x, int n)
+{
+    struct bench_spread s = {NAN, NAN, NAN};
+
+    if (n <= 0)
+        return s;
+    qsort(x, (size_t)n, sizeof(x[0]), cmp_double);
+    /* an even count takes the mean of the middle two, so two reps give their midpoint */
+    s.median = n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+    s.min = x[0];
+    s.max = x[n - 1];
+    return s;
+}
+
 // ---------------------------------------------------------------------------- main
 
 static void usage(FILE *f, const char *prog)
