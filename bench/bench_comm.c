@@ -52,7 +52,19 @@ struct row {
     int64_t nominal, bytes, count; /* count: elements per rank (RS, AG) or of the whole array (AR) */
     int iters;
     double t_avg, t_min; /* seconds, each iteration counted at its slowest rank */
+    struct bench_spread t; /* the same iterations' median and range */
     long long wrong;
+};
+
+/* The all-reduce's memory reference: a memcpy of the whole array on every rank at once, timed in the
+ * same rounds as the collectives it is compared with (issue 11: a reference measured at another minute
+ * compares the machine's drift, not the code). */
+struct memref {
+    int64_t nominal;        /* the all-reduce size that carries it; 0: none */
+    int64_t bytes;
+    struct bench_spread t;  /* seconds per memcpy, at the slowest rank */
+    struct bench_spread zs; /* zeroshard's all-reduce over the same rounds */
+    struct bench_spread ratio; /* per round: zeroshard's time / the memcpy's beside it */
 };
 
 struct bench {
@@ -62,6 +74,7 @@ struct bench {
     float ref[17];         /* the reduction's result by global index mod 17 */
     struct row rows[MAX_SIZES * OP_COUNT * IMPL_COUNT];
     int nrows;
+    struct memref memref;
 };
 
 /* One operation at one size: each implementation's buffer (the whole array) and MPI's separate output. */
@@ -70,8 +83,10 @@ struct size_run {
     int64_t nominal, count; /* count: elements per rank */
     float *buf[IMPL_COUNT];
     float *out; /* MPI_Reduce_scatter_block's receive buffer */
+    char *msrc, *mdst; /* the memory reference's memcpy, when this size carries it */
+    bool memref;
     int iters;
-    double *times; /* [impl][iter] */
+    double *times; /* [impl][iter], then the memcpy's [iter] */
 };
 
 // ---------------------------------------------------------------------------- data
@@ -306,14 +321,17 @@ static void buffers_free(struct bench *b, struct size_run *s)
         s->buf[m] = NULL;
     }
     bench_free(s->out);
+    bench_free(s->msrc);
+    bench_free(s->mdst);
     s->out = NULL;
+    s->msrc = s->mdst = NULL;
 }
 
 static double buffers_bytes(const struct bench *b, const struct size_run *s)
 {
     double whole = 4.0 * (double)s->count * b->size;
 
-    return whole * b->a->nimpls + 4.0 * (double)s->count;
+    return whole * (b->a->nimpls + (s->memref ? 2 : 0)) + 4.0 * (double)s->count;
 }
 
 /* 0 on every rank, or -ENOMEM on every rank with nothing held. Over 80% of physical memory for the
@@ -335,6 +353,15 @@ static int buffers_alloc(struct bench *b, struct size_run *s)
             s->out = bench_alloc((size_t)s->count * sizeof(float));
             ok &= s->out != NULL;
         }
+    }
+    if (s->memref) {
+        s->msrc = bench_alloc(whole);
+        s->mdst = bench_alloc(whole);
+        ok &= s->msrc && s->mdst;
+    }
+    if (s->msrc && s->mdst) { /* first touch outside the timing */
+        memset(s->msrc, 1, whole);
+        memset(s->mdst, 2, whole);
     }
     MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (!ok) {
@@ -382,18 +409,55 @@ static int choose_iters(struct bench *b, struct size_run *s)
     return want < 3 ? 3 : want > MAX_ITERS ? MAX_ITERS : (int)want;
 }
 
-/* Rounds of every implementation in turn, so all see the same minutes of a memory bus that drifts;
- * then one row per implementation into rows[0..nimpls). */
-static void measure(struct bench *b, struct size_run *s, struct row *rows)
+/* The memory reference's iteration: lined up like a collective, then one memcpy of the array. */
+static void memcpy_iteration(const struct size_run *s, size_t bytes, double *t_call)
+{
+    double t0;
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = bench_now();
+    memcpy(s->mdst, s->msrc, bytes);
+    *t_call = bench_now() - t0;
+}
+
+/* Median and range of iters times; t is left as it was (the spread sorts a copy). */
+static struct bench_spread spread_copy(const double *t, int iters, double *scratch)
+{
+    memcpy(scratch, t, (size_t)iters * sizeof(double));
+    return bench_spread_of(scratch, iters);
+}
+
+/* The reference against zeroshard's all-reduce, round by round. */
+static void memref_store(struct bench *b, const struct size_run *s, const double *t_zs, const double *t_mem,
+                         double *scratch)
+{
+    struct memref *r = &b->memref;
+
+    r->bytes = 4 * s->count * b->size;
+    r->t = spread_copy(t_mem, s->iters, scratch);
+    r->zs = spread_copy(t_zs, s->iters, scratch);
+    for (int it = 0; it < s->iters; it++)
+        scratch[it] = t_zs[it] / fmax(t_mem[it], 1e-9);
+    r->ratio = bench_spread_of(scratch, s->iters);
+}
+
+/* Rounds of every implementation in turn (and of the memcpy reference where this size carries it), so
+ * all see the same minutes of a memory bus that drifts; then one row per implementation into
+ * rows[0..nimpls). */
+static void measure(struct bench *b, struct size_run *s, struct row *rows, double *scratch)
 {
     const struct comm_args *a = b->a;
-    size_t per = (size_t)s->iters;
+    size_t per = (size_t)s->iters, ncols = (size_t)a->nimpls + s->memref;
+    double *t_mem = &s->times[(size_t)a->nimpls * per];
 
-    for (int it = 0; it < s->iters; it++)
+    for (int it = 0; it < s->iters; it++) {
         for (int k = 0; k < a->nimpls; k++)
             iteration(b, s, a->impls[k], &s->times[(size_t)k * per + (size_t)it]);
+        if (s->memref)
+            memcpy_iteration(s, (size_t)(4 * s->count * b->size), &t_mem[it]);
+    }
     /* An iteration ends when its slowest rank is done. */
-    MPI_Allreduce(MPI_IN_PLACE, s->times, (int)(per * (size_t)a->nimpls), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, s->times, (int)(per * ncols), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     for (int k = 0; k < a->nimpls; k++) {
         const double *t = &s->times[(size_t)k * per];
         double sum = 0, lo = INFINITY;
@@ -407,7 +471,10 @@ static void measure(struct bench *b, struct size_run *s, struct row *rows)
         rows[k] = (struct row){.op = s->op, .impl = a->impls[k], .nominal = s->nominal,
                                .bytes = 4 * s->count * b->size,
                                .count = s->op == OP_AR ? s->count * b->size : s->count, .iters = s->iters,
-                               .t_avg = fmax(sum / s->iters, 1e-9), .t_min = fmax(lo, 1e-9), .wrong = bad};
+                               .t_avg = fmax(sum / s->iters, 1e-9), .t_min = fmax(lo, 1e-9),
+                               .t = spread_copy(t, s->iters, scratch), .wrong = bad};
+        if (s->memref && a->impls[k] == IMPL_ZS)
+            memref_store(b, s, t, t_mem, scratch);
     }
 }
 
@@ -454,9 +521,10 @@ static void print_row(const struct row *r, int n)
 static void print_json(const struct row *r, int n)
 {
     printf("{\"bench\": \"comm\", \"op\": \"%s\", \"impl\": \"%s\", \"ranks\": %d, \"bytes\": %lld, "
-           "\"time_us\": %.6g, \"algbw\": %.6g, \"busbw\": %.6g, \"wrong\": %lld}\n",
-           op_names[r->op], impl_names[r->impl], n, (long long)r->bytes, r->t_avg * 1e6, row_algbw(r),
-           row_busbw(r, n), r->wrong);
+           "\"time_us\": %.6g, \"time_us_median\": %.6g, \"time_us_min\": %.6g, \"time_us_max\": %.6g, "
+           "\"algbw\": %.6g, \"busbw\": %.6g, \"wrong\": %lld}\n",
+           op_names[r->op], impl_names[r->impl], n, (long long)r->bytes, r->t_avg * 1e6, r->t.median * 1e6,
+           r->t.min * 1e6, r->t.max * 1e6, row_algbw(r), row_busbw(r, n), r->wrong);
 }
 
 static const struct row *find_row(const struct bench *b, enum op op, enum impl m, int64_t nominal)
@@ -497,49 +565,19 @@ static void print_summary(const struct bench *b)
 
 /* The memory roofline of an all-reduce: every rank must read the whole array once (its chunk from every
  * rank) and write it once (its reduced chunk to every rank), the traffic of one memcpy of the array.
- * Timed the same way (every rank at once, slowest rank), so a reader can tell how close to the memory
- * the collective runs, whatever MPI does that minute. Returns seconds (median of 7), or 0. */
-static double memcpy_reference(const struct bench *b, int64_t bytes)
-{
-    char *src = bench_alloc((size_t)bytes), *dst = bench_alloc((size_t)bytes);
-    double t[7], tmax = 0;
-    int ok = src && dst, all_ok = 0;
-
-    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (all_ok) {
-        memset(src, 1, (size_t)bytes);
-        memset(dst, 2, (size_t)bytes);
-        for (int i = 0; i < 7; i++) {
-            double t0;
-            MPI_Barrier(MPI_COMM_WORLD);
-            t0 = bench_now();
-            memcpy(dst, src, (size_t)bytes);
-            t0 = bench_now() - t0;
-            MPI_Allreduce(&t0, &t[i], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-        }
-        for (int i = 1; i < 7; i++) /* insertion sort: seven values */
-            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-                double x = t[j];
-                t[j] = t[j - 1];
-                t[j - 1] = x;
-            }
-        tmax = t[3];
-    }
-    bench_free(src);
-    bench_free(dst);
-    (void)b;
-    return tmax;
-}
-
+ * Timed in the same rounds as the collective, every rank at once, at the slowest rank, and reported the
+ * same way: median [min..max] of both, and the median of the per-round ratios. */
 static void print_roofline(const struct bench *b)
 {
-    const struct row *z = find_row(b, OP_AR, IMPL_ZS, SIZE_64M);
-    double t = z ? memcpy_reference(b, z->bytes) : 0;
+    const struct memref *r = &b->memref;
 
-    if (b->rank == 0 && t > 0)
-        printf("all_reduce 64MB memory reference: memcpy of the array on every rank at once %.0f us "
-               "(the least traffic an all-reduce moves per rank); zeroshard %.0f us = %.2fx that\n",
-               t * 1e6, z->t_avg * 1e6, z->t_avg / t);
+    if (!r->nominal || !r->bytes)
+        return;
+    printf("all_reduce %lld B memory reference: memcpy of the array on every rank at once, interleaved round by "
+           "round: median %.0f us [%.0f..%.0f] (the least traffic an all-reduce moves per rank); zeroshard "
+           "median %.0f us [%.0f..%.0f]; zeroshard/memcpy per round: median %.2fx [%.2f..%.2f]\n",
+           (long long)r->bytes, r->t.median * 1e6, r->t.min * 1e6, r->t.max * 1e6, r->zs.median * 1e6,
+           r->zs.min * 1e6, r->zs.max * 1e6, r->ratio.median, r->ratio.min, r->ratio.max);
 }
 
 // ---------------------------------------------------------------------------- driver
@@ -547,7 +585,8 @@ static void print_roofline(const struct bench *b)
 /* BENCH_OK, or BENCH_FAIL when this size was skipped for want of memory. */
 static int run_size(struct bench *b, enum op op, int64_t nominal)
 {
-    struct size_run s = {.op = op, .nominal = nominal, .count = nominal / 4 / b->size};
+    struct size_run s = {.op = op, .nominal = nominal, .count = nominal / 4 / b->size,
+                         .memref = op == OP_AR && nominal == b->memref.nominal};
     const struct comm_args *a = b->a;
     bool lead = b->rank == 0;
 
@@ -566,10 +605,10 @@ static int run_size(struct bench *b, enum op op, int64_t nominal)
         return BENCH_FAIL;
     }
     s.iters = choose_iters(b, &s);
-    s.times = calloc((size_t)s.iters * (size_t)a->nimpls, sizeof(double));
+    s.times = calloc((size_t)s.iters * ((size_t)a->nimpls + 2), sizeof(double)); /* + memcpy + scratch */
     if (!s.times)
         comm_fatal(b, "out of memory for the timings"); /* the other ranks are about to time with us */
-    measure(b, &s, &b->rows[b->nrows]);
+    measure(b, &s, &b->rows[b->nrows], s.times + (size_t)s.iters * ((size_t)a->nimpls + 1));
     for (int k = 0; k < a->nimpls; k++, b->nrows++)
         if (lead)
             print_row(&b->rows[b->nrows], b->size);
@@ -610,6 +649,23 @@ static int comms_init(struct bench *b)
     return BENCH_OK;
 }
 
+/* The all-reduce size that carries the memory reference: 64 MB (a gradient bucket's order) when it is
+ * run, else the largest all-reduce size; none without zeroshard's all-reduce to compare. */
+static void memref_choose(struct bench *b)
+{
+    const struct comm_args *a = b->a;
+    bool ar = false, zs = false;
+
+    for (int o = 0; o < a->nops; o++)
+        ar |= a->ops[o] == OP_AR;
+    for (int k = 0; k < a->nimpls; k++)
+        zs |= a->impls[k] == IMPL_ZS;
+    b->memref.nominal = 0;
+    for (int i = 0; ar && zs && i < a->nsizes; i++)
+        if (b->memref.nominal != SIZE_64M && (a->sizes[i] == SIZE_64M || a->sizes[i] > b->memref.nominal))
+            b->memref.nominal = a->sizes[i];
+}
+
 static int bench_run(struct bench *b, int argc, char **argv)
 {
     const struct comm_args *a = b->a;
@@ -618,6 +674,7 @@ static int bench_run(struct bench *b, int argc, char **argv)
 
     if (rc)
         return rc;
+    memref_choose(b);
     if (b->rank == 0)
         print_header(b, argc, argv);
     for (int o = 0; o < a->nops; o++) {
@@ -633,9 +690,7 @@ static int bench_run(struct bench *b, int argc, char **argv)
         for (int i = 0; i < b->nrows; i++)
             print_json(&b->rows[i], b->size);
         print_summary(b);
-    }
-    print_roofline(b);
-    if (b->rank == 0) {
+        print_roofline(b);
         if (wrong)
             fprintf(stderr, "zs-bench comm: %lld wrong elements in all\n", wrong);
     }
