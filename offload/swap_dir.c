@@ -330,7 +330,7 @@ int zs_swap_dir_create(const char *nvme_path, int rank, char *out, size_t outlen
     char name[32], path[4096];
     struct owner me;
     bool existed = false;
-    int parent, dfd, rc;
+    int parent, dfd, rc, n;
 
     *stale = false;
     if (out && outlen)
@@ -338,7 +338,8 @@ int zs_swap_dir_create(const char *nvme_path, int rank, char *out, size_t outlen
     if (!nvme_path || !*nvme_path || rank < 0 || !out)
         return zs_swap_msg(err, errlen, -EINVAL, "swap directory: need an nvme_path and a rank >= 0");
     snprintf(name, sizeof(name), "zeroshard-rank%d", rank);
-    if ((size_t)snprintf(path, sizeof(path), "%s/%s", nvme_path, name) >= (outlen < sizeof(path) ? outlen : sizeof(path)))
+    n = snprintf(path, sizeof(path), "%s/%s", nvme_path, name);
+    if (n < 0 || (size_t)n >= sizeof(path) || (size_t)n >= outlen)
         return zs_swap_msg(err, errlen, -ENAMETOOLONG, "nvme_path '%s': path too long", nvme_path);
     rc = owner_self(&me);
     if (rc)
