@@ -7,7 +7,8 @@
 #     exactly as DeepSpeed's DynamicLossScaler (hand-computed below); a static scale never moves; an
 #     overflow at the minimum scale stops the run with a clear error;
 #  3. the memory report at 4 ranks, bf16 + AdamW, every stage: model states equal what zs-estimate
-#     predicts for the same model, and are within 5% of 2+2+12/N, 2+14/N, 16/N bytes a parameter.
+#     predicts for the same model, and are within 5% of 2+2+12/N, 2+14/N, 16/N bytes a parameter;
+#  4. zs-estimate past 2^32 elements against the arithmetic done here.
 set -u
 TRAIN=$1 EST=$2
 . "$(dirname "$0")/lib.sh"
@@ -101,6 +102,22 @@ PY
 )
   echo "memory bf16 stage $stage np 4: $verdict"
   [ "${verdict##* }" = ok ] && r=ok || r=bad; check $r "memory stage $stage: $verdict / $measured / $estimated"
+done
+
+# 4. the estimator past 2^32 elements (issue 11 item 22): AdamW fp32 at stage 3 (zs-estimate's default config),
+# against the ZeRO arithmetic done here in 64-bit shell integers: shard = ceil(units / world) rounded up to 16
+# elements; parameters 4, gradients 4 and optimizer 8 bytes per shard element; formula 16 * units / world.
+for case in "3 3000000001" "1 4294967311" "8 8589934609" "2 2147483649"; do
+  set -- $case
+  w=$1 u=$2
+  sh=$(( ( (u + w - 1) / w + 15) / 16 * 16 ))
+  want="numel $u params $((4 * sh)) grads $((4 * sh)) optimizer $((8 * sh)) formula $((4 * u / w * 2 + 8 * u / w))"
+  out=$("$EST" --world "$w" --units "$u" --json 2>&1); rc=$?
+  got=$(echo "$out" | python3 -c 'import json, sys
+e = json.load(sys.stdin)["estimate"]
+print(" ".join(f"{k} {e[k]}" for k in ("numel", "params", "grads", "optimizer", "formula")))' 2>&1)
+  [ $rc -eq 0 ] && [ "$got" = "$want" ] && r=ok || r=bad
+  echo "zs-estimate --world $w --units $u: $got $r"; check $r "zs-estimate --world $w --units $u: rc $rc, '$got', expected '$want': $out"
 done
 
 finish precision
