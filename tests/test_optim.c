@@ -62,19 +62,25 @@ static void alloc_arrays(struct arrays *a, int64_t n, zs_dtype pdt, zs_dtype gdt
     a->s2 = malloc((size_t)n * 4 + 64);
 }
 
+/* Element i's parameter (and its fp32 master) and gradient, each rounded to its dtype. */
+static void set_element(struct arrays *a, int64_t i, float p, float g, zs_dtype pdt, zs_dtype gdt)
+{
+    a->master[i] = p;
+    if (pdt == ZS_DTYPE_FP32)
+        ((float *)a->param)[i] = p;
+    else
+        ((uint16_t *)a->param)[i] = pdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(p) : zs_cvt_f32_f16(p);
+    if (gdt == ZS_DTYPE_FP32)
+        ((float *)a->grad)[i] = g;
+    else
+        ((uint16_t *)a->grad)[i] = gdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(g) : zs_cvt_f32_f16(g);
+}
+
 static void fill_arrays(struct arrays *a, zs_dtype pdt, zs_dtype gdt)
 {
     for (int64_t i = 0; i < a->n; i++) {
         float p = hostile(1.0f), g = hostile(0.1f);
-        a->master[i] = p;
-        if (pdt == ZS_DTYPE_FP32)
-            ((float *)a->param)[i] = p;
-        else
-            ((uint16_t *)a->param)[i] = pdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(p) : zs_cvt_f32_f16(p);
-        if (gdt == ZS_DTYPE_FP32)
-            ((float *)a->grad)[i] = g;
-        else
-            ((uint16_t *)a->grad)[i] = gdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(g) : zs_cvt_f32_f16(g);
+        set_element(a, i, p, g, pdt, gdt);
         a->s1[i] = hostile(0.01f);
         a->s2[i] = fabsf(hostile(1e-4f)); /* second moments and sums are never negative */
     }
@@ -374,15 +380,7 @@ static void lion_zero_fill(struct arrays *a, zs_dtype pdt, zs_dtype gdt, float *
         default: m = 0.25f; g = 1.0f; break; /* c > 0: moves by -lr */
         }
         p0[i] = p;
-        a->master[i] = p;
-        if (pdt == ZS_DTYPE_FP32)
-            ((float *)a->param)[i] = p;
-        else
-            ((uint16_t *)a->param)[i] = pdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(p) : zs_cvt_f32_f16(p);
-        if (gdt == ZS_DTYPE_FP32)
-            ((float *)a->grad)[i] = g;
-        else
-            ((uint16_t *)a->grad)[i] = gdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(g) : zs_cvt_f32_f16(g);
+        set_element(a, i, p, g, pdt, gdt);
         a->s1[i] = m;
     }
 }
