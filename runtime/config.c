@@ -196,11 +196,51 @@ static int get_betas(parser *p, json_t *params, struct zs_optim_config *o)
                ? -EINVAL : 0;
 }
 
+/* torch_adam: true makes DeepSpeed build torch.optim.AdamW (torch.optim.Adam when adam_w_mode is false for
+ * type Adam) from the remaining params. Our kernels compute exactly that update, so the key is honoured:
+ * torch's defaults apply (AdamW's weight_decay is 0.01 when the config gives none) and keys torch does not
+ * take are refused, as torch would refuse them. */
+static int apply_torch_adam(parser *p, struct zs_config *cfg, json_t *params)
+{
+    json_t *wd = json_object_get(params, "weight_decay");
+    const char *pp = "optimizer.params";
+    char note[160];
+
+    if (json_object_get(params, "bias_correction"))
+        return zs_cfg_fail(p, pp, "bias_correction", "not a parameter of torch.optim.%s (torch_adam: true builds "
+                           "it; torch always corrects the bias, and DeepSpeed fails on this key)",
+                           cfg->optim.type == ZS_OPTIM_ADAMW ? "AdamW" : "Adam");
+    cfg->optim.bias_correction = true;
+    if (cfg->optim.type == ZS_OPTIM_ADAMW && (!wd || zs_cfg_is_auto(wd)))
+        cfg->optim.weight_decay = 0.01;
+    snprintf(note, sizeof(note), "optimizer.params.torch_adam: torch.optim.%s semantics (weight_decay %g)",
+             cfg->optim.type == ZS_OPTIM_ADAMW ? "AdamW" : "Adam", cfg->optim.weight_decay);
+    zs_cfg_list_add(p->notes, sizeof(p->notes), "; ", "", note);
+    return 0;
+}
+
+/* apex-era configs put clipping inside the optimizer; DeepSpeed refuses the key there, we take it as
+ * gradient_clipping (the top-level key wins when both are set), never silently. */
+static void apply_max_grad_norm(parser *p, struct zs_config *cfg, double max_grad_norm)
+{
+    char note[224];
+
+    if (cfg->gradient_clipping == 0) {
+        cfg->gradient_clipping = max_grad_norm;
+        snprintf(note, sizeof(note), "optimizer.params.max_grad_norm %g is used as gradient_clipping (DeepSpeed "
+                 "refuses optimizer.params.max_grad_norm: move it to gradient_clipping)", max_grad_norm);
+    } else {
+        snprintf(note, sizeof(note), "optimizer.params.max_grad_norm %g is ignored: gradient_clipping %g applies "
+                 "(DeepSpeed refuses optimizer.params.max_grad_norm)", max_grad_norm, cfg->gradient_clipping);
+    }
+    zs_cfg_list_add(p->notes, sizeof(p->notes), "; ", "", note);
+}
+
 static int parse_adam(parser *p, struct zs_config *cfg, json_t *params, enum zs_optim_type type)
 {
     struct zs_optim_config *o = &cfg->optim;
     const char *pp = "optimizer.params";
-    bool w_mode, amsgrad, unused;
+    bool w_mode, amsgrad, torch_adam, unused;
     double max_grad_norm;
 
     if (get_betas(p, params, o) ||
@@ -208,16 +248,17 @@ static int parse_adam(parser *p, struct zs_config *cfg, json_t *params, enum zs_
         zs_cfg_get_bool(p, params, pp, "adam_w_mode", true, false, &w_mode) ||
         zs_cfg_get_bool(p, params, pp, "bias_correction", true, false, &o->bias_correction) ||
         zs_cfg_get_bool(p, params, pp, "amsgrad", false, false, &amsgrad) ||
-        zs_cfg_get_bool(p, params, pp, "torch_adam", false, false, &unused) ||
+        zs_cfg_get_bool(p, params, pp, "torch_adam", false, false, &torch_adam) ||
         zs_cfg_get_bool(p, params, pp, "fused", false, false, &unused) ||
         zs_cfg_get_num(p, params, pp, "max_grad_norm", &(spec){ZS_GE(0)}, &max_grad_norm))
         return -EINVAL;
     o->type = type == ZS_OPTIM_ADAMW || w_mode ? ZS_OPTIM_ADAMW : ZS_OPTIM_ADAM;
     if (amsgrad)
         zs_cfg_defer(p, pp, "amsgrad", "AMSGrad is not implemented yet");
-    /* apex-era configs put clipping here; the top-level key wins when both are set */
-    if (cfg->gradient_clipping == 0)
-        cfg->gradient_clipping = max_grad_norm;
+    if (torch_adam && apply_torch_adam(p, cfg, params))
+        return -EINVAL;
+    if (params && json_object_get(params, "max_grad_norm"))
+        apply_max_grad_norm(p, cfg, max_grad_norm);
     return 0;
 }
 

@@ -34,11 +34,11 @@ check $r "shipped configs disagree: $hashes"
 ref=""
 for env in "ZS_KERNEL=scalar ZS_THREADS=1" "ZS_KERNEL=auto ZS_THREADS=1" "ZS_KERNEL=auto ZS_THREADS=2" "ZS_KERNEL=scalar ZS_THREADS=3"; do
   out=$(env $env mpirun --oversubscribe -np 2 -x ZS_KERNEL -x ZS_THREADS "$TRAIN" --config "$CONFIGS/zero2.json" \
-        --steps 5 --hidden 256 2>&1)
+        --steps 5 --hidden 256 2>&1); rc=$?
   h=$(echo "$out" | awk '/^params-hash/ {print $2}')
-  echo "$env: params-hash $h"
-  [ -z "$ref" ] && ref=$h
-  [ -n "$h" ] && [ "$h" = "$ref" ] && r=ok || r=bad; check $r "$env changed the result: $h vs $ref: $out"
+  echo "$env: rc $rc params-hash $h"
+  [ -z "$ref" ] && [ $rc -eq 0 ] && ref=$h
+  [ $rc -eq 0 ] && [ -n "$h" ] && [ "$h" = "$ref" ] && r=ok || r=bad; check $r "$env: rc $rc, $h vs $ref: $out"
 done
 out=$(ZS_KERNEL=sse mpirun --oversubscribe -np 1 -x ZS_KERNEL "$TRAIN" --config "$CONFIGS/zero2.json" 2>&1 >/dev/null)
 echo "$out" | grep -q "^zeroshard: error: .*ZS_KERNEL: unknown kernel path 'sse'" && r=ok || r=bad

@@ -5,4 +5,18 @@ trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 pass=0 fail=0
 check() { if [ "$1" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2" >&2; fi; }
-finish() { echo "$1: $pass passed, $fail failed"; [ $fail -eq 0 ]; }
+# A run that should have succeeded and did not fails the test, whatever is compared afterwards (two failed
+# runs must never compare equal, an empty hash must never vanish from a list). Recorded in a file, so a
+# run inside a command substitution counts too.
+run_failed() { echo "$*" | tr '\n' ' ' >> "$tmp/failed_runs"; echo >> "$tmp/failed_runs"; echo "FAIL: run failed: $*" >&2; }
+# the line that says why a run stopped: its first error line, else its last line
+why_failed() { grep -m1 'error:' "$1" || tail -n 1 "$1"; }
+failed_runs() { if [ -f "$tmp/failed_runs" ]; then wc -l < "$tmp/failed_runs"; else echo 0; fi; }
+finish() {
+  local nf
+  nf=$(failed_runs)
+  fail=$((fail + nf))
+  [ "$nf" -eq 0 ] || echo "$1: $nf runs failed (each counted as a failure)"
+  echo "$1: $pass passed, $fail failed"
+  [ $fail -eq 0 ]
+}

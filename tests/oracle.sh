@@ -7,10 +7,7 @@ set -u
 N=$1 TRAIN=$2 CMP=$3
 WORLD_TOL=${WORLD_TOL:-1e-5}
 STEPS=30
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-pass=0 fail=0
+. "$(dirname "$0")/lib.sh"
 
 # cfg NAME STAGE OVERLAP BUCKET GAS [OPTIMIZER_AND_SCHEDULER_JSON] [EXTRA_ZERO_KEYS]
 cfg() {
@@ -29,15 +26,19 @@ cfg() {
 JSON
 }
 
-run() { # run NAME RANKS -> prints the params-hash, leaves $tmp/NAME.bin (ZS_COMM / ZS_FAKE_NODE_SIZE pass through)
-  local out
+# run NAME RANKS -> prints the params-hash, leaves $tmp/NAME.bin (ZS_COMM / ZS_FAKE_NODE_SIZE pass through).
+# A failed run, or one without a hash, prints FAILED-NAME and is counted as a failure by itself
+# (run_failed), so no comparison can pass on two failed runs (issue 11 item 19).
+run() {
+  local out h
+  rm -f "$tmp/$1.bin"
   out=$(mpirun --oversubscribe -np "$2" -x ZS_COMM -x ZS_FAKE_NODE_SIZE "$TRAIN" --config "$tmp/$1.json" \
         --steps $STEPS --seed 3 --hidden 32 --quiet --dump "$tmp/$1.bin" 2>&1)
-  if [ $? -ne 0 ]; then echo "run $1 failed:" >&2; echo "$out" >&2; echo "FAILED"; return; fi
-  echo "$out" | awk '/^params-hash/ {print $2}'
+  if [ $? -ne 0 ]; then run_failed "$1 at $2 ranks: $out"; echo "FAILED-$1"; return; fi
+  h=$(echo "$out" | awk '/^params-hash/ {print $2}')
+  [ -n "$h" ] || { run_failed "$1 at $2 ranks printed no params-hash: $out"; h="FAILED-$1"; }
+  echo "$h"
 }
-
-check() { if [ "$1" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2" >&2; fi; }
 
 # 1. bit-identical with accumulation 1
 cfg ref 0 false 500000000 1
@@ -68,7 +69,7 @@ sgd='"optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9, "neste
   "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 30, "warmup_num_steps": 4}}'
 cfg sgd0 0 false 500000000 1 "$sgd"; cfg sgd3 3 true 1 1 "$sgd"
 h0=$(run sgd0 "$N"); h3=$(run sgd3 "$N")
-[ "$h0" = "$h3" ] && [ "$h0" != FAILED ] && r=ok || r=bad
+[ "$h0" = "$h3" ] && r=ok || r=bad
 echo "np $N SGD stage 0 $h0 stage 3 $h3 $r"; check $r "SGD stage 3 $h3 != stage 0 $h0"
 
 # Lion and Adagrad: stage 0 against stages 2 and 3
@@ -76,7 +77,7 @@ for opt in '"optimizer": {"type": "Lion", "params": {"lr": 0.002, "weight_decay"
            '"optimizer": {"type": "Adagrad", "params": {"lr": 0.05, "weight_decay": 0.001}}'; do
   cfg o0 0 false 500000000 1 "$opt"; cfg o2 2 true 1 1 "$opt"; cfg o3 3 true 1 1 "$opt"
   h0=$(run o0 "$N"); h2=$(run o2 "$N"); h3=$(run o3 "$N")
-  [ "$h0" = "$h2" ] && [ "$h0" = "$h3" ] && [ "$h0" != FAILED ] && r=ok || r=bad
+  [ "$h0" = "$h2" ] && [ "$h0" = "$h3" ] && r=ok || r=bad
   echo "np $N $(echo "$opt" | sed 's/.*"type": "\([A-Za-z]*\)".*/\1/') stage 0 $h0 stage 2 $h2 stage 3 $h3 $r"
   check $r "$opt: stages disagree ($h0 $h2 $h3)"
 done
@@ -118,7 +119,7 @@ rm -rf "$nv"
 # layout of one or two ranks per node (shared memory inside, MPI between)
 for env in "ZS_COMM=mpi" "ZS_COMM=shm" "ZS_COMM=shm ZS_FAKE_NODE_SIZE=1" "ZS_COMM=shm ZS_FAKE_NODE_SIZE=2"; do
   for stage in 1 3; do
-    h=$(env $env bash -c "$(declare -f run cfg); tmp=$tmp TRAIN=$TRAIN STEPS=$STEPS run s${stage}_ovtrue_b1 $N")
+    h=$(env $env bash -c "$(declare -f run cfg run_failed); tmp=$tmp TRAIN=$TRAIN STEPS=$STEPS run s${stage}_ovtrue_b1 $N")
     [ "$h" = "$ref" ] && r=ok || r=bad
     echo "np $N stage $stage $env: $h $r"; check $r "$env stage $stage: params-hash $h != $ref"
   done
@@ -138,11 +139,10 @@ done
 
 # 3. world size: N ranks against one rank, same global batch
 if [ "$N" -gt 1 ]; then
-  run ref 1 > /dev/null 2>&1; cp "$tmp/ref.bin" "$tmp/one.bin"
+  run ref 1 > /dev/null; cp "$tmp/ref.bin" "$tmp/one.bin"
   run ref "$N" > /dev/null
   if msg=$("$CMP" "$tmp/ref.bin" "$tmp/one.bin" "$WORLD_TOL" l2); then r=ok; else r=bad; fi
   echo "np $N vs np 1 after $STEPS steps: $msg $r"
   check $r "world size $N vs 1: $msg"
 fi
-echo "oracle np $N: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish "oracle np $N"

@@ -98,6 +98,10 @@ static const struct err_case err_cases[] = {
      "optimizer.params.betas[0]: expected a number in [0, 1), got 1", NULL, 0},
     {"Lion weight_decay negative", "{" MB "'optimizer': {'type': 'Lion', 'params': {'lr': 1e-4, 'weight_decay': -1}}}",
      "optimizer.params.weight_decay: expected a number >= 0, got -1", NULL, 0},
+    /* issue 11 item 16: torch_adam builds torch.optim.Adam(W), which has no bias_correction */
+    {"torch_adam with bias_correction refused", "{" MB "'optimizer': {'type': 'AdamW', 'params': {'lr': 1e-3, "
+     "'torch_adam': true, 'bias_correction': true}}}", "optimizer.params.bias_correction: not a parameter of "
+     "torch.optim.AdamW (torch_adam: true", NULL, 0},
     {"Adagrad lr_decay not implemented", "{" MB "'optimizer': {'type': 'Adagrad', 'params': {'lr': 1e-2, "
      "'lr_decay': 0.1}}}", "optimizer.params.lr_decay:", "not implemented yet", 0},
     {"Adagrad initial_accumulator_value not implemented", "{" MB "'optimizer': {'type': 'Adagrad', 'params': "
@@ -503,22 +507,56 @@ static bool t_adam_modes(void)
              "'weight_decay': 3e-7}}}", 1, NULL, &c);
     EXPECT(c.optim.type == ZS_OPTIM_ADAMW && c.optim.beta1 == 0.8 && c.optim.weight_decay == 3e-7);
     PARSE_OK("{" MB "'optimizer': {'type': 'adam', 'params': {'lr': 0.1, 'adam_w_mode': false, "
-             "'bias_correction': false, 'torch_adam': true, 'fused': false, 'amsgrad': false}}}", 1, NULL, &c);
+             "'bias_correction': false, 'torch_adam': false, 'fused': false, 'amsgrad': false}}}", 1, NULL, &c);
     EXPECT(c.optim.type == ZS_OPTIM_ADAM && !c.optim.bias_correction);
     PARSE_OK("{" MB "'optimizer': {'type': 'ADAMW', 'params': {'lr': 0.1, 'adam_w_mode': false}}}", 1, NULL, &c);
     EXPECT(c.optim.type == ZS_OPTIM_ADAMW && c.optim.lr == 0.1);
     return true;
 }
 
+/* issue 11 item 16: DeepSpeed refuses optimizer.params.max_grad_norm; taking it as gradient_clipping (or
+ * ignoring it beside gradient_clipping) is said in the warning, naming both keys. */
 static bool t_max_grad_norm(void)
 {
     struct zs_config c;
 
     PARSE_OK("{" MB "'optimizer': {'type': 'Adam', 'params': {'lr': 1.5e-4, 'max_grad_norm': 1.0}}}", 1, NULL, &c);
     EXPECT(c.gradient_clipping == 1.0);
+    EXPECT(strstr(c.warning, "optimizer.params.max_grad_norm 1 is used as gradient_clipping (DeepSpeed refuses "
+                             "optimizer.params.max_grad_norm: move it to gradient_clipping)"));
     PARSE_OK("{" MB "'gradient_clipping': 2.0, 'optimizer': {'type': 'Adam', 'params': {'lr': 1, 'max_grad_norm': 1}}}",
              1, NULL, &c);
     EXPECT(c.gradient_clipping == 2.0);
+    EXPECT(strstr(c.warning, "optimizer.params.max_grad_norm 1 is ignored: gradient_clipping 2 applies"));
+    PARSE_OK("{" MB "'gradient_clipping': 2.0, 'optimizer': {'type': 'Adam', 'params': {'lr': 1}}}", 1, NULL, &c);
+    EXPECT(!strstr(c.warning, "max_grad_norm"));
+    return true;
+}
+
+/* issue 11 item 16: torch_adam: true is DeepSpeed's torch.optim.AdamW (or Adam with adam_w_mode false for
+ * type Adam), with torch's defaults: AdamW's weight_decay 0.01 unless the config gives one. */
+static bool t_torch_adam(void)
+{
+    struct zs_config c;
+
+    PARSE_OK("{" MB "'optimizer': {'type': 'AdamW', 'params': {'lr': 1e-3, 'torch_adam': true}}}", 1, NULL, &c);
+    EXPECT(c.optim.type == ZS_OPTIM_ADAMW && c.optim.weight_decay == 0.01 && c.optim.bias_correction);
+    EXPECT(c.optim.eps == 1e-8 && c.optim.beta1 == 0.9 && c.optim.beta2 == 0.999);
+    EXPECT(strstr(c.warning, "optimizer.params.torch_adam: torch.optim.AdamW semantics (weight_decay 0.01)"));
+    PARSE_OK("{" MB "'optimizer': {'type': 'Adam', 'params': {'lr': 1e-3, 'torch_adam': true}}}", 1, NULL, &c);
+    EXPECT(c.optim.type == ZS_OPTIM_ADAMW && c.optim.weight_decay == 0.01); /* adam_w_mode defaults to true */
+    PARSE_OK("{" MB "'optimizer': {'type': 'AdamW', 'params': {'lr': 1e-3, 'torch_adam': true, 'weight_decay': "
+             "'auto'}}}", 1, NULL, &c);
+    EXPECT(c.optim.weight_decay == 0.01);
+    PARSE_OK("{" MB "'optimizer': {'type': 'AdamW', 'params': {'lr': 1e-3, 'torch_adam': true, 'weight_decay': 0}}}",
+             1, NULL, &c);
+    EXPECT(c.optim.type == ZS_OPTIM_ADAMW && c.optim.weight_decay == 0);
+    PARSE_OK("{" MB "'optimizer': {'type': 'Adam', 'params': {'lr': 1e-3, 'torch_adam': true, 'adam_w_mode': "
+             "false}}}", 1, NULL, &c);
+    EXPECT(c.optim.type == ZS_OPTIM_ADAM && c.optim.weight_decay == 0); /* torch.optim.Adam: weight_decay 0 */
+    EXPECT(strstr(c.warning, "torch.optim.Adam semantics (weight_decay 0)"));
+    PARSE_OK("{" MB "'optimizer': {'type': 'AdamW', 'params': {'lr': 1e-3, 'torch_adam': false}}}", 1, NULL, &c);
+    EXPECT(c.optim.weight_decay == 0 && !strstr(c.warning, "torch_adam"));
     return true;
 }
 
@@ -786,7 +824,8 @@ static const struct {
     {"warning line", t_warning_line},
     {"warning line fits its buffer", t_warning_fits},
     {"Adam, AdamW and adam_w_mode", t_adam_modes},
-    {"legacy max_grad_norm", t_max_grad_norm},
+    {"legacy max_grad_norm warns naming both keys", t_max_grad_norm},
+    {"torch_adam: torch.optim.AdamW defaults", t_torch_adam},
     {"SGD with nesterov", t_sgd},
     {"Lion defaults and explicit betas", t_lion},
     {"Adagrad defaults", t_adagrad},

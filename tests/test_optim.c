@@ -1,7 +1,8 @@
-/* test_optim.c - the optimizer kernels: every fast path the CPU has is bit-identical to the scalar
+/* test_optim.c - the optimizer kernels: every fast path (one ctest each) is bit-identical to the scalar
  * reference for every optimizer and dtype pair on awkward lengths and hostile values (NaN, Inf,
  * subnormals, huge, tiny), whatever the range or thread count; known answers against a double-precision
  * reference within 1 ulp; and the bf16/fp16 conversions round to nearest even at the boundaries. */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,19 +62,25 @@ static void alloc_arrays(struct arrays *a, int64_t n, zs_dtype pdt, zs_dtype gdt
     a->s2 = malloc((size_t)n * 4 + 64);
 }
 
+/* Element i's parameter (and its fp32 master) and gradient, each rounded to its dtype. */
+static void set_element(struct arrays *a, int64_t i, float p, float g, zs_dtype pdt, zs_dtype gdt)
+{
+    a->master[i] = p;
+    if (pdt == ZS_DTYPE_FP32)
+        ((float *)a->param)[i] = p;
+    else
+        ((uint16_t *)a->param)[i] = pdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(p) : zs_cvt_f32_f16(p);
+    if (gdt == ZS_DTYPE_FP32)
+        ((float *)a->grad)[i] = g;
+    else
+        ((uint16_t *)a->grad)[i] = gdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(g) : zs_cvt_f32_f16(g);
+}
+
 static void fill_arrays(struct arrays *a, zs_dtype pdt, zs_dtype gdt)
 {
     for (int64_t i = 0; i < a->n; i++) {
         float p = hostile(1.0f), g = hostile(0.1f);
-        a->master[i] = p;
-        if (pdt == ZS_DTYPE_FP32)
-            ((float *)a->param)[i] = p;
-        else
-            ((uint16_t *)a->param)[i] = pdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(p) : zs_cvt_f32_f16(p);
-        if (gdt == ZS_DTYPE_FP32)
-            ((float *)a->grad)[i] = g;
-        else
-            ((uint16_t *)a->grad)[i] = gdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(g) : zs_cvt_f32_f16(g);
+        set_element(a, i, p, g, pdt, gdt);
         a->s1[i] = hostile(0.01f);
         a->s2[i] = fabsf(hostile(1e-4f)); /* second moments and sums are never negative */
     }
@@ -156,28 +163,21 @@ static void check_path(enum zs_kpath path, enum zs_kopt opt, int pi, int64_t n, 
     free_arrays(&b);
 }
 
-static void test_bit_exact(void)
+static void test_bit_exact(enum zs_kpath path)
 {
     static const int64_t lengths[] = { 0, 1, 15, 17, 1000003 };
 
-    for (int path = ZS_KPATH_AVX2; path < ZS_KPATH_COUNT; path++) {
-        if (!zs_kpath_supported((enum zs_kpath)path)) {
-            printf("skip: this CPU has no %s path (bit-exactness not checked for it here)\n",
-                   zs_kpath_name((enum zs_kpath)path));
-            continue;
-        }
-        for (int opt = 0; opt < ZS_KOPT_COUNT; opt++)
-            for (int pi = 0; pi < (int)NPAIRS; pi++) {
-                for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++)
-                    check_path(path, opt, pi, lengths[l], 0, lengths[l], some_step(0, 0), 1);
-                check_path(path, opt, pi, 1000, 3, 997, some_step(0, 0), 1); /* unaligned start and end */
-                if (opt == ZS_KOPT_SGD) {
-                    check_path(path, opt, pi, 1003, 0, 1003, some_step(1, 0), 1); /* first step */
-                    check_path(path, opt, pi, 1003, 0, 1003, some_step(0, 1), 1); /* Nesterov */
-                    check_path(path, opt, pi, 1003, 0, 1003, some_step(0, 0), 0); /* no momentum */
-                }
+    for (int opt = 0; opt < ZS_KOPT_COUNT; opt++)
+        for (int pi = 0; pi < (int)NPAIRS; pi++) {
+            for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++)
+                check_path(path, opt, pi, lengths[l], 0, lengths[l], some_step(0, 0), 1);
+            check_path(path, opt, pi, 1000, 3, 997, some_step(0, 0), 1); /* unaligned start and end */
+            if (opt == ZS_KOPT_SGD) {
+                check_path(path, opt, pi, 1003, 0, 1003, some_step(1, 0), 1); /* first step */
+                check_path(path, opt, pi, 1003, 0, 1003, some_step(0, 1), 1); /* Nesterov */
+                check_path(path, opt, pi, 1003, 0, 1003, some_step(0, 0), 0); /* no momentum */
             }
-    }
+        }
 }
 
 struct pool_job {
@@ -362,12 +362,102 @@ static void test_conversions(void)
     CHECK(bad == 0, "%lld random floats convert differently from _Float16", (long long)bad);
 }
 
-int main(void)
+/* ---------------------------------------------------------------- Lion on a zero direction */
+
+/* issue 11 item 17: where the interpolation c = beta1 m + (1 - beta1) g is exactly zero (either sign), the
+ * paper's rule sign(0) = 0 holds: the parameter takes the decoupled decay and nothing else. DeepSpeed's CPU
+ * Lion moves it by lr with the sign of the zero and its GPU Lion by +lr; ZeroShard keeps torch.sign's 0.
+ * Elements 0..2 of each group of four have c = +0, -0 and a cancelling 0; element 3 moves (a control). */
+static void lion_zero_fill(struct arrays *a, zs_dtype pdt, zs_dtype gdt, float *p0)
 {
+    static const float ps[] = { 1.5f, -0.75f, 3.25f, -2.0f, 0.5f };
+    for (int64_t i = 0; i < a->n; i++) {
+        float p = ps[i % 5], g, m;
+        switch (i % 4) {
+        case 0: m = 0.0f; g = 0.0f; break;   /* c = +0 */
+        case 1: m = -0.0f; g = -0.0f; break; /* c = -0 */
+        case 2: m = 0.5f; g = -1.0f; break;  /* 0.5*0.5 + (-1*0.5)*0.5: an exact cancellation */
+        default: m = 0.25f; g = 1.0f; break; /* c > 0: moves by -lr */
+        }
+        p0[i] = p;
+        set_element(a, i, p, g, pdt, gdt);
+        a->s1[i] = m;
+    }
+}
+
+static float param_value(const struct arrays *a, int64_t i, zs_dtype pdt)
+{
+    if (pdt == ZS_DTYPE_FP32)
+        return ((float *)a->param)[i];
+    uint16_t h = ((uint16_t *)a->param)[i];
+    return pdt == ZS_DTYPE_BF16 ? zs_cvt_bf16_f32(h) : zs_cvt_f16_f32(h);
+}
+
+static void test_lion_zero_direction(enum zs_kpath path)
+{
+    enum { N = 1037 }; /* whole vectors and a tail on every path */
+    for (int pi = 0; pi < (int)NPAIRS; pi++)
+        for (int with_decay = 0; with_decay < 2; with_decay++) {
+            zs_dtype pdt = pairs[pi][0], gdt = pairs[pi][1];
+            struct zs_optim_step s = { .lr = 0.125f, .beta1 = 0.5f, .one_minus_beta1 = 0.5f, .beta2 = 0.99f,
+                                       .one_minus_beta2 = 0.01f, .decay = with_decay ? 0.0625f : 0.0f,
+                                       .grad_scale = 0.5f };
+            struct arrays a;
+            float p0[N];
+            int64_t bad = 0, first = -1;
+            alloc_arrays(&a, N, pdt, gdt);
+            lion_zero_fill(&a, pdt, gdt, p0);
+            struct zs_optim_bufs b = bufs_of(&a, pdt, 1);
+            zs_optim_kernel(path, ZS_KOPT_LION, pdt, gdt)(&s, &b, 0, N);
+            for (int64_t i = 0; i < N; i++) {
+                float want = fmaf(-s.decay, p0[i], p0[i]); /* decay only */
+                if (i % 4 == 3)
+                    want = fmaf(-s.lr, 1.0f, want);
+                float got = pdt == ZS_DTYPE_FP32 ? param_value(&a, i, pdt) : a.master[i];
+                float want16 = pdt == ZS_DTYPE_BF16 ? zs_cvt_bf16_f32(zs_cvt_f32_bf16(want))
+                               : pdt == ZS_DTYPE_FP16 ? zs_cvt_f16_f32(zs_cvt_f32_f16(want)) : want;
+                if (got != want || param_value(&a, i, pdt) != want16) {
+                    bad++;
+                    first = first < 0 ? i : first;
+                }
+            }
+            CHECK(bad == 0, "lion zero direction, %s %s/%s decay %g: %lld of %d parameters wrong (first: element "
+                  "%lld, c %s, %g -> %g, expected %g)", zs_kpath_name(path), zs_dtype_name(pdt), zs_dtype_name(gdt),
+                  (double)s.decay, (long long)bad, N, (long long)first,
+                  first < 0 ? "-" : first % 4 == 0 ? "+0" : first % 4 == 1 ? "-0" : first % 4 == 2 ? "0 (cancelled)" : "> 0",
+                  first < 0 ? 0.0 : (double)p0[first],
+                  first < 0 ? 0.0 : (double)(pdt == ZS_DTYPE_FP32 ? param_value(&a, first, pdt) : a.master[first]),
+                  first < 0 ? 0.0 : (double)fmaf(-s.decay, p0[first], p0[first]));
+            free_arrays(&a);
+        }
+    printf("lion zero direction on the %s path: checked\n", zs_kpath_name(path));
+}
+
+/* No argument: the conversions, the known answers, threads and the scalar reference. With a SIMD path's
+ * name: that path against the scalar reference; exit 77 (a skip ctest shows) when this CPU lacks it. */
+int main(int argc, char **argv)
+{
+    enum zs_kpath path;
+
+    if (argc > 1) {
+        int rc = zs_kpath_parse(argv[1], &path);
+        if (rc == -ENOTSUP) {
+            printf("skip: this CPU has no %s path (bit-exactness and the Lion zero rule not checked for it)\n",
+                   argv[1]);
+            return 77;
+        }
+        if (rc || path == ZS_KPATH_SCALAR) {
+            fprintf(stderr, "usage: test_optim [avx2|avx512]\n");
+            return 2;
+        }
+        test_bit_exact(path);
+        test_lion_zero_direction(path);
+        return zs_test_summary("test_optim");
+    }
     test_conversions();
     test_known_answers();
     test_threads();
-    test_bit_exact();
+    test_lion_zero_direction(ZS_KPATH_SCALAR);
     printf("best path on this CPU: %s\n", zs_kpath_name(zs_kpath_best()));
     return zs_test_summary("test_optim");
 }

@@ -1,4 +1,5 @@
-/* test_partition.c - shard arithmetic for N = 1..8 over prime, tiny and awkward sizes. */
+/* test_partition.c - shard arithmetic for N = 1..8 over prime, tiny and awkward sizes, and sizes past 2^32
+ * elements (pure arithmetic: nothing is allocated). */
 #include <errno.h>
 #include <stdint.h>
 
@@ -42,6 +43,21 @@ int main(void)
         for (int64_t n = 1; n <= 3 * world; n++) /* smaller than, equal to and just above N */
             check_one(n, world);
     }
+    /* issue 11 item 22: sizes past 2^31 and 2^32 elements, where 32-bit arithmetic would wrap */
+    static const int64_t big[] = { 2147483649LL, 3000000001LL, 4294967296LL, 4294967311LL, 8589934609LL,
+                                   5000000000017LL };
+    for (int32_t world = 1; world <= 8; world++)
+        for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++)
+            check_one(big[i], world);
+    CHECK(zs_partition_init(&p, 4294967297LL, 1) == 0 && p.shard == 4294967312LL && p.padded == 4294967312LL,
+          "2^32 + 1 at one rank: shard %lld padded %lld", (long long)p.shard, (long long)p.padded);
+    CHECK(zs_partition_init(&p, 3000000001LL, 3) == 0 && p.shard == 1000000016LL &&
+              zs_partition_begin(&p, 2) == 2000000032LL && zs_partition_valid(&p, 2) == 999999969LL,
+          "3e9 + 1 at three ranks: shard %lld, rank 2 at %lld with %lld", (long long)p.shard,
+          (long long)zs_partition_begin(&p, 2), (long long)zs_partition_valid(&p, 2));
+    CHECK(zs_partition_init(&p, 5000000000017LL, 7) == 0 && p.shard == 714285714304LL &&
+              zs_partition_valid(&p, 6) == 5000000000017LL - 6 * 714285714304LL,
+          "5e12 at seven ranks: shard %lld", (long long)p.shard);
     CHECK(zs_partition_init(&p, 0, 4) == -EINVAL, "zero elements must be rejected");
     CHECK(zs_partition_init(&p, -5, 4) == -EINVAL, "negative elements must be rejected");
     CHECK(zs_partition_init(&p, 10, 0) == -EINVAL, "world 0 must be rejected");
