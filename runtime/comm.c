@@ -17,11 +17,15 @@
 #define ZS_COMM_PIECE_DEFAULT (1 << 18) /* elements per peer per piece: 1 MiB of fp32 */
 #define ZS_COMM_AG_PIECE (1 << 24)      /* all-gather messages stay well inside int counts */
 #define ZS_COMM_SLOTS 2                 /* reduce-scatter pieces in flight per request */
-#define ZS_TAG_PIECES 4096
-#define ZS_MAX_IN_FLIGHT (ZS_SHM_FLAG_RING / 2)
+#define ZS_TAG_PIECES_MAX 4096
+/* Every operation launched lies within this many sequence numbers of the oldest unfinished one (not
+ * merely this many unfinished operations: one slow operation may be followed by thousands of quick
+ * ones). Half the flag ring, so a slot is reused only when no rank can still read its old value; the
+ * same window gives every operation in flight its own block of MPI tags. */
+#define ZS_COMM_WINDOW (ZS_SHM_FLAG_RING / 2)
 
 enum req_kind { REQ_RS, REQ_AG, REQ_AR };
-enum req_stage { ST_RS_RUN, ST_RS_DRAIN, ST_AG_START, ST_AG_RUN, ST_AG_DRAIN, ST_DONE };
+enum req_stage { ST_CHECK, ST_RS_RUN, ST_RS_DRAIN, ST_AG_START, ST_AG_RUN, ST_AG_DRAIN, ST_DONE };
 
 struct scratch {
     struct scratch *next;
@@ -31,23 +35,37 @@ struct scratch {
 struct rs_slot {
     bool active;
     int64_t off, len;
-    struct scratch *tmp;
-    int32_t piece;
-    MPI_Request *mr; /* 2 * remote peers */
+    struct scratch *tmp;  /* taken when the request is set up, so starting a piece cannot fail */
+    int64_t piece;
+    MPI_Request *mr; /* receive, send per peer reached by MPI */
     int nmr;
+};
+
+/* What a rank sends its remote peers before an operation's data: the MPI path's zs_shm_desc. */
+struct op_header {
+    uint64_t seq;
+    struct zs_shm_desc d;
 };
 
 struct zs_comm_req {
     struct zs_comm_req *next;
     enum req_kind kind;
     enum req_stage stage;
-    uint32_t seq;          /* tag base and flag index, agreed by all ranks through call order */
+    uint64_t seq;          /* tag block and flag index, agreed by all ranks through call order; never wraps */
+    struct op_header hdr;  /* this rank's side of the operation */
+    struct op_header *hdr_in; /* one per remote peer, in rank order */
+    MPI_Request *hreq;     /* header receives, then sends */
+    int nremote;
+    bool hdr_sent;
+    bool local_check;      /* local peers' descriptors are compared through the shared flags */
+    bool clean;            /* ended before any data was posted: nothing can still touch it */
+    char why[512];         /* a mismatch found among local peers, reported once the headers are in */
     const char *src;       /* reduce-scatter input: N chunks of count elements of dt_in */
     char *out, *gbuf;      /* its output (dt_out); the all-gather buffer (dt_out) */
     zs_dtype dt_in, dt_out;
     size_t esz_in, esz_out;
     int64_t count, next_off;
-    int32_t next_piece;
+    int64_t next_piece;
     float scale;
     struct rs_slot slot[ZS_COMM_SLOTS];
     MPI_Request *agr;
@@ -55,20 +73,37 @@ struct zs_comm_req {
     bool shm;              /* local peers are read from the shared heap */
     bool remote;           /* some peer is reached by MPI */
     bool posted_seen, copied;
+    bool launched;
     const char **peer;     /* by global rank: that local peer's copy of the buffer, else NULL */
     zs_status err;
+};
+
+/* ZS_TEST_COMM_FAULT=SITE:SEQ:RANK[,...]: test hook making operation SEQ fail on global rank RANK at
+ * SITE: "new" (before anything is set up), "attach" (finding peers' copies of the buffer) or
+ * "progress" (the first advance after its data was posted, as a failing MPI call would). */
+enum fault_site { FAULT_NONE, FAULT_NEW, FAULT_ATTACH, FAULT_PROGRESS };
+#define ZS_COMM_FAULTS 4
+
+struct comm_fault {
+    enum fault_site site;
+    uint64_t seq;
 };
 
 struct zs_comm {
     MPI_Comm comm;
     int32_t rank, size;
     int64_t piece;
-    int tag_mod;
-    uint32_t seq;
+    int tag_ub, tag_pieces; /* tags: ZS_COMM_WINDOW blocks of tag_pieces (header + pieces) */
+    uint64_t seq;
     int32_t in_flight;
+    bool fail_next;        /* zs_comm_fail_next: publish the next operation as failed */
+    zs_status broken;      /* an operation failed after posting data: its peers cannot be trusted to match */
+    char broken_why[320];
+    struct comm_fault fault[ZS_COMM_FAULTS];
     struct scratch *free_scratch;
     uint64_t scratch_bytes;
     struct zs_comm_req *active;
+    struct zs_comm_req *dead; /* failed with sends or receives still pending: kept, never freed */
     struct zs_shm *shm;    /* NULL with the MPI backend */
     char desc[160];
 };
@@ -114,6 +149,63 @@ int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)
     return 0;
 }
 
+/* Test-only starting states, documented where they are read:
+ *   ZS_TEST_COMM_SEQ=N   the first operation's sequence number (to cross 2^32 in a short test);
+ *   ZS_TEST_TAG_UB=N     pretend MPI_TAG_UB is N (the MPI standard's minimum is 32767);
+ *   ZS_TEST_COMM_FAULT   see enum fault_site. */
+static void test_hooks_from_env(struct zs_comm *c)
+{
+    const char *seq = getenv("ZS_TEST_COMM_SEQ"), *ub = getenv("ZS_TEST_TAG_UB"), *f = getenv("ZS_TEST_COMM_FAULT");
+    int n = 0;
+
+    if (seq && *seq)
+        c->seq = strtoull(seq, NULL, 0);
+    if (ub && atoi(ub) > 0)
+        c->tag_ub = atoi(ub);
+    while (f && *f && n < ZS_COMM_FAULTS) {
+        char site[16];
+        unsigned long long at;
+        int rank, used = 0;
+
+        if (sscanf(f, "%15[a-z]:%llu:%d%n", site, &at, &rank, &used) != 3)
+            break;
+        if (rank == c->rank) {
+            c->fault[n].site = !strcmp(site, "new")      ? FAULT_NEW
+                             : !strcmp(site, "attach")   ? FAULT_ATTACH
+                             : !strcmp(site, "progress") ? FAULT_PROGRESS
+                                                         : FAULT_NONE;
+            c->fault[n++].seq = at;
+        }
+        f += used;
+        f += *f == ',';
+    }
+}
+
+/* True (once) when the test hook says operation seq fails here. */
+static bool fault_hit(struct zs_comm *c, enum fault_site site, uint64_t seq)
+{
+    for (int i = 0; i < ZS_COMM_FAULTS; i++)
+        if (c->fault[i].site == site && c->fault[i].seq == seq) {
+            c->fault[i].site = FAULT_NONE;
+            return true;
+        }
+    return false;
+}
+
+/* Each operation in flight gets a block of tags: its header, then its pieces. Fewer than two tags per
+ * block cannot work; fewer than the maximum only means pieces of one operation share tags more often,
+ * which MPI's in-order matching makes safe. */
+static zs_status tags_plan(struct zs_comm *c)
+{
+    int64_t per = ((int64_t)c->tag_ub + 1) / ZS_COMM_WINDOW;
+
+    if (per < 2)
+        return zs_fail(ZS_ERR_COMM, "comm: MPI_TAG_UB is %d; %d operations in flight need at least %d tags "
+                       "(a header and a piece each)", c->tag_ub, ZS_COMM_WINDOW, 2 * ZS_COMM_WINDOW);
+    c->tag_pieces = per < ZS_TAG_PIECES_MAX ? (int)per : ZS_TAG_PIECES_MAX;
+    return ZS_OK;
+}
+
 zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_comm_opts *opts)
 {
     struct zs_comm_opts none = {0};
@@ -135,10 +227,17 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
     MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &flag);
-    c->tag_mod = (flag && ub && *ub > 0) ? *ub : 32767;
+    c->tag_ub = (flag && ub && *ub > 0) ? *ub : 32767;
     c->piece = ZS_COMM_PIECE_DEFAULT;
     if (env && atoll(env) > 0)
         c->piece = atoll(env);
+    test_hooks_from_env(c);
+    st = tags_plan(c);
+    if (st) {
+        MPI_Comm_free(&c->comm);
+        free(c);
+        return st;
+    }
     if (opts->mode != ZS_COMM_MPI) {
         st = zs_shm_init(&c->shm, c->comm, opts->fake_node_size);
         if (st) {
@@ -159,12 +258,15 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
     return ZS_OK;
 }
 
+static void req_reap_dead(struct zs_comm *c);
+
 void zs_comm_free(struct zs_comm *c)
 {
     if (!c)
         return;
     while (c->active)
         zs_comm_wait(c, c->active);
+    req_reap_dead(c);
     while (c->free_scratch) {
         struct scratch *s = c->free_scratch;
         c->free_scratch = s->next;
@@ -188,17 +290,22 @@ uint64_t zs_comm_scratch_bytes(const struct zs_comm *c)
     return c->scratch_bytes;
 }
 
-void *zs_comm_alloc(struct zs_comm *c, size_t bytes)
+void *zs_comm_alloc_agreed(struct zs_comm *c, size_t bytes, bool local_ok)
 {
     void *p = NULL;
     size_t sz = (bytes + 63) / 64 * 64;
 
     if (c->shm)
-        return zs_shm_alloc(c->shm, bytes);
-    if (posix_memalign(&p, 64, sz ? sz : 64))
+        return zs_shm_alloc(c->shm, bytes, local_ok);
+    if (!local_ok || posix_memalign(&p, 64, sz ? sz : 64))
         return NULL;
     memset(p, 0, sz);
     return p;
+}
+
+void *zs_comm_alloc(struct zs_comm *c, size_t bytes)
+{
+    return zs_comm_alloc_agreed(c, bytes, true);
 }
 
 void zs_comm_release(struct zs_comm *c, void *p)
@@ -221,11 +328,18 @@ static void relax(uint32_t spins)
         __builtin_ia32_pause();
 }
 
-static int piece_tag(const struct zs_comm *c, uint32_t seq, int32_t piece)
+/* Operations in flight differ modulo ZS_COMM_WINDOW, so their blocks never overlap; an operation and
+ * the one a window later share a block, but every rank posts the older one's messages first, and MPI
+ * matches messages of one source, tag and communicator in the order they were posted. Pieces of one
+ * operation that share a tag are ordered the same way. */
+static int header_tag(const struct zs_comm *c, uint64_t seq)
 {
-    uint64_t t = (uint64_t)seq * ZS_TAG_PIECES + (uint64_t)(piece % ZS_TAG_PIECES);
+    return (int)(seq % ZS_COMM_WINDOW * (uint64_t)c->tag_pieces);
+}
 
-    return (int)(t % (uint64_t)c->tag_mod);
+static int piece_tag(const struct zs_comm *c, uint64_t seq, int64_t piece)
+{
+    return header_tag(c, seq) + 1 + (int)((uint64_t)piece % (uint64_t)(c->tag_pieces - 1));
 }
 
 static bool is_local(const struct zs_comm_req *q, int32_t j)
@@ -271,19 +385,12 @@ static zs_status rs_start_piece(struct zs_comm *c, struct zs_comm_req *q, struct
     sl->len = q->count - q->next_off < c->piece ? q->count - q->next_off : c->piece;
     sl->piece = q->next_piece++;
     sl->nmr = 0;
+    sl->active = true; /* before posting: a failure part-way must still see what is pending */
     q->next_off += sl->len;
     tag = piece_tag(c, q->seq, sl->piece);
-    if (!sl->mr) {
-        sl->mr = calloc(2 * (size_t)n + 1, sizeof(MPI_Request));
-        if (!sl->mr)
-            return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
-    }
     for (int32_t j = 0; j < n; j++) {
         if (j == r || is_local(q, j))
             continue;
-        if (!sl->tmp && !(sl->tmp = scratch_get(c)))
-            return zs_fail(ZS_ERR_NOMEM, "comm: out of memory for a %lld-element scratch buffer",
-                           (long long)((n - 1) * c->piece));
         char *dst = (char *)sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len * q->esz_in;
         int bytes = (int)((size_t)sl->len * q->esz_in);
         int rc = MPI_Irecv(dst, bytes, MPI_BYTE, j, tag, c->comm, &sl->mr[sl->nmr++]);
@@ -294,7 +401,6 @@ static zs_status rs_start_piece(struct zs_comm *c, struct zs_comm_req *q, struct
         if (rc != MPI_SUCCESS)
             return mpi_fail(rc, "reduce-scatter send", j);
     }
-    sl->active = true;
     return ZS_OK;
 }
 
@@ -416,9 +522,6 @@ static zs_status rs_progress(struct zs_comm *c, struct zs_comm_req *q, bool bloc
                 continue;
             }
             rs_sum_piece(c, q, sl);
-            if (sl->tmp)
-                scratch_put(c, sl->tmp);
-            sl->tmp = NULL;
             sl->active = false;
             if (q->next_off < q->count) {
                 zs_status st = rs_start_piece(c, q, sl);
@@ -436,17 +539,18 @@ static zs_status rs_progress(struct zs_comm *c, struct zs_comm_req *q, bool bloc
 
 /* ---------------------------------------------------------------- all-gather */
 
-static zs_status ag_start(struct zs_comm *c, struct zs_comm_req *q, uint32_t seq)
+static int64_t ag_pieces(const struct zs_comm_req *q)
+{
+    return (q->count + ZS_COMM_AG_PIECE - 1) / ZS_COMM_AG_PIECE;
+}
+
+static zs_status ag_start(struct zs_comm *c, struct zs_comm_req *q, uint64_t seq)
 {
     int32_t n = c->size, r = c->rank;
-    int64_t pieces = (q->count + ZS_COMM_AG_PIECE - 1) / ZS_COMM_AG_PIECE;
-    int k = 0;
+    int64_t pieces = ag_pieces(q);
 
-    if (n == 1 || q->count == 0)
-        return ZS_OK;
-    q->agr = calloc((size_t)(2 * n * pieces), sizeof(MPI_Request));
     if (!q->agr)
-        return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
+        return ZS_OK;
     for (int64_t p = 0; p < pieces; p++) {
         int64_t off = p * ZS_COMM_AG_PIECE;
         int64_t elems = q->count - off < ZS_COMM_AG_PIECE ? q->count - off : ZS_COMM_AG_PIECE;
@@ -457,21 +561,20 @@ static zs_status ag_start(struct zs_comm *c, struct zs_comm_req *q, uint32_t seq
             if (j == r || is_local(q, j))
                 continue;
             int rc = MPI_Irecv(q->gbuf + ((size_t)j * (size_t)q->count + (size_t)off) * q->esz_out, len, MPI_BYTE, j,
-                               tag, c->comm, &q->agr[k++]);
+                               tag, c->comm, &q->agr[q->nagr++]);
             if (rc != MPI_SUCCESS)
                 return mpi_fail(rc, "all-gather receive", j);
             rc = MPI_Isend(q->gbuf + ((size_t)r * (size_t)q->count + (size_t)off) * q->esz_out, len, MPI_BYTE, j, tag,
-                           c->comm, &q->agr[k++]);
+                           c->comm, &q->agr[q->nagr++]);
             if (rc != MPI_SUCCESS)
                 return mpi_fail(rc, "all-gather send", j);
         }
     }
-    q->nagr = k;
     return ZS_OK;
 }
 
 /* Local peers' chunks are copied straight from their buffers once they are posted. */
-static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint32_t seq, bool block, bool *done)
+static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint64_t seq, bool block, bool *done)
 {
     int flag = 1, rc;
 
@@ -497,15 +600,147 @@ static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint32_t 
     return ZS_OK;
 }
 
+/* ---------------------------------------------------------------- checking an operation across ranks */
+
+static const char *kind_name(int32_t k)
+{
+    return k == REQ_RS ? "reduce-scatter" : k == REQ_AG ? "all-gather" : k == REQ_AR ? "all-reduce" : "?";
+}
+
+static const char *dtype_name(int32_t t)
+{
+    return t == ZS_DTYPE_FP32 ? "fp32" : t == ZS_DTYPE_BF16 ? "bf16" : t == ZS_DTYPE_FP16 ? "fp16" : "?";
+}
+
+static void desc_text(char *b, size_t n, const struct zs_shm_desc *d)
+{
+    char where[64] = "a plain buffer";
+
+    if (d->heap_off != UINT64_MAX)
+        snprintf(where, sizeof(where), "a shared-heap buffer at offset %llu:%llu",
+                 (unsigned long long)(d->heap_off >> 48), (unsigned long long)(d->heap_off & ((1ull << 48) - 1)));
+    snprintf(b, n, "%s of %llu %s%s%s on %s", kind_name(d->kind), (unsigned long long)d->count,
+             dtype_name(d->dt_in), d->dt_out != d->dt_in ? " to " : "", d->dt_out != d->dt_in ? dtype_name(d->dt_out) : "",
+             where);
+}
+
+/* Local peers also compare where the buffer is: zero copy reads a peer's buffer at the same offset. */
+static bool desc_same(const struct zs_shm_desc *a, const struct zs_shm_desc *b, bool heap)
+{
+    return a->kind == b->kind && a->count == b->count && a->dt_in == b->dt_in && a->dt_out == b->dt_out &&
+           (!heap || a->heap_off == b->heap_off) && !a->failed && !b->failed;
+}
+
+/* One message for every way two ranks' views of operation seq can differ. */
+static void mismatch_text(char *b, size_t n, uint64_t seq, int32_t me, const struct zs_shm_desc *mine, int32_t peer,
+                          const struct zs_shm_desc *theirs)
+{
+    char t1[128], t2[128];
+
+    desc_text(t1, sizeof(t1), mine);
+    desc_text(t2, sizeof(t2), theirs);
+    if (mine->failed || theirs->failed)
+        snprintf(b, n, "comm: operation %llu (%s) cannot run: rank %d could not take part",
+                 (unsigned long long)seq, t1, mine->failed ? me : peer);
+    else
+        snprintf(b, n, "comm: operation %llu differs between ranks: rank %d issued %s, rank %d %s (every rank must "
+                 "issue the same collectives in the same order)", (unsigned long long)seq, me, t1, peer, t2);
+}
+
+/* Compares this rank's descriptor with every local peer's; a difference is kept in q->why and, through
+ * the failed flag of the header, told to the remote peers too, so that every rank ends the operation. */
+static void check_local(struct zs_comm *c, struct zs_comm_req *q)
+{
+    for (int32_t j = 0; j < c->size && !q->why[0]; j++) {
+        int32_t l = zs_shm_local_index(c->shm, j);
+        const struct zs_shm_desc *d = l >= 0 && j != c->rank ? zs_shm_peer_desc(c->shm, q->seq, l) : NULL;
+
+        if (d && !desc_same(&q->hdr.d, d, true))
+            mismatch_text(q->why, sizeof(q->why), q->seq, c->rank, &q->hdr.d, j, d);
+    }
+    if (!q->why[0] && q->hdr.d.failed)
+        mismatch_text(q->why, sizeof(q->why), q->seq, c->rank, &q->hdr.d, c->rank, &q->hdr.d);
+    if (q->why[0])
+        q->hdr.d.failed = 1;
+}
+
+static bool is_remote(const struct zs_comm *c, int32_t j)
+{
+    return j != c->rank && (!c->shm || zs_shm_local_index(c->shm, j) < 0);
+}
+
+static zs_status check_remote(struct zs_comm *c, struct zs_comm_req *q)
+{
+    for (int32_t j = 0, i = 0; j < c->size; j++) {
+        const struct op_header *h = &q->hdr_in[i];
+
+        if (!is_remote(c, j))
+            continue;
+        i++;
+        if (h->seq != q->seq)
+            snprintf(q->why, sizeof(q->why), "comm: rank %d sent operation %llu where this rank (%d) is at %llu",
+                     j, (unsigned long long)h->seq, c->rank, (unsigned long long)q->seq);
+        else if (!desc_same(&q->hdr.d, &h->d, false))
+            mismatch_text(q->why, sizeof(q->why), q->seq, c->rank, &q->hdr.d, j, &h->d);
+        if (q->why[0])
+            return zs_fail(ZS_ERR_COMM, "%s", q->why);
+    }
+    return ZS_OK;
+}
+
+/* Before any data moves: local peers' descriptors are read from the flags, then a header goes to each
+ * remote peer (after the local check, so it carries the node's verdict) and theirs are compared. A
+ * verdict against the operation is reached by every rank and leaves nothing pending (q->clean). */
+static zs_status check_progress(struct zs_comm *c, struct zs_comm_req *q, bool *done)
+{
+    int flag = 1;
+
+    *done = false;
+    if (!q->hdr_sent) {
+        if (q->local_check) {
+            if (!zs_shm_all_posted(c->shm, q->seq))
+                return ZS_OK;
+            check_local(c, q);
+        }
+        for (int32_t j = 0, i = 0; j < c->size; j++) {
+            if (!is_remote(c, j))
+                continue;
+            int rc = MPI_Isend(&q->hdr, sizeof(q->hdr), MPI_BYTE, j, header_tag(c, q->seq), c->comm,
+                               &q->hreq[2 * i++ + 1]);
+            if (rc != MPI_SUCCESS)
+                return mpi_fail(rc, "operation header send", j);
+        }
+        q->hdr_sent = true;
+    }
+    if (q->nremote > 0 && MPI_Testall(2 * q->nremote, q->hreq, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+        return zs_fail(ZS_ERR_COMM, "comm: exchanging the header of operation %llu failed",
+                       (unsigned long long)q->seq);
+    if (!flag)
+        return ZS_OK;
+    *done = true;
+    q->clean = true; /* a verdict from here on leaves nothing pending */
+    if (q->why[0])
+        return zs_fail(ZS_ERR_COMM, "%s", q->why);
+    if (check_remote(c, q))
+        return ZS_ERR_COMM;
+    q->clean = false;
+    return ZS_OK;
+}
+
 /* ---------------------------------------------------------------- request life cycle */
 
 /* Zero copy needs the buffer in the shared heap; then every local peer's copy is found by offset.
- * The heap is symmetric, so every rank of the node reaches the same verdict. */
+ * The heap is symmetric, so every rank of the node reaches the same verdict (and the descriptors
+ * check that it did). */
 static zs_status attach_peers(struct zs_comm *c, struct zs_comm_req *q, const void *buf, size_t esz)
 {
     size_t bytes = (size_t)q->count * (size_t)c->size * esz;
 
     q->remote = c->size > 1;
+    q->hdr.d.heap_off = UINT64_MAX;
+    if (fault_hit(c, FAULT_ATTACH, c->seq))
+        return zs_fail(ZS_ERR_NOMEM, "comm: test fault: operation %llu could not find its peers (ZS_TEST_COMM_FAULT)",
+                       (unsigned long long)c->seq);
     if (!c->shm || zs_shm_local_size(c->shm) == 1 || q->count == 0)
         return ZS_OK;
     q->peer = calloc((size_t)c->size, sizeof(*q->peer));
@@ -524,10 +759,110 @@ static zs_status attach_peers(struct zs_comm *c, struct zs_comm_req *q, const vo
     }
     q->shm = true;
     q->remote = zs_shm_local_size(c->shm) < c->size;
+    q->hdr.d.heap_off = zs_shm_offset(c->shm, buf, bytes);
     return ZS_OK;
 }
 
-static void req_unlink_free(struct zs_comm *c, struct zs_comm_req *q)
+static MPI_Request *requests_new(size_t n)
+{
+    MPI_Request *r = malloc((n ? n : 1) * sizeof(*r));
+
+    for (size_t i = 0; r && i < n; i++)
+        r[i] = MPI_REQUEST_NULL;
+    return r;
+}
+
+/* Everything an operation may need is taken here, before its sequence number: after that, only a
+ * failure of MPI itself can stop it part-way. */
+static zs_status req_buffers(struct zs_comm *c, struct zs_comm_req *q)
+{
+    int32_t mpi_peers = 0;
+
+    for (int32_t j = 0; j < c->size; j++) {
+        mpi_peers += j != c->rank && !is_local(q, j);
+        q->nremote += is_remote(c, j);
+    }
+    q->hdr_in = calloc((size_t)q->nremote + 1, sizeof(*q->hdr_in));
+    q->hreq = requests_new(2 * (size_t)q->nremote);
+    if (!q->hdr_in || !q->hreq)
+        goto nomem;
+    if (mpi_peers > 0 && q->kind != REQ_AG && q->count > 0) {
+        int64_t pieces = (q->count + c->piece - 1) / c->piece;
+        for (int s = 0; s < ZS_COMM_SLOTS && s < pieces; s++) {
+            q->slot[s].mr = requests_new(2 * (size_t)mpi_peers);
+            q->slot[s].tmp = scratch_get(c);
+            if (!q->slot[s].mr || !q->slot[s].tmp)
+                return zs_fail(ZS_ERR_NOMEM, "comm: out of memory for a %lld-element scratch buffer",
+                               (long long)((c->size - 1) * c->piece));
+        }
+    }
+    if (mpi_peers > 0 && q->kind != REQ_RS && q->count > 0) {
+        q->agr = requests_new(2 * (size_t)mpi_peers * (size_t)ag_pieces(q));
+        if (!q->agr)
+            goto nomem;
+    }
+    return ZS_OK;
+nomem:
+    return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
+}
+
+static void scratch_return(struct zs_comm *c, struct zs_comm_req *q)
+{
+    for (int s = 0; s < ZS_COMM_SLOTS; s++) {
+        if (q->slot[s].tmp)
+            scratch_put(c, q->slot[s].tmp);
+        q->slot[s].tmp = NULL;
+    }
+}
+
+static void req_free(struct zs_comm *c, struct zs_comm_req *q)
+{
+    scratch_return(c, q);
+    for (int s = 0; s < ZS_COMM_SLOTS; s++)
+        free(q->slot[s].mr);
+    free(q->agr);
+    free(q->hreq);
+    free(q->hdr_in);
+    free(q->peer);
+    free(q);
+}
+
+/* Requests are posted in pairs, receive then send. A receive is cancelled (it then either is cancelled
+ * or completes, and either way MPI is done with its buffer); a send is left to finish. True when none
+ * of the n is pending any more. */
+static bool settle_pairs(MPI_Request *r, int n)
+{
+    int flag = 0;
+
+    for (int i = 0; i < n; i += 2)
+        if (r[i] != MPI_REQUEST_NULL)
+            MPI_Cancel(&r[i]);
+    for (int tries = 0; tries < 1000; tries++) {
+        if (MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            return false;
+        if (flag)
+            return true;
+        sched_yield();
+    }
+    return false;
+}
+
+/* After a failure with messages posted: true when the network can no longer touch q's buffers. */
+static bool req_quiesce(struct zs_comm_req *q)
+{
+    bool idle = settle_pairs(q->hreq, 2 * q->nremote);
+
+    for (int s = 0; s < ZS_COMM_SLOTS; s++)
+        if (q->slot[s].mr)
+            idle &= settle_pairs(q->slot[s].mr, q->slot[s].nmr);
+    if (q->agr)
+        idle &= settle_pairs(q->agr, q->nagr);
+    return idle;
+}
+
+/* Off the active list, then freed; but a request that failed with messages still pending keeps its
+ * memory and scratch for good (on the dead list), since the network may yet write into them. */
+static void req_retire(struct zs_comm *c, struct zs_comm_req *q)
 {
     struct zs_comm_req **pp = &c->active;
 
@@ -537,38 +872,75 @@ static void req_unlink_free(struct zs_comm *c, struct zs_comm_req *q)
         *pp = q->next;
         c->in_flight--;
     }
-    for (int s = 0; s < ZS_COMM_SLOTS; s++) {
-        if (q->slot[s].tmp)
-            scratch_put(c, q->slot[s].tmp);
-        free(q->slot[s].mr);
+    if (q->err && !q->clean && !req_quiesce(q)) {
+        q->next = c->dead;
+        c->dead = q;
+        return;
     }
-    free(q->agr);
-    free(q->peer);
-    free(q);
+    req_free(c, q);
 }
 
-static int32_t count_unfinished(const struct zs_comm *c)
+static void req_reap_dead(struct zs_comm *c)
 {
-    int32_t n = 0;
+    struct zs_comm_req **pp = &c->dead;
 
-    for (const struct zs_comm_req *q = c->active; q; q = q->next)
-        n += q->stage != ST_DONE;
-    return n;
+    while (*pp) {
+        struct zs_comm_req *q = *pp;
+        if (req_quiesce(q)) {
+            *pp = q->next;
+            req_free(c, q);
+        } else {
+            pp = &q->next; /* still pending at the end: leaked on purpose rather than freed under MPI */
+        }
+    }
+}
+
+static zs_status broken_fail(const struct zs_comm *c)
+{
+    return zs_fail(c->broken, "comm: unusable after an earlier failure (%s)", c->broken_why);
+}
+
+static void mark_broken(struct zs_comm *c, zs_status st)
+{
+    if (c->broken)
+        return;
+    c->broken = st;
+    snprintf(c->broken_why, sizeof(c->broken_why), "%s", zs_last_error());
+}
+
+/* Waits until an operation spanning `span` sequence numbers fits in the window of the oldest unfinished
+ * one (see ZS_COMM_WINDOW). The active list is in launch order, so the first unfinished is the oldest. */
+static zs_status gate(struct zs_comm *c, uint64_t span)
+{
+    for (uint32_t spins = 1;; spins++) {
+        const struct zs_comm_req *o = c->active;
+
+        while (o && o->stage == ST_DONE)
+            o = o->next;
+        if (!o || c->seq + span - o->seq <= ZS_COMM_WINDOW)
+            return ZS_OK;
+        zs_status st = zs_comm_progress(c);
+        if (st)
+            return st;
+        relax(spins);
+    }
 }
 
 static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, const void *buf, zs_dtype dt_in,
                          zs_dtype dt_out, struct zs_comm_req **out)
 {
+    uint64_t span = kind == REQ_AR ? 2 : 1;
     struct zs_comm_req *q, **tail;
     zs_status st;
 
-    /* The flag ring must never wrap over an unfinished operation: past the limit, finish some first. */
-    while (count_unfinished(c) >= ZS_MAX_IN_FLIGHT) {
-        st = zs_comm_progress(c);
-        if (st)
-            return st;
-        sched_yield();
-    }
+    if (c->broken)
+        return broken_fail(c);
+    st = gate(c, span);
+    if (st)
+        return st;
+    if (fault_hit(c, FAULT_NEW, c->seq))
+        return zs_fail(ZS_ERR_NOMEM, "comm: test fault: operation %llu could not be set up (ZS_TEST_COMM_FAULT)",
+                       (unsigned long long)c->seq);
     q = calloc(1, sizeof(*q));
     if (!q)
         return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
@@ -579,13 +951,22 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     q->dt_out = dt_out;
     q->esz_in = dt_in == ZS_DTYPE_FP32 ? 4 : 2;
     q->esz_out = dt_out == ZS_DTYPE_FP32 ? 4 : 2;
-    q->stage = kind == REQ_AG ? ST_AG_START : ST_RS_RUN;
-    c->seq += kind == REQ_AR ? 2 : 1;
+    q->stage = ST_CHECK;
+    q->local_check = c->size > 1 && c->shm && zs_shm_local_size(c->shm) > 1;
     st = attach_peers(c, q, buf, kind == REQ_AG ? q->esz_out : q->esz_in);
+    if (!st)
+        st = req_buffers(c, q);
     if (st) {
-        free(q);
+        req_free(c, q);
         return st;
     }
+    /* Nothing can fail locally from here on: only now is the sequence number taken, so a rank that
+     * failed above has not drifted from its peers. */
+    c->seq += span;
+    q->hdr.seq = q->seq;
+    q->hdr.d = (struct zs_shm_desc){ .count = (uint64_t)count, .heap_off = q->hdr.d.heap_off, .kind = kind,
+                                     .dt_in = dt_in, .dt_out = dt_out, .failed = c->fail_next };
+    c->fail_next = false;
     for (tail = &c->active; *tail; tail = &(*tail)->next)
         ;
     *tail = q; /* oldest first */
@@ -594,18 +975,45 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     return ZS_OK;
 }
 
+void zs_comm_fail_next(struct zs_comm *c)
+{
+    c->fail_next = true;
+}
+
 static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool block)
 {
-    uint32_t ag_seq = q->kind == REQ_AR ? q->seq + 1 : q->seq, spins = 0;
+    uint64_t ag_seq = q->kind == REQ_AR ? q->seq + 1 : q->seq;
+    uint32_t spins = 0;
     zs_status st = ZS_OK;
     bool done;
 
-    while (!q->err && q->stage != ST_DONE) {
+    if (q->err || q->stage == ST_DONE)
+        return q->err;
+    if (c->broken) {
+        st = broken_fail(c);
+        goto out;
+    }
+    if (q->launched && q->stage != ST_CHECK && fault_hit(c, FAULT_PROGRESS, q->seq)) {
+        st = zs_fail(ZS_ERR_COMM, "comm: test fault: operation %llu failed in progress (ZS_TEST_COMM_FAULT)",
+                     (unsigned long long)q->seq);
+        goto out;
+    }
+    while (q->stage != ST_DONE) {
         switch (q->stage) {
+        case ST_CHECK:
+            st = check_progress(c, q, &done);
+            if (st)
+                goto out;
+            if (!done)
+                goto wait;
+            q->posted_seen = q->shm; /* the check saw every local peer post */
+            q->stage = q->kind == REQ_AG ? ST_AG_START : ST_RS_RUN;
+            break;
         case ST_RS_RUN:
             st = rs_progress(c, q, block);
             if (st || !rs_finished(q))
                 goto out;
+            scratch_return(c, q); /* every piece is in: nothing more will be received into it */
             if (q->shm)
                 zs_shm_done(c->shm, q->seq);
             q->stage = ST_RS_DRAIN;
@@ -621,7 +1029,7 @@ static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool bloc
             break;
         case ST_AG_START:
             if (q->shm)
-                zs_shm_post(c->shm, ag_seq);
+                zs_shm_post(c->shm, ag_seq, NULL);
             st = ag_start(c, q, ag_seq);
             if (st)
                 goto out;
@@ -652,9 +1060,39 @@ static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool bloc
         relax(++spins);
     }
 out:
-    if (st)
+    if (st) {
         q->err = st;
+        if (q->clean) /* agreed by every rank: this operation is over, the comm is fine */
+            q->stage = ST_DONE;
+        else
+            mark_broken(c, st);
+    }
     return q->err;
+}
+
+static zs_status post_headers(struct zs_comm *c, struct zs_comm_req *q)
+{
+    for (int32_t j = 0, i = 0; j < c->size; j++) {
+        if (!is_remote(c, j))
+            continue;
+        int rc = MPI_Irecv(&q->hdr_in[i], sizeof(q->hdr_in[i]), MPI_BYTE, j, header_tag(c, q->seq), c->comm,
+                           &q->hreq[2 * i]);
+        i++;
+        if (rc != MPI_SUCCESS)
+            return mpi_fail(rc, "operation header receive", j);
+    }
+    return ZS_OK;
+}
+
+static void local_reduce(struct zs_comm_req *q)
+{
+    float acc[ZS_SUM_BLOCK];
+
+    for (int64_t b0 = 0; b0 < q->count; b0 += ZS_SUM_BLOCK) {
+        int64_t bn = q->count - b0 < ZS_SUM_BLOCK ? q->count - b0 : ZS_SUM_BLOCK;
+        acc_block(acc, q->src + (size_t)b0 * q->esz_in, bn, q->dt_in, true);
+        store_block(q->out + (size_t)b0 * q->esz_out, acc, bn, q->scale, q->dt_out);
+    }
 }
 
 static zs_status req_launch(struct zs_comm *c, struct zs_comm_req *q, struct zs_comm_req **out)
@@ -662,22 +1100,27 @@ static zs_status req_launch(struct zs_comm *c, struct zs_comm_req *q, struct zs_
     zs_status st = ZS_OK;
 
     if (c->size == 1) {
-        if (q->kind != REQ_AG) {
-            float acc[ZS_SUM_BLOCK];
-            for (int64_t b0 = 0; b0 < q->count; b0 += ZS_SUM_BLOCK) {
-                int64_t bn = q->count - b0 < ZS_SUM_BLOCK ? q->count - b0 : ZS_SUM_BLOCK;
-                acc_block(acc, q->src + (size_t)b0 * q->esz_in, bn, q->dt_in, true);
-                store_block(q->out + (size_t)b0 * q->esz_out, acc, bn, q->scale, q->dt_out);
-            }
-        }
         q->stage = ST_DONE;
+        q->clean = true;
+        if (q->hdr.d.failed)
+            st = q->err = zs_fail(ZS_ERR_COMM, "comm: operation %llu (%s) cannot run: rank 0 could not take part",
+                                  (unsigned long long)q->seq, kind_name(q->kind));
+        else if (q->kind != REQ_AG)
+            local_reduce(q);
     } else {
-        if (q->shm) /* my data for this operation is ready: local peers may read it */
-            zs_shm_post(c->shm, q->seq);
-        st = req_advance(c, q, false);
+        if (q->local_check) /* my data and descriptor for this operation are ready: local peers may read them */
+            zs_shm_post(c->shm, q->seq, &q->hdr.d);
+        st = post_headers(c, q);
+        if (st)
+            q->err = st;
+        else
+            st = req_advance(c, q, false);
+        q->launched = true;
     }
     if (st) {
-        req_unlink_free(c, q);
+        if (!q->clean)
+            mark_broken(c, st);
+        req_retire(c, q);
         return st;
     }
     *out = q;
@@ -754,11 +1197,13 @@ zs_status zs_comm_all_reduce(struct zs_comm *c, float *buf, int64_t count, float
     return zs_comm_all_reduce_dt(c, buf, ZS_DTYPE_FP32, count, scale, req);
 }
 
+/* An operation that every rank agreed to end (q->clean) reports its error to its own test and wait
+ * only; any other failure stops everything. */
 zs_status zs_comm_progress(struct zs_comm *c)
 {
     for (struct zs_comm_req *q = c->active; q; q = q->next) {
         zs_status st = req_advance(c, q, false);
-        if (st)
+        if (st && !q->clean)
             return st;
     }
     return ZS_OK;
@@ -774,7 +1219,9 @@ zs_status zs_comm_test(struct zs_comm *c, struct zs_comm_req *req, bool *done)
 
 /* Completes and frees req. While waiting it advances every request, not just this one: a peer may be
  * waiting on an older operation that needs this rank's next piece or done flag, so waiting on one
- * request alone could deadlock when callers complete operations in different orders. */
+ * request alone could deadlock when callers complete operations in different orders. When another
+ * request fails meanwhile, this one cannot complete either: its receives are cancelled and, if
+ * anything is still pending, it is kept rather than freed (req_retire). */
 zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req)
 {
     zs_status st = ZS_OK;
@@ -788,7 +1235,11 @@ zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req)
             break;
         relax(spins);
     }
-    req_unlink_free(c, req);
+    if (req->stage == ST_DONE)
+        st = req->err;
+    else if (!req->err)
+        req->err = st;
+    req_retire(c, req);
     return st;
 }
 
