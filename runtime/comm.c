@@ -738,9 +738,9 @@ static zs_status attach_peers(struct zs_comm *c, struct zs_comm_req *q, const vo
 
     q->remote = c->size > 1;
     q->hdr.d.heap_off = UINT64_MAX;
-    if (fault_hit(c, FAULT_ATTACH, c->seq))
+    if (fault_hit(c, FAULT_ATTACH, q->seq))
         return zs_fail(ZS_ERR_NOMEM, "comm: test fault: operation %llu could not find its peers (ZS_TEST_COMM_FAULT)",
-                       (unsigned long long)c->seq);
+                       (unsigned long long)q->seq);
     if (!c->shm || zs_shm_local_size(c->shm) == 1 || q->count == 0)
         return ZS_OK;
     q->peer = calloc((size_t)c->size, sizeof(*q->peer));
