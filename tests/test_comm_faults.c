@@ -405,11 +405,14 @@ static void heap_round(struct zs_comm *c, const char *what, size_t bytes, bool l
     zs_comm_release(c, buf);
 }
 
-static void case_heap(void)
+/* only: "", or one of alloc, grow, budget (to run one part alone) */
+static void case_heap(const char *only)
 {
     struct zs_comm *c;
     float *keep;
 
+    if (*only && strcmp(only, "alloc"))
+        goto grow;
     setenv("ZS_TEST_SHM_FAULT", "alloc:1:1", 1); /* rank 1's second allocation */
     c = open_comm("shm");
     unsetenv("ZS_TEST_SHM_FAULT");
@@ -418,6 +421,9 @@ static void case_heap(void)
     zs_comm_release(c, keep);
     zs_comm_free(c);
 
+grow:
+    if (*only && strcmp(only, "grow"))
+        goto budget;
     setenv("ZS_TEST_SHM_FAULT", "grow:1:1", 1); /* rank 1's second growth of the heap */
     c = open_comm("shm");
     unsetenv("ZS_TEST_SHM_FAULT");
@@ -426,6 +432,9 @@ static void case_heap(void)
     zs_comm_release(c, keep);
     zs_comm_free(c);
 
+budget:
+    if (*only && strcmp(only, "budget"))
+        return;
     c = open_comm("shm");
     heap_round(c, "rank 1's budget, growing", (size_t)1 << 20, rank != 1); /* the first allocation grows */
     heap_round(c, "rank 1's budget, in place", (size_t)1 << 16, rank != 1);
@@ -478,9 +487,12 @@ int main(int argc, char **argv)
         case_errors_drift("shm");
         case_errors_pending();
     } else if (!strcmp(which, "heap")) {
-        case_heap();
-        case_fail_next("mpi");
-        case_fail_next("shm");
+        const char *only = argc > 2 ? argv[2] : "";
+        case_heap(only);
+        if (!*only || !strcmp(only, "fail_next")) {
+            case_fail_next("mpi");
+            case_fail_next("shm");
+        }
     } else {
         CHECK(0, "unknown case '%s' (window, wrap, tags, mismatch, errors, heap)", which);
     }
