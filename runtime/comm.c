@@ -782,10 +782,12 @@ static zs_status req_buffers(struct zs_comm *c, struct zs_comm_req *q)
         mpi_peers += j != c->rank && !is_local(q, j);
         q->nremote += is_remote(c, j);
     }
-    q->hdr_in = calloc((size_t)q->nremote + 1, sizeof(*q->hdr_in));
-    q->hreq = requests_new(2 * (size_t)q->nremote);
-    if (!q->hdr_in || !q->hreq)
-        goto nomem;
+    if (q->nremote > 0) {
+        q->hdr_in = calloc((size_t)q->nremote, sizeof(*q->hdr_in));
+        q->hreq = requests_new(2 * (size_t)q->nremote);
+        if (!q->hdr_in || !q->hreq)
+            goto nomem;
+    }
     if (mpi_peers > 0 && q->kind != REQ_AG && q->count > 0) {
         int64_t pieces = (q->count + c->piece - 1) / c->piece;
         for (int s = 0; s < ZS_COMM_SLOTS && s < pieces; s++) {
@@ -850,7 +852,7 @@ static bool settle_pairs(MPI_Request *r, int n)
 /* After a failure with messages posted: true when the network can no longer touch q's buffers. */
 static bool req_quiesce(struct zs_comm_req *q)
 {
-    bool idle = settle_pairs(q->hreq, 2 * q->nremote);
+    bool idle = !q->hreq || settle_pairs(q->hreq, 2 * q->nremote);
 
     for (int s = 0; s < ZS_COMM_SLOTS; s++)
         if (q->slot[s].mr)

@@ -26,10 +26,15 @@ struct segment {
     struct block *used;
 };
 
+/* The descriptor shares the ready flag's cache line: a peer polling the flag has it in hand. */
+struct post_slot {
+    uint64_t posted;
+    struct zs_shm_desc desc;
+} __attribute__((aligned(64)));
+
 struct flags {
-    uint64_t posted[ZS_SHM_FLAG_RING];
+    struct post_slot post[ZS_SHM_FLAG_RING];
     uint64_t done[ZS_SHM_FLAG_RING];
-    struct zs_shm_desc desc[ZS_SHM_FLAG_RING];
 };
 
 /* ZS_TEST_SHM_FAULT: which local failure to fake, on which global rank, at which call. */
@@ -420,8 +425,8 @@ uint64_t zs_shm_offset(const struct zs_shm *s, const void *p, size_t bytes)
 void zs_shm_post(struct zs_shm *s, uint64_t seq, const struct zs_shm_desc *d)
 {
     if (d)
-        s->mine->desc[seq % ZS_SHM_FLAG_RING] = *d; /* published by the release store below */
-    __atomic_store_n(&s->mine->posted[seq % ZS_SHM_FLAG_RING], seq + 1, __ATOMIC_RELEASE);
+        s->mine->post[seq % ZS_SHM_FLAG_RING].desc = *d; /* published by the release store below */
+    __atomic_store_n(&s->mine->post[seq % ZS_SHM_FLAG_RING].posted, seq + 1, __ATOMIC_RELEASE);
 }
 
 void zs_shm_done(struct zs_shm *s, uint64_t seq)
@@ -431,13 +436,13 @@ void zs_shm_done(struct zs_shm *s, uint64_t seq)
 
 const struct zs_shm_desc *zs_shm_peer_desc(const struct zs_shm *s, uint64_t seq, int32_t l)
 {
-    return &s->peer_flags[l]->desc[seq % ZS_SHM_FLAG_RING];
+    return &s->peer_flags[l]->post[seq % ZS_SHM_FLAG_RING].desc;
 }
 
 bool zs_shm_all_posted(const struct zs_shm *s, uint64_t seq)
 {
     for (int32_t l = 0; l < s->local_size; l++)
-        if (__atomic_load_n(&s->peer_flags[l]->posted[seq % ZS_SHM_FLAG_RING], __ATOMIC_ACQUIRE) < seq + 1)
+        if (__atomic_load_n(&s->peer_flags[l]->post[seq % ZS_SHM_FLAG_RING].posted, __ATOMIC_ACQUIRE) < seq + 1)
             return false;
     return true;
 }
