@@ -48,6 +48,7 @@ struct zs_shm {
     int32_t nsegs;
     uint64_t heap_bytes;
     MPI_Win flag_win;
+    void *flag_base;         /* the window; the flags start at the first 64-byte boundary in it */
     struct flags *mine;
     struct flags **peer_flags;
     int32_t world_rank;
@@ -134,6 +135,12 @@ static zs_status map_window(struct zs_shm *s, MPI_Win win, char *mine, char ***p
     return ZS_OK;
 }
 
+/* Shared windows come 8-byte aligned; the flag slots want whole cache lines. */
+static void *align64(void *p)
+{
+    return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
 zs_status zs_shm_init(struct zs_shm **out, MPI_Comm comm, int32_t fake)
 {
     struct zs_shm *s = calloc(1, sizeof(*s));
@@ -145,13 +152,16 @@ zs_status zs_shm_init(struct zs_shm **out, MPI_Comm comm, int32_t fake)
     st = node_layout(s, comm, fake);
     fault_from_env(s);
     if (!st) {
-        if (MPI_Win_allocate_shared((MPI_Aint)sizeof(struct flags), 1, MPI_INFO_NULL, s->node, &s->mine,
-                                    &s->flag_win) != MPI_SUCCESS)
+        if (MPI_Win_allocate_shared((MPI_Aint)(sizeof(struct flags) + 64), 1, MPI_INFO_NULL, s->node,
+                                    &s->flag_base, &s->flag_win) != MPI_SUCCESS)
             st = zs_fail(ZS_ERR_COMM, "comm: could not allocate the shared flags");
     }
     if (!st) {
+        s->mine = align64(s->flag_base);
         memset(s->mine, 0, sizeof(*s->mine));
-        st = map_window(s, s->flag_win, (char *)s->mine, &peers);
+        st = map_window(s, s->flag_win, s->flag_base, &peers);
+        for (int32_t l = 0; !st && l < s->local_size; l++) /* the same page offset in every process */
+            peers[l] = (char *)align64(peers[l]);
         s->peer_flags = (struct flags **)peers;
         MPI_Barrier(s->node); /* every rank's flags are zeroed before anyone reads them */
     }
@@ -186,7 +196,7 @@ void zs_shm_free(struct zs_shm *s)
         MPI_Win_unlock_all(s->flag_win);
         free(s->peer_flags);
     }
-    if (s->mine)
+    if (s->flag_base)
         MPI_Win_free(&s->flag_win);
     if (s->node != MPI_COMM_NULL && s->node)
         MPI_Comm_free(&s->node);
