@@ -9,116 +9,11 @@
 #include <string.h>
 
 #include "comm.h"
+#include "comm_impl.h" /* defines: struct zs_comm, struct zs_comm_req, piece_tag, zs_comm_check_progress */
 #include "convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
 #include "copy.h"    /* defines: zs_copy_stream */
 #include "error.h"
 #include "shm.h"
-
-#define ZS_COMM_PIECE_DEFAULT (1 << 18) /* elements per peer per piece: 1 MiB of fp32 */
-#define ZS_COMM_AG_PIECE (1 << 24)      /* all-gather messages stay well inside int counts */
-#define ZS_COMM_SLOTS 2                 /* reduce-scatter pieces in flight per request */
-#define ZS_TAG_PIECES_MAX 4096
-/* Every operation launched lies within this many sequence numbers of the oldest unfinished one (not
- * merely this many unfinished operations: one slow operation may be followed by thousands of quick
- * ones). Half the flag ring, so a slot is reused only when no rank can still read its old value; the
- * same window gives every operation in flight its own block of MPI tags. */
-#define ZS_COMM_WINDOW (ZS_SHM_FLAG_RING / 2)
-
-enum req_kind { REQ_RS, REQ_AG, REQ_AR };
-enum req_stage { ST_CHECK, ST_RS_RUN, ST_RS_DRAIN, ST_AG_START, ST_AG_RUN, ST_AG_DRAIN, ST_DONE };
-
-struct scratch {
-    struct scratch *next;
-    float *data;
-};
-
-struct rs_slot {
-    bool active;
-    int64_t off, len;
-    struct scratch *tmp;  /* taken when the request is set up, so starting a piece cannot fail */
-    int64_t piece;
-    MPI_Request *mr; /* receive, send per peer reached by MPI */
-    int nmr;
-};
-
-/* What a rank sends its remote peers before an operation's data: the MPI path's zs_shm_desc. */
-struct op_header {
-    uint64_t seq;
-    struct zs_shm_desc d;
-};
-
-struct zs_comm_req {
-    struct zs_comm_req *next;
-    enum req_kind kind;
-    enum req_stage stage;
-    uint64_t seq;          /* tag block and flag index, agreed by all ranks through call order; never wraps */
-    struct op_header hdr;  /* this rank's side of the operation */
-    struct op_header *hdr_in; /* one per remote peer, in rank order */
-    MPI_Request *hreq;     /* header receives, then sends */
-    int nremote;
-    bool hdr_sent;
-    bool local_check;      /* local peers' descriptors are compared through the shared flags */
-    bool clean;            /* ended before any data was posted: nothing can still touch it */
-    char why[512];         /* a mismatch found among local peers, reported once the headers are in */
-    const char *src;       /* reduce-scatter input: N chunks of count elements of dt_in */
-    char *out, *gbuf;      /* its output (dt_out); the all-gather buffer (dt_out) */
-    zs_dtype dt_in, dt_out;
-    size_t esz_in, esz_out;
-    int64_t count, next_off;
-    int64_t next_piece;
-    float scale;
-    struct rs_slot slot[ZS_COMM_SLOTS];
-    MPI_Request *agr;
-    int nagr;
-    bool shm;              /* local peers are read from the shared heap */
-    bool remote;           /* some peer is reached by MPI */
-    bool posted_seen, copied;
-    bool launched;
-    const char **peer;     /* by global rank: that local peer's copy of the buffer, else NULL */
-    zs_status err;
-};
-
-/* ZS_TEST_COMM_FAULT=SITE:SEQ:RANK[,...]: test hook making operation SEQ fail on global rank RANK at
- * SITE: "new" (before anything is set up), "attach" (finding peers' copies of the buffer) or
- * "progress" (the first advance after its data was posted, as a failing MPI call would). */
-enum fault_site { FAULT_NONE, FAULT_NEW, FAULT_ATTACH, FAULT_PROGRESS };
-#define ZS_COMM_FAULTS 4
-
-struct comm_fault {
-    enum fault_site site;
-    uint64_t seq;
-};
-
-struct zs_comm {
-    MPI_Comm comm;
-    int32_t rank, size;
-    int64_t piece;
-    int tag_ub, tag_pieces; /* tags: ZS_COMM_WINDOW blocks of tag_pieces (header + pieces) */
-    uint64_t seq;
-    int32_t in_flight;
-    bool fail_next;        /* zs_comm_fail_next: publish the next operation as failed */
-    zs_status broken;      /* an operation failed after posting data: its peers cannot be trusted to match */
-    char broken_why[320];
-    struct comm_fault fault[ZS_COMM_FAULTS];
-    struct scratch *free_scratch;
-    uint64_t scratch_bytes;
-    struct zs_comm_req *active;
-    struct zs_comm_req *dead; /* failed with sends or receives still pending: kept, never freed */
-    struct zs_shm *shm;    /* NULL with the MPI backend */
-    char desc[160];
-};
-
-static zs_status mpi_fail(int rc, const char *what, int peer)
-{
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-
-    MPI_Error_string(rc, msg, &len);
-    msg[len] = '\0';
-    if (peer >= 0)
-        return zs_fail(ZS_ERR_COMM, "%s with rank %d failed: %s", what, peer, msg);
-    return zs_fail(ZS_ERR_COMM, "%s failed: %s", what, msg);
-}
 
 int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)
 {
@@ -149,63 +44,6 @@ int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)
     return 0;
 }
 
-/* Test-only starting states, documented where they are read:
- *   ZS_TEST_COMM_SEQ=N   the first operation's sequence number (to cross 2^32 in a short test);
- *   ZS_TEST_TAG_UB=N     pretend MPI_TAG_UB is N (the MPI standard's minimum is 32767);
- *   ZS_TEST_COMM_FAULT   see enum fault_site. */
-static void test_hooks_from_env(struct zs_comm *c)
-{
-    const char *seq = getenv("ZS_TEST_COMM_SEQ"), *ub = getenv("ZS_TEST_TAG_UB"), *f = getenv("ZS_TEST_COMM_FAULT");
-    int n = 0;
-
-    if (seq && *seq)
-        c->seq = strtoull(seq, NULL, 0);
-    if (ub && atoi(ub) > 0)
-        c->tag_ub = atoi(ub);
-    while (f && *f && n < ZS_COMM_FAULTS) {
-        char site[16];
-        unsigned long long at;
-        int rank, used = 0;
-
-        if (sscanf(f, "%15[a-z]:%llu:%d%n", site, &at, &rank, &used) != 3)
-            break;
-        if (rank == c->rank) {
-            c->fault[n].site = !strcmp(site, "new")      ? FAULT_NEW
-                             : !strcmp(site, "attach")   ? FAULT_ATTACH
-                             : !strcmp(site, "progress") ? FAULT_PROGRESS
-                                                         : FAULT_NONE;
-            c->fault[n++].seq = at;
-        }
-        f += used;
-        f += *f == ',';
-    }
-}
-
-/* True (once) when the test hook says operation seq fails here. */
-static bool fault_hit(struct zs_comm *c, enum fault_site site, uint64_t seq)
-{
-    for (int i = 0; i < ZS_COMM_FAULTS; i++)
-        if (c->fault[i].site == site && c->fault[i].seq == seq) {
-            c->fault[i].site = FAULT_NONE;
-            return true;
-        }
-    return false;
-}
-
-/* Each operation in flight gets a block of tags: its header, then its pieces. Fewer than two tags per
- * block cannot work; fewer than the maximum only means pieces of one operation share tags more often,
- * which MPI's in-order matching makes safe. */
-static zs_status tags_plan(struct zs_comm *c)
-{
-    int64_t per = ((int64_t)c->tag_ub + 1) / ZS_COMM_WINDOW;
-
-    if (per < 2)
-        return zs_fail(ZS_ERR_COMM, "comm: MPI_TAG_UB is %d; %d operations in flight need at least %d tags "
-                       "(a header and a piece each)", c->tag_ub, ZS_COMM_WINDOW, 2 * ZS_COMM_WINDOW);
-    c->tag_pieces = per < ZS_TAG_PIECES_MAX ? (int)per : ZS_TAG_PIECES_MAX;
-    return ZS_OK;
-}
-
 zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_comm_opts *opts)
 {
     struct zs_comm_opts none = {0};
@@ -221,7 +59,7 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
     rc = MPI_Comm_dup(parent, &c->comm);
     if (rc != MPI_SUCCESS) {
         free(c);
-        return mpi_fail(rc, "MPI_Comm_dup", -1);
+        return zs_comm_mpi_fail(rc, "MPI_Comm_dup", -1);
     }
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->comm, &c->rank);
@@ -231,8 +69,8 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
     c->piece = ZS_COMM_PIECE_DEFAULT;
     if (env && atoll(env) > 0)
         c->piece = atoll(env);
-    test_hooks_from_env(c);
-    st = tags_plan(c);
+    zs_comm_hooks_from_env(c);
+    st = zs_comm_tags_plan(c);
     if (st) {
         MPI_Comm_free(&c->comm);
         free(c);
@@ -328,20 +166,6 @@ static void relax(uint32_t spins)
         __builtin_ia32_pause();
 }
 
-/* Operations in flight differ modulo ZS_COMM_WINDOW, so their blocks never overlap; an operation and
- * the one a window later share a block, but every rank posts the older one's messages first, and MPI
- * matches messages of one source, tag and communicator in the order they were posted. Pieces of one
- * operation that share a tag are ordered the same way. */
-static int header_tag(const struct zs_comm *c, uint64_t seq)
-{
-    return (int)(seq % ZS_COMM_WINDOW * (uint64_t)c->tag_pieces);
-}
-
-static int piece_tag(const struct zs_comm *c, uint64_t seq, int64_t piece)
-{
-    return header_tag(c, seq) + 1 + (int)((uint64_t)piece % (uint64_t)(c->tag_pieces - 1));
-}
-
 static bool is_local(const struct zs_comm_req *q, int32_t j)
 {
     return q->shm && q->peer[j];
@@ -395,11 +219,11 @@ static zs_status rs_start_piece(struct zs_comm *c, struct zs_comm_req *q, struct
         int bytes = (int)((size_t)sl->len * q->esz_in);
         int rc = MPI_Irecv(dst, bytes, MPI_BYTE, j, tag, c->comm, &sl->mr[sl->nmr++]);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, "reduce-scatter receive", j);
+            return zs_comm_mpi_fail(rc, "reduce-scatter receive", j);
         rc = MPI_Isend(q->src + ((size_t)j * (size_t)q->count + (size_t)sl->off) * q->esz_in, bytes, MPI_BYTE, j,
                        tag, c->comm, &sl->mr[sl->nmr++]);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, "reduce-scatter send", j);
+            return zs_comm_mpi_fail(rc, "reduce-scatter send", j);
     }
     return ZS_OK;
 }
@@ -516,7 +340,7 @@ static zs_status rs_progress(struct zs_comm *c, struct zs_comm_req *q, bool bloc
                 rc = block && !q->shm ? MPI_Waitall(sl->nmr, sl->mr, MPI_STATUSES_IGNORE)
                                       : MPI_Testall(sl->nmr, sl->mr, &flag, MPI_STATUSES_IGNORE);
             if (rc != MPI_SUCCESS)
-                return mpi_fail(rc, "reduce-scatter", -1);
+                return zs_comm_mpi_fail(rc, "reduce-scatter", -1);
             if (!flag || (q->shm && !q->posted_seen)) {
                 waiting = true;
                 continue;
@@ -563,11 +387,11 @@ static zs_status ag_start(struct zs_comm *c, struct zs_comm_req *q, uint64_t seq
             int rc = MPI_Irecv(q->gbuf + ((size_t)j * (size_t)q->count + (size_t)off) * q->esz_out, len, MPI_BYTE, j,
                                tag, c->comm, &q->agr[q->nagr++]);
             if (rc != MPI_SUCCESS)
-                return mpi_fail(rc, "all-gather receive", j);
+                return zs_comm_mpi_fail(rc, "all-gather receive", j);
             rc = MPI_Isend(q->gbuf + ((size_t)r * (size_t)q->count + (size_t)off) * q->esz_out, len, MPI_BYTE, j, tag,
                            c->comm, &q->agr[q->nagr++]);
             if (rc != MPI_SUCCESS)
-                return mpi_fail(rc, "all-gather send", j);
+                return zs_comm_mpi_fail(rc, "all-gather send", j);
         }
     }
     return ZS_OK;
@@ -583,7 +407,7 @@ static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint64_t 
         rc = block && !q->shm ? MPI_Waitall(q->nagr, q->agr, MPI_STATUSES_IGNORE)
                               : MPI_Testall(q->nagr, q->agr, &flag, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, "all-gather", -1);
+            return zs_comm_mpi_fail(rc, "all-gather", -1);
     }
     if (q->shm && !q->copied) {
         if (!q->posted_seen)
@@ -600,133 +424,6 @@ static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint64_t 
     return ZS_OK;
 }
 
-/* ---------------------------------------------------------------- checking an operation across ranks */
-
-static const char *kind_name(int32_t k)
-{
-    return k == REQ_RS ? "reduce-scatter" : k == REQ_AG ? "all-gather" : k == REQ_AR ? "all-reduce" : "?";
-}
-
-static const char *dtype_name(int32_t t)
-{
-    return t == ZS_DTYPE_FP32 ? "fp32" : t == ZS_DTYPE_BF16 ? "bf16" : t == ZS_DTYPE_FP16 ? "fp16" : "?";
-}
-
-static void desc_text(char *b, size_t n, const struct zs_shm_desc *d)
-{
-    char where[64] = "a plain buffer";
-
-    if (d->heap_off != UINT64_MAX)
-        snprintf(where, sizeof(where), "a shared-heap buffer at offset %llu:%llu",
-                 (unsigned long long)(d->heap_off >> 48), (unsigned long long)(d->heap_off & ((1ull << 48) - 1)));
-    snprintf(b, n, "%s of %llu %s%s%s on %s", kind_name(d->kind), (unsigned long long)d->count,
-             dtype_name(d->dt_in), d->dt_out != d->dt_in ? " to " : "", d->dt_out != d->dt_in ? dtype_name(d->dt_out) : "",
-             where);
-}
-
-/* Local peers also compare where the buffer is: zero copy reads a peer's buffer at the same offset. */
-static bool desc_same(const struct zs_shm_desc *a, const struct zs_shm_desc *b, bool heap)
-{
-    return a->kind == b->kind && a->count == b->count && a->dt_in == b->dt_in && a->dt_out == b->dt_out &&
-           (!heap || a->heap_off == b->heap_off) && !a->failed && !b->failed;
-}
-
-/* One message for every way two ranks' views of operation seq can differ. */
-static void mismatch_text(char *b, size_t n, uint64_t seq, int32_t me, const struct zs_shm_desc *mine, int32_t peer,
-                          const struct zs_shm_desc *theirs)
-{
-    char t1[128], t2[128];
-
-    desc_text(t1, sizeof(t1), mine);
-    desc_text(t2, sizeof(t2), theirs);
-    if (mine->failed || theirs->failed)
-        snprintf(b, n, "comm: operation %llu (%s) cannot run: rank %d could not take part",
-                 (unsigned long long)seq, t1, mine->failed ? me : peer);
-    else
-        snprintf(b, n, "comm: operation %llu differs between ranks: rank %d issued %s, rank %d %s (every rank must "
-                 "issue the same collectives in the same order)", (unsigned long long)seq, me, t1, peer, t2);
-}
-
-/* Compares this rank's descriptor with every local peer's; a difference is kept in q->why and, through
- * the failed flag of the header, told to the remote peers too, so that every rank ends the operation. */
-static void check_local(struct zs_comm *c, struct zs_comm_req *q)
-{
-    for (int32_t j = 0; j < c->size && !q->why[0]; j++) {
-        int32_t l = zs_shm_local_index(c->shm, j);
-        const struct zs_shm_desc *d = l >= 0 && j != c->rank ? zs_shm_peer_desc(c->shm, q->seq, l) : NULL;
-
-        if (d && !desc_same(&q->hdr.d, d, true))
-            mismatch_text(q->why, sizeof(q->why), q->seq, c->rank, &q->hdr.d, j, d);
-    }
-    if (!q->why[0] && q->hdr.d.failed)
-        mismatch_text(q->why, sizeof(q->why), q->seq, c->rank, &q->hdr.d, c->rank, &q->hdr.d);
-    if (q->why[0])
-        q->hdr.d.failed = 1;
-}
-
-static bool is_remote(const struct zs_comm *c, int32_t j)
-{
-    return j != c->rank && (!c->shm || zs_shm_local_index(c->shm, j) < 0);
-}
-
-static zs_status check_remote(struct zs_comm *c, struct zs_comm_req *q)
-{
-    for (int32_t j = 0, i = 0; j < c->size; j++) {
-        const struct op_header *h = &q->hdr_in[i];
-
-        if (!is_remote(c, j))
-            continue;
-        i++;
-        if (h->seq != q->seq)
-            snprintf(q->why, sizeof(q->why), "comm: rank %d sent operation %llu where this rank (%d) is at %llu",
-                     j, (unsigned long long)h->seq, c->rank, (unsigned long long)q->seq);
-        else if (!desc_same(&q->hdr.d, &h->d, false))
-            mismatch_text(q->why, sizeof(q->why), q->seq, c->rank, &q->hdr.d, j, &h->d);
-        if (q->why[0])
-            return zs_fail(ZS_ERR_COMM, "%s", q->why);
-    }
-    return ZS_OK;
-}
-
-/* Before any data moves: local peers' descriptors are read from the flags, then a header goes to each
- * remote peer (after the local check, so it carries the node's verdict) and theirs are compared. A
- * verdict against the operation is reached by every rank and leaves nothing pending (q->clean). */
-static zs_status check_progress(struct zs_comm *c, struct zs_comm_req *q, bool *done)
-{
-    int flag = 1;
-
-    *done = false;
-    if (!q->hdr_sent) {
-        if (q->local_check) {
-            if (!zs_shm_all_posted(c->shm, q->seq))
-                return ZS_OK;
-            check_local(c, q);
-        }
-        for (int32_t j = 0, i = 0; j < c->size; j++) {
-            if (!is_remote(c, j))
-                continue;
-            int rc = MPI_Isend(&q->hdr, sizeof(q->hdr), MPI_BYTE, j, header_tag(c, q->seq), c->comm,
-                               &q->hreq[2 * i++ + 1]);
-            if (rc != MPI_SUCCESS)
-                return mpi_fail(rc, "operation header send", j);
-        }
-        q->hdr_sent = true;
-    }
-    if (q->nremote > 0 && MPI_Testall(2 * q->nremote, q->hreq, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-        return zs_fail(ZS_ERR_COMM, "comm: exchanging the header of operation %llu failed",
-                       (unsigned long long)q->seq);
-    if (!flag)
-        return ZS_OK;
-    *done = true;
-    q->clean = true; /* a verdict from here on leaves nothing pending */
-    if (q->why[0])
-        return zs_fail(ZS_ERR_COMM, "%s", q->why);
-    if (check_remote(c, q))
-        return ZS_ERR_COMM;
-    q->clean = false;
-    return ZS_OK;
-}
-
 /* ---------------------------------------------------------------- request life cycle */
 
 /* Zero copy needs the buffer in the shared heap; then every local peer's copy is found by offset.
@@ -738,7 +435,7 @@ static zs_status attach_peers(struct zs_comm *c, struct zs_comm_req *q, const vo
 
     q->remote = c->size > 1;
     q->hdr.d.heap_off = UINT64_MAX;
-    if (fault_hit(c, FAULT_ATTACH, q->seq))
+    if (zs_comm_fault_hit(c, FAULT_ATTACH, q->seq))
         return zs_fail(ZS_ERR_NOMEM, "comm: test fault: operation %llu could not find its peers (ZS_TEST_COMM_FAULT)",
                        (unsigned long long)q->seq);
     if (!c->shm || zs_shm_local_size(c->shm) == 1 || q->count == 0)
@@ -780,7 +477,7 @@ static zs_status req_buffers(struct zs_comm *c, struct zs_comm_req *q)
 
     for (int32_t j = 0; j < c->size; j++) {
         mpi_peers += j != c->rank && !is_local(q, j);
-        q->nremote += is_remote(c, j);
+        q->nremote += zs_comm_is_remote(c, j);
     }
     if (q->nremote > 0) {
         q->hdr_in = calloc((size_t)q->nremote, sizeof(*q->hdr_in));
@@ -829,39 +526,6 @@ static void req_free(struct zs_comm *c, struct zs_comm_req *q)
     free(q);
 }
 
-/* Requests are posted in pairs, receive then send. A receive is cancelled (it then either is cancelled
- * or completes, and either way MPI is done with its buffer); a send is left to finish. True when none
- * of the n is pending any more. */
-static bool settle_pairs(MPI_Request *r, int n)
-{
-    int flag = 0;
-
-    for (int i = 0; i < n; i += 2)
-        if (r[i] != MPI_REQUEST_NULL)
-            MPI_Cancel(&r[i]);
-    for (int tries = 0; tries < 1000; tries++) {
-        if (MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-            return false;
-        if (flag)
-            return true;
-        sched_yield();
-    }
-    return false;
-}
-
-/* After a failure with messages posted: true when the network can no longer touch q's buffers. */
-static bool req_quiesce(struct zs_comm_req *q)
-{
-    bool idle = !q->hreq || settle_pairs(q->hreq, 2 * q->nremote);
-
-    for (int s = 0; s < ZS_COMM_SLOTS; s++)
-        if (q->slot[s].mr)
-            idle &= settle_pairs(q->slot[s].mr, q->slot[s].nmr);
-    if (q->agr)
-        idle &= settle_pairs(q->agr, q->nagr);
-    return idle;
-}
-
 /* Off the active list, then freed; but a request that failed with messages still pending keeps its
  * memory and scratch for good (on the dead list), since the network may yet write into them. */
 static void req_retire(struct zs_comm *c, struct zs_comm_req *q)
@@ -874,7 +538,7 @@ static void req_retire(struct zs_comm *c, struct zs_comm_req *q)
         *pp = q->next;
         c->in_flight--;
     }
-    if (q->err && !q->clean && !req_quiesce(q)) {
+    if (q->err && !q->clean && !zs_comm_req_quiesce(q)) {
         q->next = c->dead;
         c->dead = q;
         return;
@@ -888,26 +552,13 @@ static void req_reap_dead(struct zs_comm *c)
 
     while (*pp) {
         struct zs_comm_req *q = *pp;
-        if (req_quiesce(q)) {
+        if (zs_comm_req_quiesce(q)) {
             *pp = q->next;
             req_free(c, q);
         } else {
             pp = &q->next; /* still pending at the end: leaked on purpose rather than freed under MPI */
         }
     }
-}
-
-static zs_status broken_fail(const struct zs_comm *c)
-{
-    return zs_fail(c->broken, "comm: unusable after an earlier failure (%s)", c->broken_why);
-}
-
-static void mark_broken(struct zs_comm *c, zs_status st)
-{
-    if (c->broken)
-        return;
-    c->broken = st;
-    snprintf(c->broken_why, sizeof(c->broken_why), "%s", zs_last_error());
 }
 
 /* Waits until an operation spanning `span` sequence numbers fits in the window of the oldest unfinished
@@ -936,11 +587,11 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     zs_status st;
 
     if (c->broken)
-        return broken_fail(c);
+        return zs_comm_broken_fail(c);
     st = gate(c, span);
     if (st)
         return st;
-    if (fault_hit(c, FAULT_NEW, c->seq))
+    if (zs_comm_fault_hit(c, FAULT_NEW, c->seq))
         return zs_fail(ZS_ERR_NOMEM, "comm: test fault: operation %llu could not be set up (ZS_TEST_COMM_FAULT)",
                        (unsigned long long)c->seq);
     q = calloc(1, sizeof(*q));
@@ -992,10 +643,10 @@ static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool bloc
     if (q->err || q->stage == ST_DONE)
         return q->err;
     if (c->broken) {
-        st = broken_fail(c);
+        st = zs_comm_broken_fail(c);
         goto out;
     }
-    if (q->launched && q->stage != ST_CHECK && fault_hit(c, FAULT_PROGRESS, q->seq)) {
+    if (q->launched && q->stage != ST_CHECK && zs_comm_fault_hit(c, FAULT_PROGRESS, q->seq)) {
         st = zs_fail(ZS_ERR_COMM, "comm: test fault: operation %llu failed in progress (ZS_TEST_COMM_FAULT)",
                      (unsigned long long)q->seq);
         goto out;
@@ -1003,7 +654,7 @@ static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool bloc
     while (q->stage != ST_DONE) {
         switch (q->stage) {
         case ST_CHECK:
-            st = check_progress(c, q, &done);
+            st = zs_comm_check_progress(c, q, &done);
             if (st)
                 goto out;
             if (!done)
@@ -1067,23 +718,9 @@ out:
         if (q->clean) /* agreed by every rank: this operation is over, the comm is fine */
             q->stage = ST_DONE;
         else
-            mark_broken(c, st);
+            zs_comm_mark_broken(c, st);
     }
     return q->err;
-}
-
-static zs_status post_headers(struct zs_comm *c, struct zs_comm_req *q)
-{
-    for (int32_t j = 0, i = 0; j < c->size; j++) {
-        if (!is_remote(c, j))
-            continue;
-        int rc = MPI_Irecv(&q->hdr_in[i], sizeof(q->hdr_in[i]), MPI_BYTE, j, header_tag(c, q->seq), c->comm,
-                           &q->hreq[2 * i]);
-        i++;
-        if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, "operation header receive", j);
-    }
-    return ZS_OK;
 }
 
 static void local_reduce(struct zs_comm_req *q)
@@ -1106,13 +743,13 @@ static zs_status req_launch(struct zs_comm *c, struct zs_comm_req *q, struct zs_
         q->clean = true;
         if (q->hdr.d.failed)
             st = q->err = zs_fail(ZS_ERR_COMM, "comm: operation %llu (%s) cannot run: rank 0 could not take part",
-                                  (unsigned long long)q->seq, kind_name(q->kind));
+                                  (unsigned long long)q->seq, zs_comm_kind_name(q->kind));
         else if (q->kind != REQ_AG)
             local_reduce(q);
     } else {
         if (q->local_check) /* my data and descriptor for this operation are ready: local peers may read them */
             zs_shm_post(c->shm, q->seq, &q->hdr.d);
-        st = post_headers(c, q);
+        st = zs_comm_post_headers(c, q);
         if (st)
             q->err = st;
         else
@@ -1121,7 +758,7 @@ static zs_status req_launch(struct zs_comm *c, struct zs_comm_req *q, struct zs_
     }
     if (st) {
         if (!q->clean)
-            mark_broken(c, st);
+            zs_comm_mark_broken(c, st);
         req_retire(c, q);
         return st;
     }
@@ -1255,7 +892,7 @@ zs_status zs_comm_bcast(struct zs_comm *c, void *buf, int64_t bytes, int32_t roo
         int len = bytes > (1 << 30) ? (1 << 30) : (int)bytes;
         int rc = MPI_Bcast(p, len, MPI_BYTE, root, c->comm);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, "broadcast", root);
+            return zs_comm_mpi_fail(rc, "broadcast", root);
         p += len;
         bytes -= len;
     }
@@ -1266,5 +903,5 @@ zs_status zs_comm_allgather_bytes(struct zs_comm *c, const void *mine, void *all
 {
     int rc = MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, c->comm);
 
-    return rc == MPI_SUCCESS ? ZS_OK : mpi_fail(rc, "all-gather", -1);
+    return rc == MPI_SUCCESS ? ZS_OK : zs_comm_mpi_fail(rc, "all-gather", -1);
 }
