@@ -135,8 +135,12 @@ void *zs_comm_alloc_agreed(struct zs_comm *c, size_t bytes, bool local_ok)
 
     if (c->shm)
         return zs_shm_alloc(c->shm, bytes, local_ok);
-    if (!local_ok || posix_memalign(&p, 64, sz ? sz : 64))
+    if (!local_ok)
         return NULL;
+    if (posix_memalign(&p, 64, sz ? sz : 64)) {
+        zs_fail(ZS_ERR_NOMEM, "comm: out of memory for a %zu-byte buffer", bytes);
+        return NULL;
+    }
     memset(p, 0, sz);
     return p;
 }
