@@ -54,11 +54,15 @@ static int64_t rs_wrong(const float *out, int64_t count, int op)
     return bad;
 }
 
+/* The backend named; a forced layout (ZS_FAKE_NODE_SIZE) is kept. */
 static struct zs_comm *open_comm(const char *mode)
 {
-    struct zs_comm_opts o = { .mode = !strcmp(mode, "mpi") ? ZS_COMM_MPI : ZS_COMM_SHM };
+    struct zs_comm_opts o;
     struct zs_comm *c = NULL;
+    char err[256];
 
+    CHECK(zs_comm_opts_from_env(&o, err, sizeof(err)) == 0, "%s", err);
+    o.mode = !strcmp(mode, "mpi") ? ZS_COMM_MPI : ZS_COMM_SHM;
     CHECK(zs_comm_init(&c, MPI_COMM_WORLD, &o) == ZS_OK, "%s", zs_last_error());
     return c;
 }
@@ -203,8 +207,8 @@ static void expect_both_fail(struct zs_comm *c, struct zs_comm_req *q1, struct z
     zs_status s2 = zs_comm_wait(c, q2);
     CHECK(s1 != ZS_OK && s2 != ZS_OK, "%s (issue 11 item 4): rank %d completed without an error (%d %d)", what, rank,
           (int)s1, (int)s2);
-    CHECK(s1 == ZS_OK || (strstr(msg, "rank 0") && strstr(msg, "rank 1")), "%s: the error names both ranks: %s", what,
-          msg);
+    CHECK(s1 == ZS_OK || world > 2 || (strstr(msg, "rank 0") && strstr(msg, "rank 1")),
+          "%s: the error names both ranks: %s", what, msg);
     if (rank == 0)
         printf("%s: %s\n", what, s1 ? msg : "(no error)");
 }
@@ -282,7 +286,9 @@ static void case_mismatch(const char *mode)
     CHECK(wait_or(c, q1, l1) != ZS_OK, "%s (issue 11 item 4): rank %d: no error", what, rank);
     if (rank == 0)
         printf("%s: %s\n", what, zs_last_error());
-    if (zs_comm_local_size(c) > 1) {
+    int local = zs_comm_local_size(c), most = 0;
+    MPI_Allreduce(&local, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); /* every rank takes part, or none */
+    if (most > 1) {
         fill(plain, count * world, 3);
         fill(a, count * world, 3);
         l1 = launch_rs(c, rank == 0 ? a : plain, ZS_DTYPE_FP32, count, &q1);
