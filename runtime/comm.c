@@ -84,6 +84,8 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
             return st;
         }
     }
+    for (int32_t j = 0; j < c->size; j++)
+        c->nremote += zs_comm_is_remote(c, j);
     if (!c->shm)
         snprintf(c->desc, sizeof(c->desc), "mpi (point-to-point between all %d ranks)", c->size);
     else if (zs_shm_nodes(c->shm) == 1)
@@ -479,10 +481,9 @@ static zs_status req_buffers(struct zs_comm *c, struct zs_comm_req *q)
 {
     int32_t mpi_peers = 0;
 
-    for (int32_t j = 0; j < c->size; j++) {
+    q->nremote = c->nremote;
+    for (int32_t j = 0; j < c->size; j++)
         mpi_peers += j != c->rank && !is_local(q, j);
-        q->nremote += zs_comm_is_remote(c, j);
-    }
     if (q->nremote > 0) {
         q->hdr_in = calloc((size_t)q->nremote, sizeof(*q->hdr_in));
         q->hreq = requests_new(2 * (size_t)q->nremote);
@@ -609,6 +610,7 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     q->esz_in = dt_in == ZS_DTYPE_FP32 ? 4 : 2;
     q->esz_out = dt_out == ZS_DTYPE_FP32 ? 4 : 2;
     q->stage = ST_CHECK;
+    q->bad_peer = -1;
     q->local_check = c->size > 1 && c->shm && zs_shm_local_size(c->shm) > 1;
     st = attach_peers(c, q, buf, kind == REQ_AG ? q->esz_out : q->esz_in);
     if (!st)

@@ -50,14 +50,14 @@ void zs_comm_hooks_from_env(struct zs_comm *c)
                              : !strcmp(site, "progress") ? FAULT_PROGRESS
                                                          : FAULT_NONE;
             c->fault[n++].seq = at;
+            c->faults = true;
         }
         f += used;
         f += *f == ',';
     }
 }
 
-/* True (once) when the test hook says operation seq fails here. */
-bool zs_comm_fault_hit(struct zs_comm *c, enum fault_site site, uint64_t seq)
+bool zs_comm_fault_find(struct zs_comm *c, enum fault_site site, uint64_t seq)
 {
     for (int i = 0; i < ZS_COMM_FAULTS; i++)
         if (c->fault[i].site == site && c->fault[i].seq == seq) {
@@ -128,21 +128,32 @@ static void mismatch_text(char *b, size_t n, uint64_t seq, int32_t me, const str
                  "issue the same collectives in the same order)", (unsigned long long)seq, me, t1, peer, t2);
 }
 
-/* Compares this rank's descriptor with every local peer's; a difference is kept in q->why and, through
- * the failed flag of the header, told to the remote peers too, so that every rank ends the operation. */
+/* Compares this rank's descriptor with every local peer's; a difference is noted in q->bad_peer and, through
+ * the header, told to the remote peers too, so that every rank ends the operation. */
 static void check_local(struct zs_comm *c, struct zs_comm_req *q)
 {
-    for (int32_t j = 0; j < c->size && !q->why[0]; j++) {
+    for (int32_t j = 0; j < c->size && q->bad_peer < 0; j++) {
         int32_t l = zs_shm_local_index(c->shm, j);
-        const struct zs_shm_desc *d = l >= 0 && j != c->rank ? zs_shm_peer_desc(c->shm, q->seq, l) : NULL;
 
-        if (d && !desc_same(&q->hdr.d, d, true))
-            mismatch_text(q->why, sizeof(q->why), q->seq, c->rank, &q->hdr.d, j, d);
+        if (l >= 0 && j != c->rank && !desc_same(&q->hdr.d, zs_shm_peer_desc(c->shm, q->seq, l), true))
+            q->bad_peer = j;
     }
-    if (!q->why[0] && q->hdr.d.failed)
-        mismatch_text(q->why, sizeof(q->why), q->seq, c->rank, &q->hdr.d, c->rank, &q->hdr.d);
-    if (q->why[0])
-        q->hdr.d.failed = 1;
+    if (q->bad_peer < 0 && q->hdr.d.failed)
+        q->bad_peer = c->rank;
+    q->hdr.node_bad = q->bad_peer >= 0;
+}
+
+/* The local verdict, once every header is in (the peer's descriptor cannot change before this rank's
+ * operation ends: the window keeps its flag slot). */
+static zs_status local_fail(struct zs_comm *c, struct zs_comm_req *q)
+{
+    const struct zs_shm_desc *d = &q->hdr.d;
+    char msg[512];
+
+    if (q->bad_peer != c->rank)
+        d = zs_shm_peer_desc(c->shm, q->seq, zs_shm_local_index(c->shm, q->bad_peer));
+    mismatch_text(msg, sizeof(msg), q->seq, c->rank, &q->hdr.d, q->bad_peer, d);
+    return zs_fail(ZS_ERR_COMM, "%s", msg);
 }
 
 bool zs_comm_is_remote(const struct zs_comm *c, int32_t j)
@@ -152,21 +163,24 @@ bool zs_comm_is_remote(const struct zs_comm *c, int32_t j)
 
 static zs_status check_remote(struct zs_comm *c, struct zs_comm_req *q)
 {
-    for (int32_t j = 0, i = 0; j < c->size; j++) {
+    char msg[512] = "";
+
+    for (int32_t j = 0, i = 0; j < c->size && !msg[0]; j++) {
         const struct op_header *h = &q->hdr_in[i];
 
         if (!zs_comm_is_remote(c, j))
             continue;
         i++;
         if (h->seq != q->seq)
-            snprintf(q->why, sizeof(q->why), "comm: rank %d sent operation %llu where this rank (%d) is at %llu",
-                     j, (unsigned long long)h->seq, c->rank, (unsigned long long)q->seq);
+            snprintf(msg, sizeof(msg), "comm: rank %d sent operation %llu where this rank (%d) is at %llu", j,
+                     (unsigned long long)h->seq, c->rank, (unsigned long long)q->seq);
         else if (!desc_same(&q->hdr.d, &h->d, false))
-            mismatch_text(q->why, sizeof(q->why), q->seq, c->rank, &q->hdr.d, j, &h->d);
-        if (q->why[0])
-            return zs_fail(ZS_ERR_COMM, "%s", q->why);
+            mismatch_text(msg, sizeof(msg), q->seq, c->rank, &q->hdr.d, j, &h->d);
+        else if (h->node_bad)
+            snprintf(msg, sizeof(msg), "comm: operation %llu cannot run: rank %d found the ranks of its node "
+                     "disagreeing about it", (unsigned long long)q->seq, j);
     }
-    return ZS_OK;
+    return msg[0] ? zs_fail(ZS_ERR_COMM, "%s", msg) : ZS_OK;
 }
 
 /* Before any data moves: local peers' descriptors are read from the flags, then a header goes to each
@@ -183,7 +197,7 @@ zs_status zs_comm_check_progress(struct zs_comm *c, struct zs_comm_req *q, bool 
                 return ZS_OK;
             check_local(c, q);
         }
-        for (int32_t j = 0, i = 0; j < c->size; j++) {
+        for (int32_t j = 0, i = 0; q->nremote > 0 && j < c->size; j++) {
             if (!zs_comm_is_remote(c, j))
                 continue;
             int rc = MPI_Isend(&q->hdr, sizeof(q->hdr), MPI_BYTE, j, header_tag(c, q->seq), c->comm,
@@ -200,8 +214,8 @@ zs_status zs_comm_check_progress(struct zs_comm *c, struct zs_comm_req *q, bool 
         return ZS_OK;
     *done = true;
     q->clean = true; /* a verdict from here on leaves nothing pending */
-    if (q->why[0])
-        return zs_fail(ZS_ERR_COMM, "%s", q->why);
+    if (q->bad_peer >= 0)
+        return local_fail(c, q);
     if (check_remote(c, q))
         return ZS_ERR_COMM;
     q->clean = false;
@@ -210,6 +224,8 @@ zs_status zs_comm_check_progress(struct zs_comm *c, struct zs_comm_req *q, bool 
 
 zs_status zs_comm_post_headers(struct zs_comm *c, struct zs_comm_req *q)
 {
+    if (q->nremote == 0)
+        return ZS_OK;
     for (int32_t j = 0, i = 0; j < c->size; j++) {
         if (!zs_comm_is_remote(c, j))
             continue;

@@ -42,6 +42,7 @@ struct rs_slot {
 struct op_header {
     uint64_t seq;
     struct zs_shm_desc d;
+    int32_t node_bad, unused; /* ranks of the sender's node disagreed: the sender ends the operation */
 };
 
 struct zs_comm_req {
@@ -56,7 +57,7 @@ struct zs_comm_req {
     bool hdr_sent;
     bool local_check;      /* local peers' descriptors are compared through the shared flags */
     bool clean;            /* ended before any data was posted: nothing can still touch it */
-    char why[512];         /* a mismatch found among local peers, reported once the headers are in */
+    int32_t bad_peer;      /* a local peer (global rank) found to differ, or this rank when it failed; else -1 */
     const char *src;       /* reduce-scatter input: N chunks of count elements of dt_in */
     char *out, *gbuf;      /* its output (dt_out); the all-gather buffer (dt_out) */
     zs_dtype dt_in, dt_out;
@@ -97,6 +98,8 @@ struct zs_comm {
     zs_status broken;      /* an operation failed after posting data: its peers cannot be trusted to match */
     char broken_why[320];
     struct comm_fault fault[ZS_COMM_FAULTS];
+    bool faults;           /* any test fault planted on this rank */
+    int32_t nremote;       /* ranks reached only by MPI (not on this rank's node) */
     struct scratch *free_scratch;
     uint64_t scratch_bytes;
     struct zs_comm_req *active;
@@ -122,7 +125,13 @@ static inline int piece_tag(const struct zs_comm *c, uint64_t seq, int64_t piece
 /* comm_guard.c */
 zs_status zs_comm_mpi_fail(int rc, const char *what, int peer);
 void zs_comm_hooks_from_env(struct zs_comm *c);
-bool zs_comm_fault_hit(struct zs_comm *c, enum fault_site site, uint64_t seq);
+bool zs_comm_fault_find(struct zs_comm *c, enum fault_site site, uint64_t seq);
+
+/* True (once) when the test hook says operation seq fails here; one test when no hook is set. */
+static inline bool zs_comm_fault_hit(struct zs_comm *c, enum fault_site site, uint64_t seq)
+{
+    return c->faults && zs_comm_fault_find(c, site, seq);
+}
 zs_status zs_comm_tags_plan(struct zs_comm *c);
 const char *zs_comm_kind_name(int32_t kind);
 bool zs_comm_is_remote(const struct zs_comm *c, int32_t j);
