@@ -9,81 +9,11 @@
 #include <string.h>
 
 #include "comm.h"
+#include "comm_impl.h" /* defines: struct zs_comm, struct zs_comm_req, piece_tag, zs_comm_check_progress */
 #include "convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
 #include "copy.h"    /* defines: zs_copy_stream */
 #include "error.h"
 #include "shm.h"
-
-#define ZS_COMM_PIECE_DEFAULT (1 << 18) /* elements per peer per piece: 1 MiB of fp32 */
-#define ZS_COMM_AG_PIECE (1 << 24)      /* all-gather messages stay well inside int counts */
-#define ZS_COMM_SLOTS 2                 /* reduce-scatter pieces in flight per request */
-#define ZS_TAG_PIECES 4096
-#define ZS_MAX_IN_FLIGHT (ZS_SHM_FLAG_RING / 2)
-
-enum req_kind { REQ_RS, REQ_AG, REQ_AR };
-enum req_stage { ST_RS_RUN, ST_RS_DRAIN, ST_AG_START, ST_AG_RUN, ST_AG_DRAIN, ST_DONE };
-
-struct scratch {
-    struct scratch *next;
-    float *data;
-};
-
-struct rs_slot {
-    bool active;
-    int64_t off, len;
-    struct scratch *tmp;
-    int32_t piece;
-    MPI_Request *mr; /* 2 * remote peers */
-    int nmr;
-};
-
-struct zs_comm_req {
-    struct zs_comm_req *next;
-    enum req_kind kind;
-    enum req_stage stage;
-    uint32_t seq;          /* tag base and flag index, agreed by all ranks through call order */
-    const char *src;       /* reduce-scatter input: N chunks of count elements of dt_in */
-    char *out, *gbuf;      /* its output (dt_out); the all-gather buffer (dt_out) */
-    zs_dtype dt_in, dt_out;
-    size_t esz_in, esz_out;
-    int64_t count, next_off;
-    int32_t next_piece;
-    float scale;
-    struct rs_slot slot[ZS_COMM_SLOTS];
-    MPI_Request *agr;
-    int nagr;
-    bool shm;              /* local peers are read from the shared heap */
-    bool remote;           /* some peer is reached by MPI */
-    bool posted_seen, copied;
-    const char **peer;     /* by global rank: that local peer's copy of the buffer, else NULL */
-    zs_status err;
-};
-
-struct zs_comm {
-    MPI_Comm comm;
-    int32_t rank, size;
-    int64_t piece;
-    int tag_mod;
-    uint32_t seq;
-    int32_t in_flight;
-    struct scratch *free_scratch;
-    uint64_t scratch_bytes;
-    struct zs_comm_req *active;
-    struct zs_shm *shm;    /* NULL with the MPI backend */
-    char desc[160];
-};
-
-static zs_status mpi_fail(int rc, const char *what, int peer)
-{
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-
-    MPI_Error_string(rc, msg, &len);
-    msg[len] = '\0';
-    if (peer >= 0)
-        return zs_fail(ZS_ERR_COMM, "%s with rank %d failed: %s", what, peer, msg);
-    return zs_fail(ZS_ERR_COMM, "%s failed: %s", what, msg);
-}
 
 int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)
 {
@@ -129,16 +59,23 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
     rc = MPI_Comm_dup(parent, &c->comm);
     if (rc != MPI_SUCCESS) {
         free(c);
-        return mpi_fail(rc, "MPI_Comm_dup", -1);
+        return zs_comm_mpi_fail(rc, "MPI_Comm_dup", -1);
     }
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
     MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &flag);
-    c->tag_mod = (flag && ub && *ub > 0) ? *ub : 32767;
+    c->tag_ub = (flag && ub && *ub > 0) ? *ub : 32767;
     c->piece = ZS_COMM_PIECE_DEFAULT;
     if (env && atoll(env) > 0)
         c->piece = atoll(env);
+    zs_comm_hooks_from_env(c);
+    st = zs_comm_tags_plan(c);
+    if (st) {
+        MPI_Comm_free(&c->comm);
+        free(c);
+        return st;
+    }
     if (opts->mode != ZS_COMM_MPI) {
         st = zs_shm_init(&c->shm, c->comm, opts->fake_node_size);
         if (st) {
@@ -147,6 +84,8 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
             return st;
         }
     }
+    for (int32_t j = 0; j < c->size; j++)
+        c->nremote += zs_comm_is_remote(c, j);
     if (!c->shm)
         snprintf(c->desc, sizeof(c->desc), "mpi (point-to-point between all %d ranks)", c->size);
     else if (zs_shm_nodes(c->shm) == 1)
@@ -159,12 +98,15 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
     return ZS_OK;
 }
 
+static void req_reap_dead(struct zs_comm *c);
+
 void zs_comm_free(struct zs_comm *c)
 {
     if (!c)
         return;
     while (c->active)
         zs_comm_wait(c, c->active);
+    req_reap_dead(c);
     while (c->free_scratch) {
         struct scratch *s = c->free_scratch;
         c->free_scratch = s->next;
@@ -188,17 +130,26 @@ uint64_t zs_comm_scratch_bytes(const struct zs_comm *c)
     return c->scratch_bytes;
 }
 
-void *zs_comm_alloc(struct zs_comm *c, size_t bytes)
+void *zs_comm_alloc_agreed(struct zs_comm *c, size_t bytes, bool local_ok)
 {
     void *p = NULL;
     size_t sz = (bytes + 63) / 64 * 64;
 
     if (c->shm)
-        return zs_shm_alloc(c->shm, bytes);
-    if (posix_memalign(&p, 64, sz ? sz : 64))
+        return zs_shm_alloc(c->shm, bytes, local_ok);
+    if (!local_ok)
         return NULL;
+    if (posix_memalign(&p, 64, sz ? sz : 64)) {
+        zs_fail(ZS_ERR_NOMEM, "comm: out of memory for a %zu-byte buffer", bytes);
+        return NULL;
+    }
     memset(p, 0, sz);
     return p;
+}
+
+void *zs_comm_alloc(struct zs_comm *c, size_t bytes)
+{
+    return zs_comm_alloc_agreed(c, bytes, true);
 }
 
 void zs_comm_release(struct zs_comm *c, void *p)
@@ -219,13 +170,6 @@ static void relax(uint32_t spins)
         sched_yield();
     else
         __builtin_ia32_pause();
-}
-
-static int piece_tag(const struct zs_comm *c, uint32_t seq, int32_t piece)
-{
-    uint64_t t = (uint64_t)seq * ZS_TAG_PIECES + (uint64_t)(piece % ZS_TAG_PIECES);
-
-    return (int)(t % (uint64_t)c->tag_mod);
 }
 
 static bool is_local(const struct zs_comm_req *q, int32_t j)
@@ -271,30 +215,22 @@ static zs_status rs_start_piece(struct zs_comm *c, struct zs_comm_req *q, struct
     sl->len = q->count - q->next_off < c->piece ? q->count - q->next_off : c->piece;
     sl->piece = q->next_piece++;
     sl->nmr = 0;
+    sl->active = true; /* before posting: a failure part-way must still see what is pending */
     q->next_off += sl->len;
     tag = piece_tag(c, q->seq, sl->piece);
-    if (!sl->mr) {
-        sl->mr = calloc(2 * (size_t)n + 1, sizeof(MPI_Request));
-        if (!sl->mr)
-            return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
-    }
     for (int32_t j = 0; j < n; j++) {
         if (j == r || is_local(q, j))
             continue;
-        if (!sl->tmp && !(sl->tmp = scratch_get(c)))
-            return zs_fail(ZS_ERR_NOMEM, "comm: out of memory for a %lld-element scratch buffer",
-                           (long long)((n - 1) * c->piece));
         char *dst = (char *)sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len * q->esz_in;
         int bytes = (int)((size_t)sl->len * q->esz_in);
         int rc = MPI_Irecv(dst, bytes, MPI_BYTE, j, tag, c->comm, &sl->mr[sl->nmr++]);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, "reduce-scatter receive", j);
+            return zs_comm_mpi_fail(rc, "reduce-scatter receive", j);
         rc = MPI_Isend(q->src + ((size_t)j * (size_t)q->count + (size_t)sl->off) * q->esz_in, bytes, MPI_BYTE, j,
                        tag, c->comm, &sl->mr[sl->nmr++]);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, "reduce-scatter send", j);
+            return zs_comm_mpi_fail(rc, "reduce-scatter send", j);
     }
-    sl->active = true;
     return ZS_OK;
 }
 
@@ -410,15 +346,12 @@ static zs_status rs_progress(struct zs_comm *c, struct zs_comm_req *q, bool bloc
                 rc = block && !q->shm ? MPI_Waitall(sl->nmr, sl->mr, MPI_STATUSES_IGNORE)
                                       : MPI_Testall(sl->nmr, sl->mr, &flag, MPI_STATUSES_IGNORE);
             if (rc != MPI_SUCCESS)
-                return mpi_fail(rc, "reduce-scatter", -1);
+                return zs_comm_mpi_fail(rc, "reduce-scatter", -1);
             if (!flag || (q->shm && !q->posted_seen)) {
                 waiting = true;
                 continue;
             }
             rs_sum_piece(c, q, sl);
-            if (sl->tmp)
-                scratch_put(c, sl->tmp);
-            sl->tmp = NULL;
             sl->active = false;
             if (q->next_off < q->count) {
                 zs_status st = rs_start_piece(c, q, sl);
@@ -436,17 +369,18 @@ static zs_status rs_progress(struct zs_comm *c, struct zs_comm_req *q, bool bloc
 
 /* ---------------------------------------------------------------- all-gather */
 
-static zs_status ag_start(struct zs_comm *c, struct zs_comm_req *q, uint32_t seq)
+static int64_t ag_pieces(const struct zs_comm_req *q)
+{
+    return (q->count + ZS_COMM_AG_PIECE - 1) / ZS_COMM_AG_PIECE;
+}
+
+static zs_status ag_start(struct zs_comm *c, struct zs_comm_req *q, uint64_t seq)
 {
     int32_t n = c->size, r = c->rank;
-    int64_t pieces = (q->count + ZS_COMM_AG_PIECE - 1) / ZS_COMM_AG_PIECE;
-    int k = 0;
+    int64_t pieces = ag_pieces(q);
 
-    if (n == 1 || q->count == 0)
-        return ZS_OK;
-    q->agr = calloc((size_t)(2 * n * pieces), sizeof(MPI_Request));
     if (!q->agr)
-        return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
+        return ZS_OK;
     for (int64_t p = 0; p < pieces; p++) {
         int64_t off = p * ZS_COMM_AG_PIECE;
         int64_t elems = q->count - off < ZS_COMM_AG_PIECE ? q->count - off : ZS_COMM_AG_PIECE;
@@ -457,21 +391,20 @@ static zs_status ag_start(struct zs_comm *c, struct zs_comm_req *q, uint32_t seq
             if (j == r || is_local(q, j))
                 continue;
             int rc = MPI_Irecv(q->gbuf + ((size_t)j * (size_t)q->count + (size_t)off) * q->esz_out, len, MPI_BYTE, j,
-                               tag, c->comm, &q->agr[k++]);
+                               tag, c->comm, &q->agr[q->nagr++]);
             if (rc != MPI_SUCCESS)
-                return mpi_fail(rc, "all-gather receive", j);
+                return zs_comm_mpi_fail(rc, "all-gather receive", j);
             rc = MPI_Isend(q->gbuf + ((size_t)r * (size_t)q->count + (size_t)off) * q->esz_out, len, MPI_BYTE, j, tag,
-                           c->comm, &q->agr[k++]);
+                           c->comm, &q->agr[q->nagr++]);
             if (rc != MPI_SUCCESS)
-                return mpi_fail(rc, "all-gather send", j);
+                return zs_comm_mpi_fail(rc, "all-gather send", j);
         }
     }
-    q->nagr = k;
     return ZS_OK;
 }
 
 /* Local peers' chunks are copied straight from their buffers once they are posted. */
-static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint32_t seq, bool block, bool *done)
+static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint64_t seq, bool block, bool *done)
 {
     int flag = 1, rc;
 
@@ -480,7 +413,7 @@ static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint32_t 
         rc = block && !q->shm ? MPI_Waitall(q->nagr, q->agr, MPI_STATUSES_IGNORE)
                               : MPI_Testall(q->nagr, q->agr, &flag, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, "all-gather", -1);
+            return zs_comm_mpi_fail(rc, "all-gather", -1);
     }
     if (q->shm && !q->copied) {
         if (!q->posted_seen)
@@ -500,12 +433,17 @@ static zs_status ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint32_t 
 /* ---------------------------------------------------------------- request life cycle */
 
 /* Zero copy needs the buffer in the shared heap; then every local peer's copy is found by offset.
- * The heap is symmetric, so every rank of the node reaches the same verdict. */
+ * The heap is symmetric, so every rank of the node reaches the same verdict (and the descriptors
+ * check that it did). */
 static zs_status attach_peers(struct zs_comm *c, struct zs_comm_req *q, const void *buf, size_t esz)
 {
     size_t bytes = (size_t)q->count * (size_t)c->size * esz;
 
     q->remote = c->size > 1;
+    q->hdr.d.heap_off = UINT64_MAX;
+    if (zs_comm_fault_hit(c, FAULT_ATTACH, q->seq))
+        return zs_fail(ZS_ERR_NOMEM, "comm: test fault: operation %llu could not find its peers (ZS_TEST_COMM_FAULT)",
+                       (unsigned long long)q->seq);
     if (!c->shm || zs_shm_local_size(c->shm) == 1 || q->count == 0)
         return ZS_OK;
     q->peer = calloc((size_t)c->size, sizeof(*q->peer));
@@ -524,10 +462,78 @@ static zs_status attach_peers(struct zs_comm *c, struct zs_comm_req *q, const vo
     }
     q->shm = true;
     q->remote = zs_shm_local_size(c->shm) < c->size;
+    q->hdr.d.heap_off = zs_shm_offset(c->shm, buf, bytes);
     return ZS_OK;
 }
 
-static void req_unlink_free(struct zs_comm *c, struct zs_comm_req *q)
+static MPI_Request *requests_new(size_t n)
+{
+    MPI_Request *r = malloc((n ? n : 1) * sizeof(*r));
+
+    for (size_t i = 0; r && i < n; i++)
+        r[i] = MPI_REQUEST_NULL;
+    return r;
+}
+
+/* Everything an operation may need is taken here, before its sequence number: after that, only a
+ * failure of MPI itself can stop it part-way. */
+static zs_status req_buffers(struct zs_comm *c, struct zs_comm_req *q)
+{
+    int32_t mpi_peers = 0;
+
+    q->nremote = c->nremote;
+    for (int32_t j = 0; j < c->size; j++)
+        mpi_peers += j != c->rank && !is_local(q, j);
+    if (q->nremote > 0) {
+        q->hdr_in = calloc((size_t)q->nremote, sizeof(*q->hdr_in));
+        q->hreq = requests_new(2 * (size_t)q->nremote);
+        if (!q->hdr_in || !q->hreq)
+            goto nomem;
+    }
+    if (mpi_peers > 0 && q->kind != REQ_AG && q->count > 0) {
+        int64_t pieces = (q->count + c->piece - 1) / c->piece;
+        for (int s = 0; s < ZS_COMM_SLOTS && s < pieces; s++) {
+            q->slot[s].mr = requests_new(2 * (size_t)mpi_peers);
+            q->slot[s].tmp = scratch_get(c);
+            if (!q->slot[s].mr || !q->slot[s].tmp)
+                return zs_fail(ZS_ERR_NOMEM, "comm: out of memory for a %lld-element scratch buffer",
+                               (long long)((c->size - 1) * c->piece));
+        }
+    }
+    if (mpi_peers > 0 && q->kind != REQ_RS && q->count > 0) {
+        q->agr = requests_new(2 * (size_t)mpi_peers * (size_t)ag_pieces(q));
+        if (!q->agr)
+            goto nomem;
+    }
+    return ZS_OK;
+nomem:
+    return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
+}
+
+static void scratch_return(struct zs_comm *c, struct zs_comm_req *q)
+{
+    for (int s = 0; s < ZS_COMM_SLOTS; s++) {
+        if (q->slot[s].tmp)
+            scratch_put(c, q->slot[s].tmp);
+        q->slot[s].tmp = NULL;
+    }
+}
+
+static void req_free(struct zs_comm *c, struct zs_comm_req *q)
+{
+    scratch_return(c, q);
+    for (int s = 0; s < ZS_COMM_SLOTS; s++)
+        free(q->slot[s].mr);
+    free(q->agr);
+    free(q->hreq);
+    free(q->hdr_in);
+    free(q->peer);
+    free(q);
+}
+
+/* Off the active list, then freed; but a request that failed with messages still pending keeps its
+ * memory and scratch for good (on the dead list), since the network may yet write into them. */
+static void req_retire(struct zs_comm *c, struct zs_comm_req *q)
 {
     struct zs_comm_req **pp = &c->active;
 
@@ -537,38 +543,62 @@ static void req_unlink_free(struct zs_comm *c, struct zs_comm_req *q)
         *pp = q->next;
         c->in_flight--;
     }
-    for (int s = 0; s < ZS_COMM_SLOTS; s++) {
-        if (q->slot[s].tmp)
-            scratch_put(c, q->slot[s].tmp);
-        free(q->slot[s].mr);
+    if (q->err && !q->clean && !zs_comm_req_quiesce(q)) {
+        q->next = c->dead;
+        c->dead = q;
+        return;
     }
-    free(q->agr);
-    free(q->peer);
-    free(q);
+    req_free(c, q);
 }
 
-static int32_t count_unfinished(const struct zs_comm *c)
+static void req_reap_dead(struct zs_comm *c)
 {
-    int32_t n = 0;
+    struct zs_comm_req **pp = &c->dead;
 
-    for (const struct zs_comm_req *q = c->active; q; q = q->next)
-        n += q->stage != ST_DONE;
-    return n;
+    while (*pp) {
+        struct zs_comm_req *q = *pp;
+        if (zs_comm_req_quiesce(q)) {
+            *pp = q->next;
+            req_free(c, q);
+        } else {
+            pp = &q->next; /* still pending at the end: leaked on purpose rather than freed under MPI */
+        }
+    }
+}
+
+/* Waits until an operation spanning `span` sequence numbers fits in the window of the oldest unfinished
+ * one (see ZS_COMM_WINDOW). The active list is in launch order, so the first unfinished is the oldest. */
+static zs_status gate(struct zs_comm *c, uint64_t span)
+{
+    for (uint32_t spins = 1;; spins++) {
+        const struct zs_comm_req *o = c->active;
+
+        while (o && o->stage == ST_DONE)
+            o = o->next;
+        if (!o || c->seq + span - o->seq <= ZS_COMM_WINDOW)
+            return ZS_OK;
+        zs_status st = zs_comm_progress(c);
+        if (st)
+            return st;
+        relax(spins);
+    }
 }
 
 static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, const void *buf, zs_dtype dt_in,
                          zs_dtype dt_out, struct zs_comm_req **out)
 {
+    uint64_t span = kind == REQ_AR ? 2 : 1;
     struct zs_comm_req *q, **tail;
     zs_status st;
 
-    /* The flag ring must never wrap over an unfinished operation: past the limit, finish some first. */
-    while (count_unfinished(c) >= ZS_MAX_IN_FLIGHT) {
-        st = zs_comm_progress(c);
-        if (st)
-            return st;
-        sched_yield();
-    }
+    if (c->broken)
+        return zs_comm_broken_fail(c);
+    st = gate(c, span);
+    if (st)
+        return st;
+    if (zs_comm_fault_hit(c, FAULT_NEW, c->seq))
+        return zs_fail(ZS_ERR_NOMEM, "comm: test fault: operation %llu could not be set up (ZS_TEST_COMM_FAULT)",
+                       (unsigned long long)c->seq);
     q = calloc(1, sizeof(*q));
     if (!q)
         return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
@@ -579,13 +609,23 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     q->dt_out = dt_out;
     q->esz_in = dt_in == ZS_DTYPE_FP32 ? 4 : 2;
     q->esz_out = dt_out == ZS_DTYPE_FP32 ? 4 : 2;
-    q->stage = kind == REQ_AG ? ST_AG_START : ST_RS_RUN;
-    c->seq += kind == REQ_AR ? 2 : 1;
+    q->stage = ST_CHECK;
+    q->bad_peer = -1;
+    q->local_check = c->size > 1 && c->shm && zs_shm_local_size(c->shm) > 1;
     st = attach_peers(c, q, buf, kind == REQ_AG ? q->esz_out : q->esz_in);
+    if (!st)
+        st = req_buffers(c, q);
     if (st) {
-        free(q);
+        req_free(c, q);
         return st;
     }
+    /* Nothing can fail locally from here on: only now is the sequence number taken, so a rank that
+     * failed above has not drifted from its peers. */
+    c->seq += span;
+    q->hdr.seq = q->seq;
+    q->hdr.d = (struct zs_shm_desc){ .count = (uint64_t)count, .heap_off = q->hdr.d.heap_off, .kind = kind,
+                                     .dt_in = dt_in, .dt_out = dt_out, .failed = c->fail_next };
+    c->fail_next = false;
     for (tail = &c->active; *tail; tail = &(*tail)->next)
         ;
     *tail = q; /* oldest first */
@@ -594,18 +634,45 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     return ZS_OK;
 }
 
+void zs_comm_fail_next(struct zs_comm *c)
+{
+    c->fail_next = true;
+}
+
 static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool block)
 {
-    uint32_t ag_seq = q->kind == REQ_AR ? q->seq + 1 : q->seq, spins = 0;
+    uint64_t ag_seq = q->kind == REQ_AR ? q->seq + 1 : q->seq;
+    uint32_t spins = 0;
     zs_status st = ZS_OK;
     bool done;
 
-    while (!q->err && q->stage != ST_DONE) {
+    if (q->err || q->stage == ST_DONE)
+        return q->err;
+    if (c->broken) {
+        st = zs_comm_broken_fail(c);
+        goto out;
+    }
+    if (q->launched && q->stage != ST_CHECK && zs_comm_fault_hit(c, FAULT_PROGRESS, q->seq)) {
+        st = zs_fail(ZS_ERR_COMM, "comm: test fault: operation %llu failed in progress (ZS_TEST_COMM_FAULT)",
+                     (unsigned long long)q->seq);
+        goto out;
+    }
+    while (q->stage != ST_DONE) {
         switch (q->stage) {
+        case ST_CHECK:
+            st = zs_comm_check_progress(c, q, &done);
+            if (st)
+                goto out;
+            if (!done)
+                goto wait;
+            q->posted_seen = q->shm; /* the check saw every local peer post */
+            q->stage = q->kind == REQ_AG ? ST_AG_START : ST_RS_RUN;
+            break;
         case ST_RS_RUN:
             st = rs_progress(c, q, block);
             if (st || !rs_finished(q))
                 goto out;
+            scratch_return(c, q); /* every piece is in: nothing more will be received into it */
             if (q->shm)
                 zs_shm_done(c->shm, q->seq);
             q->stage = ST_RS_DRAIN;
@@ -621,7 +688,7 @@ static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool bloc
             break;
         case ST_AG_START:
             if (q->shm)
-                zs_shm_post(c->shm, ag_seq);
+                zs_shm_post(c->shm, ag_seq, NULL);
             st = ag_start(c, q, ag_seq);
             if (st)
                 goto out;
@@ -652,9 +719,25 @@ static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool bloc
         relax(++spins);
     }
 out:
-    if (st)
+    if (st) {
         q->err = st;
+        if (q->clean) /* agreed by every rank: this operation is over, the comm is fine */
+            q->stage = ST_DONE;
+        else
+            zs_comm_mark_broken(c, st);
+    }
     return q->err;
+}
+
+static void local_reduce(struct zs_comm_req *q)
+{
+    float acc[ZS_SUM_BLOCK];
+
+    for (int64_t b0 = 0; b0 < q->count; b0 += ZS_SUM_BLOCK) {
+        int64_t bn = q->count - b0 < ZS_SUM_BLOCK ? q->count - b0 : ZS_SUM_BLOCK;
+        acc_block(acc, q->src + (size_t)b0 * q->esz_in, bn, q->dt_in, true);
+        store_block(q->out + (size_t)b0 * q->esz_out, acc, bn, q->scale, q->dt_out);
+    }
 }
 
 static zs_status req_launch(struct zs_comm *c, struct zs_comm_req *q, struct zs_comm_req **out)
@@ -662,22 +745,27 @@ static zs_status req_launch(struct zs_comm *c, struct zs_comm_req *q, struct zs_
     zs_status st = ZS_OK;
 
     if (c->size == 1) {
-        if (q->kind != REQ_AG) {
-            float acc[ZS_SUM_BLOCK];
-            for (int64_t b0 = 0; b0 < q->count; b0 += ZS_SUM_BLOCK) {
-                int64_t bn = q->count - b0 < ZS_SUM_BLOCK ? q->count - b0 : ZS_SUM_BLOCK;
-                acc_block(acc, q->src + (size_t)b0 * q->esz_in, bn, q->dt_in, true);
-                store_block(q->out + (size_t)b0 * q->esz_out, acc, bn, q->scale, q->dt_out);
-            }
-        }
         q->stage = ST_DONE;
+        q->clean = true;
+        if (q->hdr.d.failed)
+            st = q->err = zs_fail(ZS_ERR_COMM, "comm: operation %llu (%s) cannot run: rank 0 could not take part",
+                                  (unsigned long long)q->seq, zs_comm_kind_name(q->kind));
+        else if (q->kind != REQ_AG)
+            local_reduce(q);
     } else {
-        if (q->shm) /* my data for this operation is ready: local peers may read it */
-            zs_shm_post(c->shm, q->seq);
-        st = req_advance(c, q, false);
+        if (q->local_check) /* my data and descriptor for this operation are ready: local peers may read them */
+            zs_shm_post(c->shm, q->seq, &q->hdr.d);
+        st = zs_comm_post_headers(c, q);
+        if (st)
+            q->err = st;
+        else
+            st = req_advance(c, q, false);
+        q->launched = true;
     }
     if (st) {
-        req_unlink_free(c, q);
+        if (!q->clean)
+            zs_comm_mark_broken(c, st);
+        req_retire(c, q);
         return st;
     }
     *out = q;
@@ -754,11 +842,13 @@ zs_status zs_comm_all_reduce(struct zs_comm *c, float *buf, int64_t count, float
     return zs_comm_all_reduce_dt(c, buf, ZS_DTYPE_FP32, count, scale, req);
 }
 
+/* An operation that every rank agreed to end (q->clean) reports its error to its own test and wait
+ * only; any other failure stops everything. */
 zs_status zs_comm_progress(struct zs_comm *c)
 {
     for (struct zs_comm_req *q = c->active; q; q = q->next) {
         zs_status st = req_advance(c, q, false);
-        if (st)
+        if (st && !q->clean)
             return st;
     }
     return ZS_OK;
@@ -774,7 +864,9 @@ zs_status zs_comm_test(struct zs_comm *c, struct zs_comm_req *req, bool *done)
 
 /* Completes and frees req. While waiting it advances every request, not just this one: a peer may be
  * waiting on an older operation that needs this rank's next piece or done flag, so waiting on one
- * request alone could deadlock when callers complete operations in different orders. */
+ * request alone could deadlock when callers complete operations in different orders. When another
+ * request fails meanwhile, this one cannot complete either: its receives are cancelled and, if
+ * anything is still pending, it is kept rather than freed (req_retire). */
 zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req)
 {
     zs_status st = ZS_OK;
@@ -788,7 +880,11 @@ zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req)
             break;
         relax(spins);
     }
-    req_unlink_free(c, req);
+    if (req->stage == ST_DONE)
+        st = req->err;
+    else if (!req->err)
+        req->err = st;
+    req_retire(c, req);
     return st;
 }
 
@@ -802,7 +898,7 @@ zs_status zs_comm_bcast(struct zs_comm *c, void *buf, int64_t bytes, int32_t roo
         int len = bytes > (1 << 30) ? (1 << 30) : (int)bytes;
         int rc = MPI_Bcast(p, len, MPI_BYTE, root, c->comm);
         if (rc != MPI_SUCCESS)
-            return mpi_fail(rc, "broadcast", root);
+            return zs_comm_mpi_fail(rc, "broadcast", root);
         p += len;
         bytes -= len;
     }
@@ -813,5 +909,5 @@ zs_status zs_comm_allgather_bytes(struct zs_comm *c, const void *mine, void *all
 {
     int rc = MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, c->comm);
 
-    return rc == MPI_SUCCESS ? ZS_OK : mpi_fail(rc, "all-gather", -1);
+    return rc == MPI_SUCCESS ? ZS_OK : zs_comm_mpi_fail(rc, "all-gather", -1);
 }

@@ -37,6 +37,10 @@ const char *zs_comm_describe(const struct zs_comm *c);
  * backend (every rank must make the same calls in the same order), else plain aligned memory.
  * Zero-filled. zs_comm_release frees it. */
 void *zs_comm_alloc(struct zs_comm *c, size_t bytes);
+/* The same, when this rank may already know it cannot allocate (local_ok false: its memory budget said
+ * no). The ranks of a node agree before the shared heap changes: if any cannot, every rank gets NULL
+ * (the error names the rank; none is set on the rank that refused, which has its own reason). */
+void *zs_comm_alloc_agreed(struct zs_comm *c, size_t bytes, bool local_ok);
 void zs_comm_release(struct zs_comm *c, void *p);
 void zs_comm_free(struct zs_comm *c);
 int32_t zs_comm_rank(const struct zs_comm *c);
@@ -67,6 +71,17 @@ zs_status zs_comm_reduce_scatter_dt(struct zs_comm *c, const void *buf, zs_dtype
 zs_status zs_comm_all_gather_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64_t count, struct zs_comm_req **req);
 zs_status zs_comm_all_reduce_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64_t count, float scale,
                                 struct zs_comm_req **req);
+
+/* This rank cannot take part in the next operation it launches (say its input could not be read): the
+ * operation still takes its place in the call order and tells every peer, no data moves, and its wait
+ * returns an error on every rank instead of leaving the peers waiting. */
+void zs_comm_fail_next(struct zs_comm *c);
+
+/* Every operation is checked across ranks before its data moves: a different kind, dtype or count at
+ * the same place in the call order, or a shared-heap buffer on one rank of a node and a plain one (or
+ * another heap offset) on another, ends it with an error on every rank naming both sides. An error
+ * after data was posted leaves the comm unusable (later calls say why); nothing the network or a peer
+ * may still write is freed. */
 
 /* Advances every outstanding request of c (explicit progress: the engine calls this from its API). */
 zs_status zs_comm_progress(struct zs_comm *c);

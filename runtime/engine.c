@@ -33,11 +33,10 @@ void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 
 void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 {
-    void *p;
-
-    if (!zs_budget_admit(ctx, bytes, cat_names[cat]))
-        return NULL;
-    p = zs_comm_alloc(ctx->comm, (size_t)bytes);
+    /* The budget is this rank's; the shared heap is the node's: a refusal here is put to the node, so
+     * that no peer allocates (or grows the heap, a collective) without this rank. */
+    bool admitted = zs_budget_admit(ctx, bytes, cat_names[cat]);
+    void *p = zs_comm_alloc_agreed(ctx->comm, (size_t)bytes, admitted);
 
     if (!p)
         return NULL;

@@ -2,6 +2,7 @@
  * The heap's allocator is deterministic (first fit over an offset-sorted free list), so identical call
  * sequences on every rank of a node give identical offsets: rank r finds peer l's copy of its buffer at
  * peer_base[l] + (p - my_base). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,10 +26,19 @@ struct segment {
     struct block *used;
 };
 
+/* The descriptor shares the ready flag's cache line: a peer polling the flag has it in hand. */
+struct post_slot {
+    uint64_t posted;
+    struct zs_shm_desc desc;
+} __attribute__((aligned(64)));
+
 struct flags {
-    uint64_t posted[ZS_SHM_FLAG_RING];
+    struct post_slot post[ZS_SHM_FLAG_RING];
     uint64_t done[ZS_SHM_FLAG_RING];
 };
+
+/* ZS_TEST_SHM_FAULT: which local failure to fake, on which global rank, at which call. */
+enum fault_site { FAULT_NONE, FAULT_ALLOC, FAULT_GROW };
 
 struct zs_shm {
     MPI_Comm node;
@@ -38,9 +48,31 @@ struct zs_shm {
     int32_t nsegs;
     uint64_t heap_bytes;
     MPI_Win flag_win;
+    void *flag_base;         /* the window; the flags start at the first 64-byte boundary in it */
     struct flags *mine;
     struct flags **peer_flags;
+    int32_t world_rank;
+    enum fault_site fault;
+    int64_t fault_at, nalloc, ngrow;
 };
+
+static void fault_from_env(struct zs_shm *s)
+{
+    const char *f = getenv("ZS_TEST_SHM_FAULT");
+    char site[8];
+    long long at;
+    int rank;
+
+    if (!f || sscanf(f, "%7[a-z]:%lld:%d", site, &at, &rank) != 3 || rank != s->world_rank)
+        return;
+    s->fault = !strcmp(site, "alloc") ? FAULT_ALLOC : !strcmp(site, "grow") ? FAULT_GROW : FAULT_NONE;
+    s->fault_at = at;
+}
+
+static bool fault_hit(struct zs_shm *s, enum fault_site site, int64_t n)
+{
+    return s->fault == site && s->fault_at == n;
+}
 
 static zs_status node_layout(struct zs_shm *s, MPI_Comm comm, int32_t fake)
 {
@@ -49,6 +81,7 @@ static zs_status node_layout(struct zs_shm *s, MPI_Comm comm, int32_t fake)
 
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
+    s->world_rank = rank;
     if (fake > 0) {
         color = rank / fake;
         if (MPI_Comm_split(comm, color, rank, &s->node) != MPI_SUCCESS)
@@ -102,6 +135,12 @@ static zs_status map_window(struct zs_shm *s, MPI_Win win, char *mine, char ***p
     return ZS_OK;
 }
 
+/* Shared windows come 8-byte aligned; the flag slots want whole cache lines. */
+static void *align64(void *p)
+{
+    return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
 zs_status zs_shm_init(struct zs_shm **out, MPI_Comm comm, int32_t fake)
 {
     struct zs_shm *s = calloc(1, sizeof(*s));
@@ -111,14 +150,18 @@ zs_status zs_shm_init(struct zs_shm **out, MPI_Comm comm, int32_t fake)
     if (!s)
         return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
     st = node_layout(s, comm, fake);
+    fault_from_env(s);
     if (!st) {
-        if (MPI_Win_allocate_shared((MPI_Aint)sizeof(struct flags), 1, MPI_INFO_NULL, s->node, &s->mine,
-                                    &s->flag_win) != MPI_SUCCESS)
+        if (MPI_Win_allocate_shared((MPI_Aint)(sizeof(struct flags) + 64), 1, MPI_INFO_NULL, s->node,
+                                    &s->flag_base, &s->flag_win) != MPI_SUCCESS)
             st = zs_fail(ZS_ERR_COMM, "comm: could not allocate the shared flags");
     }
     if (!st) {
+        s->mine = align64(s->flag_base);
         memset(s->mine, 0, sizeof(*s->mine));
-        st = map_window(s, s->flag_win, (char *)s->mine, &peers);
+        st = map_window(s, s->flag_win, s->flag_base, &peers);
+        for (int32_t l = 0; !st && l < s->local_size; l++) /* the same page offset in every process */
+            peers[l] = (char *)align64(peers[l]);
         s->peer_flags = (struct flags **)peers;
         MPI_Barrier(s->node); /* every rank's flags are zeroed before anyone reads them */
     }
@@ -153,7 +196,7 @@ void zs_shm_free(struct zs_shm *s)
         MPI_Win_unlock_all(s->flag_win);
         free(s->peer_flags);
     }
-    if (s->mine)
+    if (s->flag_base)
         MPI_Win_free(&s->flag_win);
     if (s->node != MPI_COMM_NULL && s->node)
         MPI_Comm_free(&s->node);
@@ -181,61 +224,155 @@ static struct block *block_new(size_t off, size_t size, struct block *next)
     return b;
 }
 
-static int grow(struct zs_shm *s, size_t bytes)
+/* The node's verdict on one heap step: every rank says whether it can go on and what it found, and all
+ * take the same branch. Without this a rank that failed alone would leave the heap's offsets different
+ * from its peers' (zero copy then reads the wrong memory) or skip a collective the others are in. */
+struct vote {
+    int64_t refuse;   /* lowest local rank that cannot go on, INT64_MAX when none */
+    int64_t need_lo, need_hi, fit_lo, fit_hi;
+};
+
+static zs_status vote_agree(struct zs_shm *s, bool ok, size_t need, bool fit, struct vote *v)
+{
+    int64_t mine[5] = { ok ? INT64_MAX : s->local_rank, (int64_t)need, -(int64_t)need, fit, -(int64_t)fit };
+    int64_t all[5];
+
+    if (MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MIN, s->node) != MPI_SUCCESS)
+        return zs_fail(ZS_ERR_COMM, "shared heap: the node's ranks could not agree on an allocation");
+    v->refuse = all[0];
+    v->need_lo = all[1];
+    v->need_hi = -all[2];
+    v->fit_lo = all[3];
+    v->fit_hi = -all[4];
+    return ZS_OK;
+}
+
+/* Adds a segment of at least `bytes`. Local bookkeeping is prepared first and the node votes before
+ * the window (a collective) is created, and again after mapping it, so either every rank has the new
+ * segment or none has. */
+static zs_status grow(struct zs_shm *s, size_t bytes)
 {
     size_t size = bytes > ZS_SHM_SEGMENT_MIN ? bytes : ZS_SHM_SEGMENT_MIN;
     struct segment *segs = realloc(s->segs, (size_t)(s->nsegs + 1) * sizeof(*segs)), *g;
-    char **peers;
+    struct block *all = NULL;
+    struct vote v;
+    char **peers = NULL;
+    bool ok;
+    zs_status st;
 
-    if (!segs)
-        return -1;
-    s->segs = segs;
-    g = &segs[s->nsegs];
+    if (segs)
+        s->segs = segs; /* only capacity: nsegs says what exists */
+    if (segs && !fault_hit(s, FAULT_GROW, s->ngrow))
+        all = block_new(0, size, NULL);
+    s->ngrow++;
+    st = vote_agree(s, all != NULL, size, true, &v);
+    if (!st && v.refuse != INT64_MAX)
+        st = zs_fail(ZS_ERR_NOMEM, "shared heap: local rank %lld could not grow the heap by %zu bytes; no rank "
+                     "did", (long long)v.refuse, size);
+    if (st)
+        goto out_free_block;
+    g = &s->segs[s->nsegs];
     memset(g, 0, sizeof(*g));
-    if (MPI_Win_allocate_shared((MPI_Aint)size, 1, MPI_INFO_NULL, s->node, &g->base, &g->win) != MPI_SUCCESS)
-        return -1;
-    if (map_window(s, g->win, g->base, &peers)) {
-        MPI_Win_free(&g->win);
-        return -1;
+    ok = MPI_Win_allocate_shared((MPI_Aint)size, 1, MPI_INFO_NULL, s->node, &g->base, &g->win) == MPI_SUCCESS;
+    if (ok && map_window(s, g->win, g->base, &peers)) {
+        free(peers);
+        peers = NULL;
+        ok = false;
+    }
+    st = vote_agree(s, ok, size, true, &v);
+    if (!st && v.refuse != INT64_MAX)
+        st = zs_fail(ZS_ERR_COMM, "shared heap: local rank %lld could not map a %zu-byte segment; no rank kept "
+                     "it", (long long)v.refuse, size);
+    if (st) {
+        if (peers) {
+            MPI_Win_unlock_all(g->win);
+            free(peers);
+        }
+        if (g->base)
+            MPI_Win_free(&g->win);
+        goto out_free_block;
     }
     g->peer = peers;
     g->size = size;
-    g->free_list = block_new(0, size, NULL);
+    g->free_list = all;
     s->nsegs++;
     s->heap_bytes += size;
-    return g->free_list ? 0 : -1;
+    return ZS_OK;
+
+out_free_block:
+    free(all);
+    return st;
 }
 
-void *zs_shm_alloc(struct zs_shm *s, size_t bytes)
+/* First fit over the segments in order: the same answer on every rank whose heap is the same. */
+static struct block **find_fit(struct zs_shm *s, size_t need, struct segment **seg)
+{
+    for (int32_t i = 0; i < s->nsegs; i++)
+        for (struct block **pp = &s->segs[i].free_list; *pp; pp = &(*pp)->next)
+            if ((*pp)->size >= need) {
+                *seg = &s->segs[i];
+                return pp;
+            }
+    return NULL;
+}
+
+/* Takes `need` bytes from the front of free block *pp, recording them in u. */
+static void *take(struct segment *g, struct block **pp, struct block *u, size_t need)
+{
+    struct block *b = *pp;
+
+    u->off = b->off;
+    u->size = need;
+    u->next = g->used;
+    g->used = u;
+    b->off += need;
+    b->size -= need;
+    if (b->size == 0) {
+        *pp = b->next;
+        free(b);
+    }
+    memset(g->base + u->off, 0, need);
+    return g->base + u->off;
+}
+
+void *zs_shm_alloc(struct zs_shm *s, size_t bytes, bool local_ok)
 {
     size_t need = (bytes + ZS_SHM_ALIGN - 1) / ZS_SHM_ALIGN * ZS_SHM_ALIGN;
+    struct segment *g = NULL;
+    struct block **pp, *u = NULL;
+    struct vote v;
+    zs_status st;
 
     if (need == 0)
         need = ZS_SHM_ALIGN;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int32_t i = 0; i < s->nsegs; i++) {
-            struct segment *g = &s->segs[i];
-            for (struct block **pp = &g->free_list; *pp; pp = &(*pp)->next) {
-                struct block *b = *pp;
-                if (b->size < need)
-                    continue;
-                struct block *u = block_new(b->off, need, g->used);
-                if (!u)
-                    return NULL;
-                g->used = u;
-                b->off += need;
-                b->size -= need;
-                if (b->size == 0) {
-                    *pp = b->next;
-                    free(b);
-                }
-                memset(g->base + u->off, 0, need);
-                return g->base + u->off;
-            }
-        }
-        if (pass == 0 && grow(s, need))
-            return NULL;
+    pp = find_fit(s, need, &g);
+    if (local_ok && !fault_hit(s, FAULT_ALLOC, s->nalloc))
+        u = block_new(0, 0, NULL);
+    s->nalloc++;
+    st = vote_agree(s, u != NULL, need, pp != NULL, &v);
+    if (st)
+        goto out_free;
+    if (v.refuse != INT64_MAX) {
+        if (local_ok) /* a rank that refused has its own reason, already recorded */
+            zs_fail(ZS_ERR_NOMEM, "shared heap: local rank %lld could not allocate %zu bytes; no rank did",
+                    (long long)v.refuse, need);
+        goto out_free;
     }
+    if (v.need_lo != v.need_hi || v.fit_lo != v.fit_hi) {
+        zs_fail(ZS_ERR_INVALID, "shared heap: the node's ranks asked for %lld to %lld bytes and %s; every rank "
+                "must make the same allocations in the same order", (long long)v.need_lo, (long long)v.need_hi,
+                v.fit_lo != v.fit_hi ? "their heaps differ" : "their heaps agree");
+        goto out_free;
+    }
+    if (!pp) { /* no rank has room: grow together, then the same first fit finds the new segment */
+        if (grow(s, need))
+            goto out_free;
+        pp = find_fit(s, need, &g);
+    }
+    return take(g, pp, u, need);
+
+out_free:
+    free(u);
     return NULL;
 }
 
@@ -285,9 +422,21 @@ const void *zs_shm_peer(const struct zs_shm *s, const void *p, size_t bytes, int
 
 /* ---------------------------------------------------------------- flags */
 
-void zs_shm_post(struct zs_shm *s, uint64_t seq)
+uint64_t zs_shm_offset(const struct zs_shm *s, const void *p, size_t bytes)
 {
-    __atomic_store_n(&s->mine->posted[seq % ZS_SHM_FLAG_RING], seq + 1, __ATOMIC_RELEASE);
+    for (int32_t i = 0; i < s->nsegs; i++) {
+        const struct segment *g = &s->segs[i];
+        if ((const char *)p >= g->base && (const char *)p + bytes <= g->base + g->size)
+            return (uint64_t)i << 48 | (uint64_t)((const char *)p - g->base);
+    }
+    return UINT64_MAX;
+}
+
+void zs_shm_post(struct zs_shm *s, uint64_t seq, const struct zs_shm_desc *d)
+{
+    if (d)
+        s->mine->post[seq % ZS_SHM_FLAG_RING].desc = *d; /* published by the release store below */
+    __atomic_store_n(&s->mine->post[seq % ZS_SHM_FLAG_RING].posted, seq + 1, __ATOMIC_RELEASE);
 }
 
 void zs_shm_done(struct zs_shm *s, uint64_t seq)
@@ -295,10 +444,15 @@ void zs_shm_done(struct zs_shm *s, uint64_t seq)
     __atomic_store_n(&s->mine->done[seq % ZS_SHM_FLAG_RING], seq + 1, __ATOMIC_RELEASE);
 }
 
+const struct zs_shm_desc *zs_shm_peer_desc(const struct zs_shm *s, uint64_t seq, int32_t l)
+{
+    return &s->peer_flags[l]->post[seq % ZS_SHM_FLAG_RING].desc;
+}
+
 bool zs_shm_all_posted(const struct zs_shm *s, uint64_t seq)
 {
     for (int32_t l = 0; l < s->local_size; l++)
-        if (__atomic_load_n(&s->peer_flags[l]->posted[seq % ZS_SHM_FLAG_RING], __ATOMIC_ACQUIRE) < seq + 1)
+        if (__atomic_load_n(&s->peer_flags[l]->post[seq % ZS_SHM_FLAG_RING].posted, __ATOMIC_ACQUIRE) < seq + 1)
             return false;
     return true;
 }

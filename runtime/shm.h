@@ -11,8 +11,18 @@
 
 #include "zeroshard.h" /* defines: zs_status */
 
-/* Flags are kept per operation in a ring this long; more operations than this in flight wait. */
+/* Flags are kept per operation in a ring this long. The collectives keep every operation in flight
+ * within half a ring of the oldest unfinished one, so a slot is never reused while anyone reads it. */
 #define ZS_SHM_FLAG_RING 1024
+
+/* What one rank is doing in operation `seq`, published with its ready flag: the ranks of a node compare
+ * these before any data moves, so a mismatch is an error rather than a silent mix of two operations. */
+struct zs_shm_desc {
+    uint64_t count;
+    uint64_t heap_off; /* where the buffer sits in the heap (zs_shm_offset), or UINT64_MAX: a plain buffer */
+    int32_t kind, dt_in, dt_out;
+    int32_t failed;    /* this rank could not take part: every rank ends the operation with an error */
+};
 
 struct zs_shm;
 
@@ -26,17 +36,26 @@ int32_t zs_shm_nodes(const struct zs_shm *s);
 /* The local index of global rank g, or -1 when g is on another node. */
 int32_t zs_shm_local_index(const struct zs_shm *s, int32_t g);
 
-/* Heap: collective over the node in the sense that every rank of the node makes the same calls in the
- * same order (the engine does), so blocks land at the same offsets; growing the heap creates a window
- * on the node communicator. */
-void *zs_shm_alloc(struct zs_shm *s, size_t bytes);
+/* Heap: collective over the node: every rank of the node makes the same calls in the same order (the
+ * engine does), so blocks land at the same offsets; growing the heap creates a window on the node
+ * communicator. The ranks agree on every allocation before the heap changes: when any rank cannot
+ * (local_ok false, say its memory budget refused, or its own bookkeeping failed), or they ask for
+ * different sizes, every rank gets NULL, the error names the rank, and the heap stays as it was.
+ * Test hook: ZS_TEST_SHM_FAULT=alloc:N:R (or grow:N:R) fails global rank R's N-th allocation (growth)
+ * locally, as a failed malloc of its bookkeeping would. */
+void *zs_shm_alloc(struct zs_shm *s, size_t bytes, bool local_ok);
 void zs_shm_release(struct zs_shm *s, void *p);
 uint64_t zs_shm_heap_bytes(const struct zs_shm *s);
 /* The address of local peer l's copy of [p, p + bytes), or NULL when that range is not in the heap. */
 const void *zs_shm_peer(const struct zs_shm *s, const void *p, size_t bytes, int32_t l);
 
-/* Ready / done flags of operation `seq` (same numbering on every rank). */
-void zs_shm_post(struct zs_shm *s, uint64_t seq);
+/* Where p sits in the heap (segment index in the top 16 bits, offset below), or UINT64_MAX. */
+uint64_t zs_shm_offset(const struct zs_shm *s, const void *p, size_t bytes);
+
+/* Ready / done flags of operation `seq` (same numbering on every rank, never wrapping). post publishes
+ * d (may be NULL) with the ready flag; zs_shm_peer_desc reads local peer l's, once all are posted. */
+void zs_shm_post(struct zs_shm *s, uint64_t seq, const struct zs_shm_desc *d);
+const struct zs_shm_desc *zs_shm_peer_desc(const struct zs_shm *s, uint64_t seq, int32_t l);
 bool zs_shm_all_posted(const struct zs_shm *s, uint64_t seq);
 void zs_shm_done(struct zs_shm *s, uint64_t seq);
 bool zs_shm_all_done(const struct zs_shm *s, uint64_t seq);

@@ -59,16 +59,25 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
     zs_status st;
 
     un->gathered = zs_mem_alloc_comm(ctx, ZS_MEM_LIVE, unit_bytes(ctx, un));
-    if (!un->gathered && ctx->over_budget) {
-        zs_error_prefix("fetch unit '%s'", un->name);
+    if (!un->gathered) { /* this rank's budget, or the node's verdict (which names the rank that refused) */
+        zs_error_prefix("fetch unit '%s' (%lld elements)", un->name, (long long)un->part.padded);
         return ZS_ERR_NOMEM;
     }
-    if (!un->gathered)
-        return zs_fail(ZS_ERR_NOMEM, "fetch: out of memory gathering unit '%s' (%lld elements)", un->name,
-                       (long long)un->part.padded);
     st = shard_in(ctx, u);
+    if (st) {
+        /* The peers are about to gather with this rank and hold the same block of the shared heap: the
+         * gather still goes out, marked failed, so that it ends with an error on every rank and the
+         * block stays allocated on every rank alike (released by the usual wait and drop). */
+        zs_comm_fail_next(ctx->comm);
+        if (!zs_comm_all_gather_dt(ctx->comm, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
+            un->gather = ZS_GATHER_PENDING;
+    }
     if (!st)
         st = zs_comm_all_gather_dt(ctx->comm, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
+    if (st && un->gather == ZS_GATHER_PENDING) {
+        zs_error_prefix("fetch unit '%s'", un->name);
+        return st;
+    }
     if (st) {
         zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));
         un->gathered = NULL;

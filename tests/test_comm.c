@@ -184,6 +184,31 @@ static void check_many_in_flight(struct zs_comm *c)
     CHECK(bad == 0, "many in flight (heap %d): %lld wrong", use_heap, (long long)bad);
 }
 
+/* issue 11 item 23: the layout this run must have, from its ctest entry: ZS_EXPECT_LAYOUT=BACKEND:NODE, with
+ * BACKEND how zs_comm_describe starts ("mpi", "shm" or "shm+mpi") and NODE the ranks per node (the last
+ * node may hold fewer). A forced layout (ZS_FAKE_NODE_SIZE) that is parsed but not applied fails here,
+ * instead of quietly testing another path. */
+static void check_layout(struct zs_comm *c)
+{
+    const char *e = getenv("ZS_EXPECT_LAYOUT"), *d = zs_comm_describe(c);
+    int rank = zs_comm_rank(c), n = zs_comm_size(c), node = 0, nodes = 1;
+    char backend[16] = "";
+
+    CHECK(e && sscanf(e, "%15[a-z+]:%d", backend, &node) == 2 && node > 0,
+          "ZS_EXPECT_LAYOUT must be BACKEND:RANKS_PER_NODE, got '%s'", e ? e : "(unset)");
+    if (node <= 0)
+        return;
+    int first = rank / node * node, local = n - first < node ? n - first : node;
+    size_t bl = strlen(backend);
+    CHECK(!strncmp(d, backend, bl) && d[bl] == ' ', "layout: expected the %s backend, the run reports '%s'", backend,
+          d);
+    CHECK(zs_comm_local_size(c) == local, "layout: rank %d expected %d ranks on its node, the run reports %d (%s)",
+          rank, local, (int)zs_comm_local_size(c), d);
+    if (!strcmp(backend, "shm+mpi"))
+        CHECK(sscanf(d, "shm+mpi (%d nodes", &nodes) == 1 && nodes == (n + node - 1) / node,
+              "layout: expected %d nodes, the run reports '%s'", (n + node - 1) / node, d);
+}
+
 int main(int argc, char **argv)
 {
     static const int64_t counts[] = { 0, 1, 3, 16, 17, 1000, 4099, 300001 };
@@ -198,6 +223,7 @@ int main(int argc, char **argv)
     CHECK(zs_comm_init(&c, MPI_COMM_WORLD, &o) == ZS_OK, "%s", zs_last_error());
     if (rank == 0)
         printf("backend: %s\n", zs_comm_describe(c));
+    check_layout(c);
     for (use_heap = 0; use_heap <= 1; use_heap++) {
         for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
             check_rs(c, counts[i], 0, (int)i);
