@@ -259,7 +259,7 @@ int zs_ckpt_verify(const struct zs_ckpt_manifest *m, const char *tag_dir, char *
 }
 
 /* DIR/latest holds a tag name, perhaps with a trailing newline; anything that could leave DIR is refused. */
-static int read_latest(const char *dir, char *tag, size_t taglen, char *err, size_t errlen)
+int zs_ckpt_read_latest(const char *dir, char *tag, size_t taglen, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     ssize_t n;
@@ -300,7 +300,7 @@ int zs_ckpt_resolve(const char *dir, char *out, size_t outlen, char *err, size_t
         snprintf(err, errlen, "%s: path too long", dir);
         return -1;
     }
-    if (read_latest(dir, tag, sizeof(tag), err, errlen))
+    if (zs_ckpt_read_latest(dir, tag, sizeof(tag), err, errlen))
         return -1;
     if ((size_t)snprintf(out, outlen, "%s/%s", dir, tag) >= outlen) {
         snprintf(err, errlen, "%s/%s: path too long", dir, tag);

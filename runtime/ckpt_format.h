@@ -36,6 +36,7 @@
 #define ZS_CKPT_VERSION 1
 #define ZS_CKPT_MANIFEST "manifest.json"
 #define ZS_CKPT_LATEST "latest"
+#define ZS_CKPT_LOCK "save.lock" /* in DIR: held (flock) by the job saving into DIR; names its host and pid */
 #define ZS_CKPT_MAX_DIMS 8
 
 enum zs_ckpt_kind { ZS_CKPT_PARAM = 0, ZS_CKPT_EXP_AVG = 1, ZS_CKPT_EXP_AVG_SQ = 2, ZS_CKPT_NKINDS = 3 };
@@ -129,6 +130,8 @@ int zs_ckpt_verify(const struct zs_ckpt_manifest *m, const char *tag_dir, char *
 int zs_ckpt_verify_file(const struct zs_ckpt_manifest *m, const char *tag_dir, int32_t file, char *err,
                         size_t errlen);
 
+/* The tag DIR/latest names (a plain name, trailing newline dropped) into tag. */
+int zs_ckpt_read_latest(const char *dir, char *tag, size_t taglen, char *err, size_t errlen);
 /* Resolves DIR to a tag directory: DIR itself when it holds a manifest, else DIR/<contents of
  * DIR/latest> (the tag must be a plain name). out receives the path. */
 int zs_ckpt_resolve(const char *dir, char *out, size_t outlen, char *err, size_t errlen);
