@@ -42,11 +42,13 @@ static long hook_count;
 void zs_ckpt_hook_rank(int rank)
 {
     hook_rank = rank;
+    hook_count = 0; /* steps are counted within one save or load */
 }
 
 /* ZS_TEST_CKPT_TRACE=FILE appends "RANK STEP ARGS" for every step of a save before it is done (mkdir,
- * fsync, rename, exchange, link, write, remove, lock), so a test can check their order.
- * ZS_TEST_CKPT_FAULT=RANK:ACTION:K acts on that rank's K-th step, counted from 1 over the process's life:
+ * fsync, rename, exchange, link, write, remove, lock; and "load UNIT" for each unit a load reads), so a
+ * test can check their order. ZS_TEST_CKPT_FAULT=RANK:ACTION:K acts on that rank's K-th step, counted from
+ * 1 in each save or load:
  * kill (SIGKILL: a crash just before the step), stop (SIGSTOP: a job paused mid-save, holding the lock),
  * fail (the step fails with EIO) or enospc (with ENOSPC, as on a full disk). */
 int zs_ckpt_event(const char *what, const char *a, const char *b)

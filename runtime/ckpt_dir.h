@@ -11,7 +11,7 @@
 
 /* Test hooks for every step below and for the data files' writes (documented in ckpt_dir.c): records the
  * step, then returns 0, or -errno when the hook fails this step; it may also stop or kill the process.
- * zs_ckpt_hook_rank tells the hooks which rank this process is. */
+ * zs_ckpt_hook_rank, at the start of each save or load, tells them which rank this process is. */
 void zs_ckpt_hook_rank(int rank);
 int zs_ckpt_event(const char *what, const char *a, const char *b);
 

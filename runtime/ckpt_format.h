@@ -105,7 +105,12 @@ bool zs_ckpt_name_ok(const char *name);
  * rank00001.bin (4096 bytes)"). Never reads out of bounds, whatever the input. */
 int zs_ckpt_manifest_parse(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what,
                            char *err, size_t errlen);
-/* Reads DIR/manifest.json and parses it (as above). */
+/* The same, knowing that the data files hold at most data_bytes in all: every table is bounded by that
+ * and by the files' declared bytes (one unit element or segment per 4 bytes) before it is made. */
+int zs_ckpt_manifest_parse_bounded(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what,
+                                   uint64_t data_bytes, char *err, size_t errlen);
+/* Reads DIR/manifest.json and parses it (as above), bounded by the bytes of the other files in DIR; a
+ * manifest much larger than those files can need is refused unread. */
 int zs_ckpt_manifest_load(struct zs_ckpt_manifest *m, const char *tag_dir, char *err, size_t errlen);
 void zs_ckpt_manifest_free(struct zs_ckpt_manifest *m);
 /* Serialises m to JSON text (malloc'd, NUL-terminated; caller frees). config_json, when not NULL, is

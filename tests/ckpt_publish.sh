@@ -51,10 +51,16 @@ order() {
     $2 == "fsync" && $3 == D { moved = ""; made = 0; pending = 0; next }
     $2 == "write" && made && index($3, D "/") == 1 && $3 !~ "/latest.tmp$" {
       out("wrote " $3 " before fsync " D " made its new directory durable") }
-    $2 == "rename" && $4 == D "/latest" { if (moved != "") out("latest renamed before fsync " D " after: " moved); pending = 1; next }
+    $2 == "rename" && $4 == D "/latest" { if (moved != "") out("latest renamed before fsync " D " after: " moved); pending = 1; lat = 1; next }
     $2 == "mkdir" { made = 1 }
     $2 == "rename" || $2 == "exchange" || $2 == "mkdir" { moved = step }
-    END { if (!bad && pending) print "no fsync " D " after the last rename of latest"; else if (!bad) print "ok" }
+    $2 == "rename" || $2 == "exchange" || $2 == "mkdir" { tag = tag || $NF == D "/global_step2" }
+    END {
+      if (bad) exit
+      if (!tag || !lat) print "no rename of the tag and of latest traced"
+      else if (pending) print "no fsync " D " after the last rename of latest"
+      else print "ok"
+    }
   ' "$1"
 }
 for mode in new exchange links; do
@@ -81,6 +87,7 @@ for mode in exchange links; do
     first=$(grep -n -m1 ' write .*/latest.tmp$' "$tmp/trace.$mode" | cut -d: -f1)
   total=$(wc -l < "$tmp/trace.$mode")
   bad=0
+  [ -n "$first" ] || { first=1 total=0 bad=1; echo "item 9: $mode: no trace of the save's steps" >&2; }
   for k in $(seq "$first" "$total"); do
     step=$(sed -n "${k}p" "$tmp/trace.$mode" | cut -d' ' -f2-)
     for action in kill fail; do
