@@ -137,10 +137,15 @@ fresh
 k=$(grep -n ' fsync .*/global_step2.tmp$' "$tmp/trace.exchange" | cut -d: -f1)
 ZS_TEST_CKPT_FAULT=0:stop:$k run 1 --seed 6 --save-dir "$tmp/ck" > "$tmp/job1" &
 job=$!
+# the stopped processes under this shell's child $1 (the paused rank)
+stopped() {
+  ps -e -o pid=,ppid=,stat= | awk -v top="$1" '{ up[$1] = $2; st[$1] = $3 }
+    END { for (p in up) if (st[p] ~ /^T/) { q = p; while ((q in up) && q != top && q > 1) q = up[q]; if (q == top) print p } }'
+}
 pid=""
 for _ in $(seq 300); do # job 1 pauses holding the lock, its files written and not yet published
-  pid=$(awk '{print $4}' "$tmp/ck/save.lock" 2> /dev/null)
-  [ -n "$pid" ] && ps -o stat= -p "$pid" 2> /dev/null | grep -q '^T' && break
+  pid=$(stopped $job | head -1)
+  [ -n "$pid" ] && break
   sleep 0.1
 done
 out=$(run 1 --seed 7 --save-dir "$tmp/ck"); rc=$?
@@ -150,7 +155,7 @@ files=$(ls "$tmp/ck/global_step2.tmp" 2> /dev/null | tr '\n' ' ')
   [ "$files" = "manifest.json rank00000.bin " ] && r=ok || r=bad
 echo "item 12: a second job: rc $rc: $msg $r"
 check $r "item 12: job 1 pid '$pid', its files '$files', job 2 rc $rc: $out"
-[ -n "$pid" ] && kill -CONT "$pid"
+for p in $(stopped $job); do kill -CONT "$p"; done
 wait $job; rc=$?
 [ $rc = 0 ] && "$ZS" verify "$tmp/ck" > /dev/null && [ "$(loaded "$tmp/ck")" = "$new" ] && r=ok || r=bad
 echo "item 12: the first job, resumed: rc $rc, its checkpoint loads $r"
