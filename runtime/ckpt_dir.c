@@ -290,9 +290,11 @@ static zs_status relink_tag(const char *dir, const char *tag)
     if (!d)
         return zs_fail(ZS_ERR_IO, "checkpoint: cannot read %s: %s", tmp, strerror(errno));
     while (!st && (e = readdir(d))) {
+        struct stat sb;
         int rc;
 
-        if (e->d_type != DT_REG)
+        if (e->d_type != DT_REG && (e->d_type != DT_UNKNOWN || /* some file systems leave the type out */
+                                    fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) || !S_ISREG(sb.st_mode)))
             continue;
         join(from, tmp, e->d_name);
         join(to, final, e->d_name);
