@@ -1,8 +1,8 @@
 /* ckpt.c - collective checkpoints: every rank writes the slice of each unit that it would own in an
  * N-way partition (parameters as fp32 masters, and the optimizer's state arrays), rank 0 writes the
  * manifest (runtime/ckpt_format.h) that maps unit element ranges to file byte ranges. Save goes through a
- * temporary directory that is fsynced and renamed into place, then `latest` is replaced, so a crash
- * leaves the previous checkpoint whole. Load works at any world size and stage: a rank reads just the
+ * temporary directory that is fsynced and renamed into place, then `latest` is replaced (ckpt_dir.c), so
+ * a crash leaves the previous checkpoint whole. Load works at any world size and stage: a rank reads just the
  * element ranges it now stores, from whichever files hold them. */
 #include <dirent.h>
 #include <errno.h>
@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_dir.h"    /* defines: zs_ckpt_begin, zs_ckpt_publish, zs_ckpt_end, zs_ckpt_event */
 #include "ckpt_format.h"
 #include "engine.h"
 #include "error.h"
@@ -111,6 +112,7 @@ struct file_out {
     uint64_t off;
     uint32_t crc;
     const char *path;
+    int fault; /* -errno: the test hook's failure for the next write (ckpt_dir.c) */
 };
 
 static zs_status out_write(struct file_out *f, const void *buf, size_t bytes)
@@ -119,7 +121,7 @@ static zs_status out_write(struct file_out *f, const void *buf, size_t bytes)
 
     f->crc = zs_crc32c(f->crc, buf, bytes);
     while (bytes) {
-        ssize_t n = write(f->fd, p, bytes);
+        ssize_t n = f->fault ? (errno = -f->fault, -1) : write(f->fd, p, bytes);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
@@ -158,6 +160,7 @@ static zs_status write_rank_file(struct zs_ctx *ctx, const char *tmp, uint64_t *
     f.fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (f.fd < 0)
         return zs_fail(ZS_ERR_IO, "checkpoint: cannot create %s: %s", path, strerror(errno));
+    f.fault = zs_ckpt_event("write", path, NULL);
     for (int32_t u = 0; u < ctx->nunits && !st; u++) {
         struct unit_view v;
         int64_t begin, count = slice(ctx, u, ctx->rank, &begin);
@@ -179,35 +182,6 @@ static zs_status write_rank_file(struct zs_ctx *ctx, const char *tmp, uint64_t *
     *bytes = f.off;
     *crc = f.crc;
     return st;
-}
-
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
-
-    if (fd < 0)
-        return -errno;
-    rc = fsync(fd) ? -errno : 0;
-    close(fd);
-    return rc;
-}
-
-/* Removes a directory holding only plain files (a tag or temporary directory of ours). */
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char p[CKPT_PATH];
-
-    if (!d)
-        return;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            join(p, dir, e->d_name);
-            unlink(p);
-        }
-    closedir(d);
-    rmdir(dir);
 }
 
 /* The manifest, from the registration and the layout every rank wrote by. */
@@ -289,27 +263,12 @@ static void manifest_release(struct zs_ckpt_manifest *m)
     free(m->segs);
 }
 
-static zs_status write_text(const char *path, const char *text)
-{
-    struct file_out f = {.path = path};
-    zs_status st;
-
-    f.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (f.fd < 0)
-        return zs_fail(ZS_ERR_IO, "checkpoint: cannot create %s: %s", path, strerror(errno));
-    st = out_write(&f, text, strlen(text));
-    if (!st && fsync(f.fd))
-        st = zs_fail(ZS_ERR_IO, "checkpoint: fsync %s: %s", path, strerror(errno));
-    close(f.fd);
-    return st;
-}
-
-/* Rank 0: manifest into the temporary directory, the directory renamed to its tag, then `latest`. */
+/* Rank 0: the manifest into the temporary directory, which then becomes the tag, and `latest` names it. */
 static zs_status publish(struct zs_ctx *ctx, const char *dir, const char *tag, const char *tmp, const uint64_t *bytes,
                          const uint32_t *crc)
 {
     struct zs_ckpt_manifest m;
-    char path[CKPT_PATH], final[CKPT_PATH], old[CKPT_PATH];
+    char path[CKPT_PATH];
     char *text = NULL;
     zs_status st = build_manifest(ctx, &m, bytes, crc);
 
@@ -318,31 +277,9 @@ static zs_status publish(struct zs_ctx *ctx, const char *dir, const char *tag, c
     manifest_release(&m);
     join(path, tmp, ZS_CKPT_MANIFEST);
     if (!st)
-        st = write_text(path, text);
+        st = zs_ckpt_write_file(path, text);
     free(text);
-    if (!st && fsync_dir(tmp))
-        st = zs_fail(ZS_ERR_IO, "checkpoint: fsync %s: %s", tmp, strerror(errno));
-    if (st)
-        return st;
-    char name[96];
-    join(final, dir, tag);
-    snprintf(name, sizeof(name), "%s.old", tag);
-    join(old, dir, name);
-    remove_tree(old);
-    if (rename(final, old) && errno != ENOENT) /* saving the same step again: the new one wins */
-        return zs_fail(ZS_ERR_IO, "checkpoint: cannot move aside %s: %s", final, strerror(errno));
-    if (rename(tmp, final))
-        return zs_fail(ZS_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
-    remove_tree(old);
-    join(path, dir, ZS_CKPT_LATEST ".tmp");
-    snprintf(name, sizeof(name), "%s\n", tag);
-    st = write_text(path, name);
-    join(final, dir, ZS_CKPT_LATEST);
-    if (!st && rename(path, final))
-        st = zs_fail(ZS_ERR_IO, "checkpoint: cannot rename %s to %s: %s", path, final, strerror(errno));
-    if (!st && fsync_dir(dir))
-        st = zs_fail(ZS_ERR_IO, "checkpoint: fsync %s: %s", dir, strerror(errno));
-    return st;
+    return st ? st : zs_ckpt_publish(dir, tag);
 }
 
 zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
@@ -350,6 +287,7 @@ zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
     char tag[64], tmp[CKPT_PATH];
     uint64_t bytes = 0, *all_bytes = NULL;
     uint32_t crc = 0, *all_crc = NULL;
+    int lock_fd = -1;
     zs_status st = ZS_OK;
 
     if (!ctx || !dir)
@@ -362,16 +300,18 @@ zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
     snprintf(tag, sizeof(tag), "global_step%lld", (long long)ctx->global_step);
     if (strlen(dir) + 64 > CKPT_PATH)
         return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: path %s too long", dir);
+    zs_ckpt_hook_rank(ctx->rank);
+    /* A half-applied step would be written with valid checksums, over a good checkpoint of the same tag. */
+    if (ctx->broken)
+        st = zs_fail(ZS_ERR_INVALID, "checkpoint save refused: %s; the state is inconsistent", ctx->broken_why);
+    st = zs_agree(ctx, st);
+    if (st)
+        return st;
     char name[96];
     snprintf(name, sizeof(name), "%s.tmp", tag);
     join(tmp, dir, name);
-    if (ctx->rank == 0) { /* a leftover from a crashed save of this step is cleared, never mixed in */
-        if (mkdir(dir, 0755) && errno != EEXIST)
-            st = zs_fail(ZS_ERR_IO, "checkpoint: cannot create %s: %s", dir, strerror(errno));
-        remove_tree(tmp);
-        if (!st && mkdir(tmp, 0700))
-            st = zs_fail(ZS_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
-    }
+    if (ctx->rank == 0)
+        st = zs_ckpt_begin(dir, tag, &lock_fd);
     st = zs_agree(ctx, st);
     if (!st)
         st = zs_agree(ctx, write_rank_file(ctx, tmp, &bytes, &crc));
@@ -389,6 +329,8 @@ zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
     }
     free(all_bytes);
     free(all_crc);
+    if (ctx->rank == 0) /* after every rank has stopped writing: a failed save leaves no <tag>.tmp */
+        zs_ckpt_end(dir, tag, lock_fd, st != ZS_OK);
     if (!st && ctx->rank == 0 && !ctx->quiet)
         zs_log("checkpoint: saved %s/%s", dir, tag);
     return st;
@@ -446,7 +388,10 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
     int64_t sn = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
     zs_status st = view_unit(ctx, u, &v);
     float *vals = NULL;
+    int rc = zs_ckpt_event("load", un->name, NULL); /* test hook: a read error part-way through a load */
 
+    if (!st && rc)
+        st = zs_fail(ZS_ERR_IO, "checkpoint: reading unit '%s': %s", un->name, strerror(-rc));
     if (!st && !(vals = malloc((size_t)v.w_count * sizeof(float))))
         st = zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory loading unit '%s'", un->name);
     if (!st)
@@ -468,6 +413,7 @@ zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir)
     struct zs_ckpt_manifest m;
     struct zs_ckpt_reader *rd = NULL;
     char tag[CKPT_PATH], err[1024];
+    int64_t micro = 0;
     zs_status st = ZS_OK;
 
     if (!ctx || !dir)
@@ -480,21 +426,32 @@ zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir)
         st = zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
     if (!st)
         st = match_model(ctx, &m, tag);
+    if (!st && __builtin_mul_overflow(m.global_step, ctx->cfg.grad_accum_steps, &micro))
+        st = zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: global_step %lld x gradient_accumulation_steps %lld overflows "
+                     "the micro-step count", tag, (long long)m.global_step, (long long)ctx->cfg.grad_accum_steps);
     /* Every file's checksum is checked before anything is used, each file by one rank. */
     for (int32_t f = ctx->rank; !st && f < m.nfiles; f += ctx->world)
         if (zs_ckpt_verify_file(&m, tag, f, err, sizeof(err)))
             st = zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
     st = zs_agree(ctx, st);
-    if (!st && zs_ckpt_reader_open(&rd, &m, tag, err, sizeof(err)))
+    if (st) { /* nothing changed yet: the context is as it was */
+        zs_ckpt_manifest_free(&m);
+        return st;
+    }
+    zs_ckpt_hook_rank(ctx->rank);
+    if (zs_ckpt_reader_open(&rd, &m, tag, err, sizeof(err)))
         st = zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
     for (int32_t u = 0; !st && u < ctx->nunits; u++)
         st = load_unit(ctx, rd, u);
     zs_ckpt_reader_close(rd);
     st = zs_agree(ctx, st);
-    if (!st) {
+    if (st) { /* some units hold the checkpoint's state and others not: unusable until a load succeeds */
+        zs_ctx_break(ctx, "checkpoint load from %s failed part-way (%s)", tag, zs_last_error());
+    } else {
+        ctx->broken = false;
         ctx->global_step = m.global_step;
         ctx->skipped_steps = m.scaler.skipped_steps;
-        ctx->micro_step = m.global_step * ctx->cfg.grad_accum_steps;
+        ctx->micro_step = micro;
         if (ctx->scaler.dynamic && !strcmp(m.param_dtype, "fp16")) { /* the dynamic scale carries on */
             ctx->scaler.scale = m.scaler.scale;
             ctx->scaler.cur_hysteresis = m.scaler.hysteresis;

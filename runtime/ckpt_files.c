@@ -1,5 +1,6 @@
 /* ckpt_files.c - reading a checkpoint from disk: the manifest, element ranges of the data files (pread on
  * descriptors opened lazily and cached), whole-file checksums, and finding the tag through DIR/latest. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -17,6 +18,10 @@
 #endif
 
 #define MANIFEST_MAX_BYTES (1ull << 30) /* far above any real manifest; stops a wrong file eating memory */
+/* A manifest takes some 100 bytes per segment and per parameter, each of which covers at least 4 data
+ * bytes: a real one stays far below this many bytes per data byte, plus a floor for tiny models. */
+#define MANIFEST_PER_DATA_BYTE 64
+#define MANIFEST_FLOOR (1ull << 20)
 #define VERIFY_BUFFER (4u << 20)
 
 /* Opens name inside dir read-only, refusing a symlink: a checkpoint names plain files of its own. */
@@ -54,26 +59,53 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off, const char *pat
     return 0;
 }
 
+/* The bytes of the regular files in dir other than the manifest: all the data a manifest can describe. */
+static uint64_t data_bytes(const char *dir)
+{
+    uint64_t sum = 0;
+    struct dirent *e;
+    struct stat st;
+    DIR *d = opendir(dir);
+
+    if (!d)
+        return 0;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ZS_CKPT_MANIFEST) && !fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) &&
+            S_ISREG(st.st_mode))
+            sum += (uint64_t)st.st_size;
+    closedir(d);
+    return sum;
+}
+
 int zs_ckpt_manifest_load(struct zs_ckpt_manifest *m, const char *tag_dir, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     struct stat st;
     char *text = NULL;
+    uint64_t data = data_bytes(tag_dir), cap;
     int fd, rc = -1;
 
     memset(m, 0, sizeof(*m));
     fd = open_in(tag_dir, ZS_CKPT_MANIFEST, path, sizeof(path), err, errlen);
     if (fd < 0)
         return -1;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > MANIFEST_MAX_BYTES) {
-        snprintf(err, errlen, "%s: not a regular file of at most 1 GiB", path);
+    cap = data > (MANIFEST_MAX_BYTES - MANIFEST_FLOOR) / MANIFEST_PER_DATA_BYTE
+              ? MANIFEST_MAX_BYTES : MANIFEST_FLOOR + data * MANIFEST_PER_DATA_BYTE;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file", path);
+        goto out;
+    }
+    if ((uint64_t)st.st_size > cap) { /* refused unread: every rank would parse it and size tables from it */
+        snprintf(err, errlen, "%s: %llu bytes, more than a manifest of the %llu bytes of data files beside it can "
+                 "need (at most %llu)", path, (unsigned long long)st.st_size, (unsigned long long)data,
+                 (unsigned long long)cap);
         goto out;
     }
     text = malloc((size_t)st.st_size + 1);
     if (!text)
         snprintf(err, errlen, "%s: out of memory", path);
     else if (!pread_full(fd, text, (size_t)st.st_size, 0, path, err, errlen))
-        rc = zs_ckpt_manifest_parse(m, text, (size_t)st.st_size, path, err, errlen);
+        rc = zs_ckpt_manifest_parse_bounded(m, text, (size_t)st.st_size, path, data, err, errlen);
 out:
     free(text);
     close(fd);
@@ -259,7 +291,7 @@ int zs_ckpt_verify(const struct zs_ckpt_manifest *m, const char *tag_dir, char *
 }
 
 /* DIR/latest holds a tag name, perhaps with a trailing newline; anything that could leave DIR is refused. */
-static int read_latest(const char *dir, char *tag, size_t taglen, char *err, size_t errlen)
+int zs_ckpt_read_latest(const char *dir, char *tag, size_t taglen, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     ssize_t n;
@@ -300,7 +332,7 @@ int zs_ckpt_resolve(const char *dir, char *out, size_t outlen, char *err, size_t
         snprintf(err, errlen, "%s: path too long", dir);
         return -1;
     }
-    if (read_latest(dir, tag, sizeof(tag), err, errlen))
+    if (zs_ckpt_read_latest(dir, tag, sizeof(tag), err, errlen))
         return -1;
     if ((size_t)snprintf(out, outlen, "%s/%s", dir, tag) >= outlen) {
         snprintf(err, errlen, "%s/%s: path too long", dir, tag);

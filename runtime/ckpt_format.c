@@ -35,11 +35,13 @@ bool zs_ckpt_name_ok(const char *name)
 
 // ----------------------------------------------------------------------------------- typed field reads
 
-/* One parse: where messages go and what they are prefixed with. */
+/* One parse: where messages go and what they are prefixed with, and the data bytes the files declare
+ * (every unit element and every segment needs 4 of them: what bounds the tables before they are made). */
 struct mp {
     const char *what;
     char *err;
     size_t errlen;
+    uint64_t data_bytes;
 };
 
 static int mp_fail(struct mp *p, const char *path, const char *key, const char *fmt, ...)
@@ -175,14 +177,21 @@ static json_t *mp_array(struct mp *p, json_t *obj, const char *path, const char 
     return a;
 }
 
-/* The root's array `key` (at least one element) and a zeroed table of as many entries of elsize bytes. */
-static void *mp_table(struct mp *p, json_t *root, const char *key, size_t elsize, json_t **a, size_t *n)
+/* The root's array `key` (at least one element, at most one per 4 data bytes when bounded) and a zeroed
+ * table of as many entries of elsize bytes. */
+static void *mp_table(struct mp *p, json_t *root, const char *key, size_t elsize, bool bounded, json_t **a,
+                      size_t *n)
 {
     void *t;
 
     *a = mp_array(p, root, "", key, 1, n);
     if (!*a)
         return NULL;
+    if (bounded && *n > p->data_bytes / 4) {
+        mp_fail(p, "", key, "%zu entries, more than the files' %llu bytes of data can hold", *n,
+                (unsigned long long)p->data_bytes);
+        return NULL;
+    }
     t = calloc(*n, elsize);
     if (!t)
         mp_fail(p, "", key, "out of memory");
@@ -265,9 +274,10 @@ static int parse_units(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
     static const char *const fields[] = {"name", "numel", "params", NULL};
     char path[64], key[80], ppath[96];
     size_t n, total = 0;
+    uint64_t elements = 0;
     json_t *a, *o, *pa;
 
-    if (!(m->units = mp_table(p, root, "units", sizeof(*m->units), &a, &n)))
+    if (!(m->units = mp_table(p, root, "units", sizeof(*m->units), true, &a, &n)))
         return -1;
     m->nunits = (int32_t)n;
     for (size_t i = 0; i < n; i++) {
@@ -280,6 +290,13 @@ static int parse_units(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
             return -1;
         if (np > (size_t)INT32_MAX - total)
             return mp_fail(p, path, "params", "more than %d parameters in all", INT32_MAX);
+        elements += (uint64_t)u->numel; /* no overflow: numel <= INT64_MAX / 4, and at most 2^31 units */
+        if (elements > p->data_bytes / 4)
+            return mp_fail(p, path, "numel", "the units up to here have %llu elements, more than the files' %llu "
+                           "bytes of data can hold", (unsigned long long)elements, (unsigned long long)p->data_bytes);
+        if (total + np > elements)
+            return mp_fail(p, path, "params", "%zu parameters in all, more than the units' %llu elements",
+                           total + np, (unsigned long long)elements);
         u->first_param = (int32_t)total;
         u->nparams = (int32_t)np;
         total += np;
@@ -325,7 +342,7 @@ static int parse_files(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
     json_t *a, *o;
     int64_t bytes;
 
-    if (!(m->files = mp_table(p, root, "files", sizeof(*m->files), &a, &n)))
+    if (!(m->files = mp_table(p, root, "files", sizeof(*m->files), false, &a, &n)))
         return -1;
     m->nfiles = (int32_t)n;
     for (size_t i = 0; i < n; i++) {
@@ -365,7 +382,7 @@ static int parse_segs(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
     json_t *a, *o;
     int64_t off;
 
-    if (!(m->segs = mp_table(p, root, "segments", sizeof(*m->segs), &a, &n)))
+    if (!(m->segs = mp_table(p, root, "segments", sizeof(*m->segs), true, &a, &n)))
         return -1;
     m->nsegs = (int64_t)n;
     for (size_t i = 0; i < n; i++) {
@@ -549,6 +566,19 @@ static int check_unique(struct mp *p, const struct zs_ckpt_manifest *m, bool fil
 
 // ----------------------------------------------------------------------------------- parse, load, free
 
+/* The data bytes that bound the tables: what the files declare, and no more than the caller knows the tag
+ * directory to hold (a file shorter than declared is reported by name when it is read or verified). */
+static int check_data(struct mp *p, const struct zs_ckpt_manifest *m)
+{
+    uint64_t sum = 0;
+
+    for (int32_t i = 0; i < m->nfiles; i++)
+        sum = m->files[i].bytes > UINT64_MAX - sum ? UINT64_MAX : sum + m->files[i].bytes;
+    if (sum < p->data_bytes)
+        p->data_bytes = sum;
+    return 0;
+}
+
 static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
 {
     static const char *const fields[] = {"format", "version", "global_step", "micro_step", "world_size", "stage",
@@ -573,10 +603,14 @@ static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
         return mp_fail(p, "", "param_dtype", "'%s' is not fp32, bf16 or fp16", m->param_dtype);
     if (parse_scaler(p, root, &m->scaler))
         return -1;
+    if (m->scaler.skipped_steps > m->global_step)
+        return mp_fail(p, "loss_scaler", "skipped_steps", "%lld is more than global_step %lld (skipped steps are "
+                       "counted in it)", (long long)m->scaler.skipped_steps, (long long)m->global_step);
     if ((v = mp_get(p, root, "", "config", JSON_OBJECT, false, &rc)) &&
         !(m->config_json = json_dumps(v, JSON_COMPACT)))
         return mp_fail(p, "", "config", "out of memory");
-    if (rc || parse_units(p, root, m) || parse_files(p, root, m) || parse_segs(p, root, m))
+    /* files first: what they declare bounds the unit and segment tables */
+    if (rc || parse_files(p, root, m) || check_data(p, m) || parse_units(p, root, m) || parse_segs(p, root, m))
         return -1;
     if (!m->has_kind[ZS_CKPT_PARAM])
         return mp_fail(p, "segments", "", "no segment of kind param");
@@ -584,10 +618,10 @@ static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
            check_coverage(p, m) || check_overlap(p, m, SPAN_SEG_BYTES) ? -1 : 0;
 }
 
-int zs_ckpt_manifest_parse(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what, char *err,
-                           size_t errlen)
+int zs_ckpt_manifest_parse_bounded(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what,
+                                   uint64_t data_bytes, char *err, size_t errlen)
 {
-    struct mp p = {what ? what : "manifest", err, errlen};
+    struct mp p = {what ? what : "manifest", err, errlen, data_bytes};
     json_error_t je;
     json_t *root;
     int rc;
@@ -602,6 +636,12 @@ int zs_ckpt_manifest_parse(struct zs_ckpt_manifest *m, const char *text, size_t 
     if (rc)
         zs_ckpt_manifest_free(m);
     return rc;
+}
+
+int zs_ckpt_manifest_parse(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what, char *err,
+                           size_t errlen)
+{
+    return zs_ckpt_manifest_parse_bounded(m, text, len, what, UINT64_MAX, err, errlen);
 }
 
 void zs_ckpt_manifest_free(struct zs_ckpt_manifest *m)

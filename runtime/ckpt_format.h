@@ -36,6 +36,7 @@
 #define ZS_CKPT_VERSION 1
 #define ZS_CKPT_MANIFEST "manifest.json"
 #define ZS_CKPT_LATEST "latest"
+#define ZS_CKPT_LOCK "save.lock" /* in DIR: held (flock) by the job saving into DIR; names its host and pid */
 #define ZS_CKPT_MAX_DIMS 8
 
 enum zs_ckpt_kind { ZS_CKPT_PARAM = 0, ZS_CKPT_EXP_AVG = 1, ZS_CKPT_EXP_AVG_SQ = 2, ZS_CKPT_NKINDS = 3 };
@@ -104,7 +105,12 @@ bool zs_ckpt_name_ok(const char *name);
  * rank00001.bin (4096 bytes)"). Never reads out of bounds, whatever the input. */
 int zs_ckpt_manifest_parse(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what,
                            char *err, size_t errlen);
-/* Reads DIR/manifest.json and parses it (as above). */
+/* The same, knowing that the data files hold at most data_bytes in all: every table is bounded by that
+ * and by the files' declared bytes (one unit element or segment per 4 bytes) before it is made. */
+int zs_ckpt_manifest_parse_bounded(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what,
+                                   uint64_t data_bytes, char *err, size_t errlen);
+/* Reads DIR/manifest.json and parses it (as above), bounded by the bytes of the other files in DIR; a
+ * manifest much larger than those files can need is refused unread. */
 int zs_ckpt_manifest_load(struct zs_ckpt_manifest *m, const char *tag_dir, char *err, size_t errlen);
 void zs_ckpt_manifest_free(struct zs_ckpt_manifest *m);
 /* Serialises m to JSON text (malloc'd, NUL-terminated; caller frees). config_json, when not NULL, is
@@ -129,6 +135,8 @@ int zs_ckpt_verify(const struct zs_ckpt_manifest *m, const char *tag_dir, char *
 int zs_ckpt_verify_file(const struct zs_ckpt_manifest *m, const char *tag_dir, int32_t file, char *err,
                         size_t errlen);
 
+/* The tag DIR/latest names (a plain name, trailing newline dropped) into tag. */
+int zs_ckpt_read_latest(const char *dir, char *tag, size_t taglen, char *err, size_t errlen);
 /* Resolves DIR to a tag directory: DIR itself when it holds a manifest, else DIR/<contents of
  * DIR/latest> (the tag must be a plain name). out receives the path. */
 int zs_ckpt_resolve(const char *dir, char *out, size_t outlen, char *err, size_t errlen);

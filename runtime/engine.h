@@ -83,6 +83,7 @@ struct zs_ctx {
     struct zs_scaler scaler;
     int64_t skipped_steps;           /* boundaries skipped for overflow (global_step counts them too) */
     bool own_mpi, quiet, set_up, broken;
+    char broken_why[640];            /* when broken: what left the state inconsistent (for step and save) */
 
     struct zs_param_rec *params;
     int32_t nparams, cap_params;
@@ -188,6 +189,9 @@ void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (
 
 /* runtime/step.c */
 zs_status zs_step_boundary(struct zs_ctx *ctx);
+/* Marks the context unusable (a step or a load failed part-way): zs_step and zs_checkpoint_save refuse,
+ * naming why (printf-style). */
+void zs_ctx_break(struct zs_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void zs_scaler_init(struct zs_ctx *ctx); /* the loss scale fp16's config starts with (1 otherwise) */
 
 /* The fp32 parameters the optimizer updates for unit u on this rank (the working parameters in fp32,

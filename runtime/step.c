@@ -2,6 +2,8 @@
  * norm in a fixed order, clip, run the optimizer on this rank's shard, and make the updated parameters
  * visible again (all-gather at stages 1-2, drop stale gathered copies at stage 3). */
 #include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,6 +352,16 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     return ZS_OK;
 }
 
+void zs_ctx_break(struct zs_ctx *ctx, const char *fmt, ...)
+{
+    va_list ap;
+
+    ctx->broken = true;
+    va_start(ap, fmt);
+    vsnprintf(ctx->broken_why, sizeof(ctx->broken_why), fmt, ap);
+    va_end(ap);
+}
+
 zs_status zs_step(zs_ctx *ctx)
 {
     zs_status st;
@@ -357,7 +369,7 @@ zs_status zs_step(zs_ctx *ctx)
     if (!ctx || !ctx->set_up)
         return zs_fail(ZS_ERR_INVALID, "zs_step: call zs_setup first");
     if (ctx->broken)
-        return zs_fail(ZS_ERR_INVALID, "zs_step: an earlier step failed; the context cannot continue");
+        return zs_fail(ZS_ERR_INVALID, "zs_step: refused: %s; the context cannot continue", ctx->broken_why);
     for (int32_t u = 0; u < ctx->nunits; u++)
         if (ctx->units[u].ready_micro != ctx->micro_step)
             return zs_fail(ZS_ERR_INVALID,
@@ -368,7 +380,8 @@ zs_status zs_step(zs_ctx *ctx)
     if (ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
         return zs_grads_progress(ctx);
     st = zs_step_boundary(ctx);
-    if (st)
-        ctx->broken = true;
+    if (st) { /* some sub-groups may be stepped and others not (a swap I/O error part-way) */
+        zs_ctx_break(ctx, "step %lld failed part-way (%s)", (long long)ctx->global_step + 1, zs_last_error());
+    }
     return st;
 }

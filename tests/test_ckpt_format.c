@@ -64,7 +64,7 @@ static void build(struct zs_ckpt_manifest *m, const struct pspec *ps, int np, in
     m->stage = 3;
     m->param_dtype = strdup("bf16");
     m->optimizer = strdup("adamw");
-    m->scaler = (struct zs_ckpt_scaler){65536.0, 12, 2, -1, 99};
+    m->scaler = (struct zs_ckpt_scaler){65536.0, 2, 2, -1, 99};
     m->config_json = strdup("{\"train_batch_size\":8,\"zero_optimization\":{\"stage\":3}}");
     m->units = calloc((size_t)nunits, sizeof(*m->units));
     m->params = calloc((size_t)np, sizeof(*m->params));
@@ -389,6 +389,53 @@ static void test_bad_manifests(const char *good)
     free(cut);
 }
 
+/* Issue 11 item 14: a hostile manifest is bounded by the data it describes before any table is made from
+ * it (one unit element or segment per 4 data bytes; at most so many manifest bytes per data byte), and
+ * its steps are consistent. */
+static void test_bounds(const char *good, const char *dir)
+{
+    static const char one[] = "{\"format\":\"zeroshard-checkpoint\",\"version\":1,\"global_step\":0,\"micro_step\":0,"
+        "\"world_size\":1,\"stage\":0,\"param_dtype\":\"fp32\",\"optimizer\":\"sgd\",\"loss_scaler\":{\"scale\":1.0,"
+        "\"skipped_steps\":0,\"hysteresis\":2,\"last_overflow\":-1,\"iter\":0},\"files\":[{\"name\":\"rank00000.bin\","
+        "\"rank\":0,\"bytes\":4,\"crc32c\":\"00000000\"}],";
+    char text[2048], path[PATH_MAX];
+    struct zs_ckpt_manifest m;
+    FILE *f;
+    int rc;
+
+    expect_bad(good, "loss_scaler.skipped_steps", json_integer((1ll << 40) + 4), "loss_scaler.skipped_steps",
+               "more than global_step 1099511627779");
+    snprintf(text, sizeof(text), "%s\"units\":[{\"name\":\"u\",\"numel\":1,\"params\":[{\"name\":\"s\",\"offset\":0,"
+             "\"numel\":1,\"shape\":[]}]}],\"segments\":[{},{}]}", one);
+    expect_bad_text(text, strlen(text), "segments: 2 entries, more than the files' 4 bytes of data can hold");
+    snprintf(text, sizeof(text), "%s\"units\":[{\"name\":\"u\",\"numel\":1000000,\"params\":[{\"name\":\"s\","
+             "\"offset\":0,\"numel\":1000000,\"shape\":[]}]}],\"segments\":[]}", one);
+    expect_bad_text(text, strlen(text), "units[0].numel: the units up to here have 1000000 elements, more than the "
+                    "files' 4 bytes");
+    snprintf(text, sizeof(text), "%s\"units\":[{\"name\":\"u\",\"numel\":1,\"params\":[{\"name\":\"s\",\"offset\":0,"
+             "\"numel\":1,\"shape\":[]},{\"name\":\"t\",\"offset\":0,\"numel\":1,\"shape\":[]}]}],\"segments\":[]}", one);
+    expect_bad_text(text, strlen(text), "units[0].params: 2 parameters in all, more than the units' 1 elements");
+    rc = zs_ckpt_manifest_parse_bounded(&m, good, strlen(good), "ck/manifest.json", 8, err, sizeof(err));
+    CHECK(rc == -1 && strstr(err, "ck/manifest.json: units[0].numel: ") &&
+          strstr(err, "more than the files' 8 bytes of data can hold"),
+          "declared files larger than the directory's: rc %d: %s", rc, err);
+    if (!rc)
+        zs_ckpt_manifest_free(&m);
+    /* a valid manifest padded with 2 MiB of blanks, beside a few hundred bytes of data: refused unread */
+    PATHF(path, "%s/global_step1/%s", dir, ZS_CKPT_MANIFEST);
+    f = fopen(path, "a");
+    for (int i = 0; f && i < 2 << 20; i += 64)
+        fputs("                                                                \n", f);
+    if (f)
+        fclose(f);
+    PATHF(path, "%s/global_step1", dir);
+    rc = zs_ckpt_manifest_load(&m, path, err, sizeof(err));
+    CHECK(rc == -1 && strstr(err, "manifest.json: ") && strstr(err, "more than a manifest of the") &&
+          strstr(err, "bytes of data files beside it can need"), "a padded manifest: rc %d: %s", rc, err);
+    if (!rc)
+        zs_ckpt_manifest_free(&m);
+}
+
 static void test_resolve(const char *dir)
 {
     static const char *const bad[] = {"../x\n", ".\n", "..", "a/b", "\n", "", "tag\nmore", NULL};
@@ -432,6 +479,7 @@ int main(int argc, char **argv)
     }
     good = zs_ckpt_manifest_dump(&m);
     test_bad_manifests(good);
+    test_bounds(good, dir);
     test_resolve(dir);
     free(good);
     zs_ckpt_manifest_free(&m);
