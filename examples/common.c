@@ -13,13 +13,12 @@
 
 static void cli_help(const struct cli_flag *flags, int nflags, const char *usage)
 {
-    static const char *const arg[] = {"", " FILE", " N", " N", " X"};
+    static const char *const arg[] = {"", " PATH", " N", " N", " X"};
 
     printf("%s\n\nOptions:\n", usage);
     for (int i = 0; i < nflags; i++) {
         char left[40];
-        snprintf(left, sizeof(left), "%s%s", flags[i].name,
-                 flags[i].kind == CLI_STR ? " VALUE" : arg[flags[i].kind]);
+        snprintf(left, sizeof(left), "%s%s", flags[i].name, arg[flags[i].kind]);
         printf("  %-22s %s\n", left, flags[i].help);
     }
     printf("  %-22s %s\n", "--help", "print this and exit");
@@ -86,6 +85,68 @@ int cli_parse(int argc, char **argv, const struct cli_flag *flags, int nflags, c
             return -1;
     }
     return 0;
+}
+
+#define EX_RUN_FLAGS 12
+#define EX_MAX_FLAGS 64
+
+static void run_flags(struct ex_run_opts *o, struct cli_flag *flags)
+{
+    const struct cli_flag run[EX_RUN_FLAGS] = {
+        {"--config", CLI_STR, &o->config, "DeepSpeed-style JSON config (required)"},
+        {"--steps", CLI_INT, &o->steps, "train until this optimizer step (a resumed run carries on)"},
+        {"--seed", CLI_U64, &o->seed, "initial weights and data order"},
+        {"--micro-batch", CLI_INT, &o->micro, "per rank per micro-step, for \"auto\" (default 8)"},
+        {"--lr", CLI_NUM, &o->lr, "learning rate, for \"auto\""},
+        {"--save-dir", CLI_STR, &o->save_dir, "checkpoint directory (saved at the end, and every --save-every)"},
+        {"--save-every", CLI_INT, &o->save_every, "checkpoint every N steps (needs --save-dir)"},
+        {"--load", CLI_STR, &o->load, "resume from a checkpoint directory"},
+        {"--init-from", CLI_STR, &o->init_from, "initial weights from a safetensors file"},
+        {"--dump", CLI_STR, &o->dump, "write the final parameters as fp32 to FILE"},
+        {"--memory-json", CLI_SWITCH, &o->memory_json, "print each rank's memory as a JSON line at start"},
+        {"--quiet", CLI_SWITCH, &o->quiet, "no start-up lines from the runtime"},
+    };
+    memcpy(flags, run, sizeof(run));
+}
+
+static int run_check(const struct ex_run_opts *o)
+{
+    if (!o->config) {
+        fprintf(stderr, "zeroshard: error: --config FILE is required (examples/configs/ has one per stage)\n");
+        return -1;
+    }
+    if (o->save_every < 0 || (o->save_every && !o->save_dir)) {
+        fprintf(stderr, "zeroshard: error: --save-every K needs K >= 0 and --save-dir DIR\n");
+        return -1;
+    }
+    if (o->steps < 0 || o->micro < 1 || o->lr <= 0) {
+        fprintf(stderr, "zeroshard: error: --steps must be >= 0, --micro-batch and --lr positive\n");
+        return -1;
+    }
+    return 0;
+}
+
+int ex_parse(int argc, char **argv, struct ex_run_opts *run, const struct cli_flag *own, int nown,
+             const char *usage)
+{
+    struct cli_flag flags[EX_MAX_FLAGS];
+    int rc;
+
+    if (nown > EX_MAX_FLAGS - EX_RUN_FLAGS)
+        return -1;
+    run_flags(run, flags);
+    memcpy(flags + EX_RUN_FLAGS, own, (size_t)nown * sizeof(*own));
+    rc = cli_parse(argc, argv, flags, EX_RUN_FLAGS + nown, usage);
+    return rc ? rc : run_check(run);
+}
+
+/* Gradient accumulation is left to the config (derived from the batch sizes, else 1); warmup is a tenth
+ * of the run, since DeepSpeed's default (1000 steps) would outlast a short one. */
+zs_auto_values ex_auto_values(const struct ex_run_opts *o)
+{
+    return (zs_auto_values){.micro_batch_size = o->micro, .lr = o->lr, .total_num_steps = o->steps,
+                            .warmup_num_steps = o->steps / 10 > 0 ? o->steps / 10 : 1, .gradient_clipping = 1.0,
+                            .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
 }
 
 int ex_die(const char *what, zs_status st)

@@ -22,6 +22,28 @@ struct cli_flag {
     const char *help;   /* one line; "(default ...)" is the program's to say */
 };
 
+/* The options both examples take: the run's config, length, seed, the values for "auto", checkpoints. */
+struct ex_run_opts {
+    const char *config, *dump, *save_dir, *load, *init_from;
+    int64_t steps, micro, save_every;
+    uint64_t seed;
+    double lr;
+    int memory_json, quiet;
+};
+
+/* Parses the run options and the program's own flags (after them in --help), and checks the run options;
+ * returns as cli_parse. */
+int ex_parse(int argc, char **argv, struct ex_run_opts *run, const struct cli_flag *own, int nown,
+             const char *usage);
+/* --help's sentence on "auto" */
+#define EX_AUTO_HELP                                                                                          \
+    "Config values set to \"auto\" take the program's values: the flags below, else their defaults\n"          \
+    "(micro-batch 8, lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 0, warmup steps/10, total steps --steps,\n" \
+    "clipping 1.0)."
+
+/* The program's values for the config's "auto" keys, as Hugging Face's Trainer fills them. */
+zs_auto_values ex_auto_values(const struct ex_run_opts *o);
+
 /* 0: run; 1: --help was printed (exit 0); -1: an error line was printed naming the flag (exit 2). */
 int cli_parse(int argc, char **argv, const struct cli_flag *flags, int nflags, const char *usage);
 

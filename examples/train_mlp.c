@@ -17,11 +17,8 @@
 #define CLASSES 4
 
 struct opts {
-    const char *config, *dump, *save_dir, *load, *init_from;
-    int64_t steps, micro, hidden, layers, save_every;
-    uint64_t seed;
-    double lr;
-    int memory_json, quiet;
+    struct ex_run_opts run;
+    int64_t hidden, layers;
 };
 
 struct layer {
@@ -109,7 +106,7 @@ static zs_status build_model(zs_ctx *ctx, const struct opts *o, struct model *m)
 
         L->in = i == 0 ? IN_DIM : o->hidden;
         L->out = i == m->nlayers - 1 ? CLASSES : o->hidden;
-        m->init[i] = (struct init_spec){ .seed = o->seed, .layer = i, .scale = sqrtf(2.0f / (float)L->in) };
+        m->init[i] = (struct init_spec){ .seed = o->run.seed, .layer = i, .scale = sqrtf(2.0f / (float)L->in) };
         snprintf(name, sizeof(name), "layer%d", i);
         st = zs_unit_add(ctx, name, &L->unit);
         snprintf(name, sizeof(name), "layer%d.weight", i);
@@ -169,7 +166,7 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
     lscale = (float)ss.loss_scale; /* fp16: backward runs on loss x scale; 1 otherwise */
 
     for (int64_t k = 0; k < B; k++)
-        sample(o->seed, first + (uint64_t)k, acts[0] + k * IN_DIM, &labels[k]);
+        sample(o->run.seed, first + (uint64_t)k, acts[0] + k * IN_DIM, &labels[k]);
     for (int i = 0; i < m->nlayers; i++) {
         const struct layer *L = &m->l[i];
         void *wp, *bp;
@@ -248,46 +245,22 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
     return ZS_OK;
 }
 
-static const char usage[] =
-    "usage: mpirun -np N zs-train-mlp --config FILE [options]\n"
-    "Trains an MLP classifier on generated data through ZeroShard. Config values set to \"auto\" take the\n"
-    "program's values: the flags below, else their defaults (micro-batch 8, gradient accumulation 1, lr 1e-3,\n"
-    "betas 0.9/0.999, eps 1e-8, weight decay 0, warmup steps/10, total steps --steps, clipping 1.0).";
+static const char usage[] = "usage: mpirun -np N zs-train-mlp --config FILE [options]\n"
+                            "Trains an MLP classifier on generated data through ZeroShard. Defaults: --steps 20, --seed 1.\n" EX_AUTO_HELP;
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){ .steps = 20, .seed = 1, .hidden = 64, .layers = 2, .micro = 8, .lr = 1e-3 };
-    const struct cli_flag flags[] = {
-        {"--config", CLI_STR, &o->config, "DeepSpeed-style JSON config (required)"},
-        {"--steps", CLI_INT, &o->steps, "train until this optimizer step (default 20)"},
-        {"--seed", CLI_U64, &o->seed, "initial weights and samples (default 1)"},
+    *o = (struct opts){.run = {.steps = 20, .seed = 1, .micro = 8, .lr = 1e-3}, .hidden = 64, .layers = 2};
+    const struct cli_flag own[] = {
         {"--hidden", CLI_INT, &o->hidden, "hidden width (default 64)"},
         {"--layers", CLI_INT, &o->layers, "hidden layers (default 2)"},
-        {"--micro-batch", CLI_INT, &o->micro, "samples per rank per micro-step, for \"auto\" (default 8)"},
-        {"--lr", CLI_NUM, &o->lr, "learning rate, for \"auto\" (default 1e-3)"},
-        {"--dump", CLI_STR, &o->dump, "write the final parameters as fp32 to FILE"},
-        {"--save-dir", CLI_STR, &o->save_dir, "checkpoint directory (saved at the end, and every --save-every)"},
-        {"--save-every", CLI_INT, &o->save_every, "checkpoint every N steps (needs --save-dir)"},
-        {"--load", CLI_STR, &o->load, "resume from a checkpoint directory"},
-        {"--init-from", CLI_STR, &o->init_from, "initial weights from a safetensors file"},
-        {"--memory-json", CLI_SWITCH, &o->memory_json, "print each rank's memory as a JSON line at start"},
-        {"--quiet", CLI_SWITCH, &o->quiet, "no start-up lines from the runtime"},
     };
-    int rc = cli_parse(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), usage);
+    int rc = ex_parse(argc, argv, &o->run, own, (int)(sizeof(own) / sizeof(own[0])), usage);
 
     if (rc)
         return rc;
-    if (!o->config) {
-        fprintf(stderr, "zeroshard: error: --config FILE is required (examples/configs/ has one per stage)\n");
-        return -1;
-    }
-    if (o->save_every < 0 || (o->save_every && !o->save_dir)) {
-        fprintf(stderr, "zeroshard: error: --save-every K needs K >= 0 and --save-dir DIR\n");
-        return -1;
-    }
-    if (o->steps < 0 || o->hidden < 1 || o->layers < 0 || o->micro < 1 || o->lr <= 0) {
-        fprintf(stderr, "zeroshard: error: --steps and --layers must be non-negative, --hidden, --micro-batch and "
-                        "--lr positive\n");
+    if (o->hidden < 1 || o->layers < 0) {
+        fprintf(stderr, "zeroshard: error: --hidden must be positive and --layers non-negative\n");
         return -1;
     }
     return 0;
@@ -309,22 +282,20 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return rc > 0 ? 0 : 2;
     }
-    io.config_path = o.config;
-    io.auto_values = (zs_auto_values){.micro_batch_size = o.micro, .lr = o.lr,
-                                      .total_num_steps = o.steps, .warmup_num_steps = o.steps / 10 > 0 ? o.steps / 10 : 1,
-                                      .gradient_clipping = 1.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
-    io.quiet = o.quiet;
+    io.config_path = o.run.config;
+    io.auto_values = ex_auto_values(&o.run);
+    io.quiet = o.run.quiet;
     const char *what = "setup";
     st = zs_init(&ctx, &io);
     if (!st)
         st = build_model(ctx, &o, &m);
-    if (!st && o.load) {
+    if (!st && o.run.load) {
         what = "load";
-        st = zs_checkpoint_load(ctx, o.load);
+        st = zs_checkpoint_load(ctx, o.run.load);
     }
-    if (!st && o.init_from) {
+    if (!st && o.run.init_from) {
         what = "init-from";
-        st = zs_import_safetensors(ctx, o.init_from);
+        st = zs_import_safetensors(ctx, o.run.init_from);
     }
     if (st) {
         if (rank == 0)
@@ -335,7 +306,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 1;
     }
-    if (o.memory_json)
+    if (o.run.memory_json)
         ex_print_memory(ctx, rank, world);
 
     int64_t B = zs_micro_batch_size(ctx), gas = zs_grad_accum_steps(ctx);
@@ -365,7 +336,7 @@ int main(int argc, char **argv)
     zs_stats(ctx, &at);
     /* --steps N trains until global step N: a run resumed from a checkpoint carries on where it stopped,
      * drawing the same samples the uninterrupted run would have. */
-    for (int64_t step = at.global_step; step < o.steps && !rc; step++) {
+    for (int64_t step = at.global_step; step < o.run.steps && !rc; step++) {
         double sum = 0.0, loss, all = 0.0, t0 = MPI_Wtime();
         for (int64_t mb = 0; mb < gas && !rc; mb++) {
             uint64_t first = (uint64_t)(((step * gas + mb) * world + rank) * B);
@@ -386,14 +357,14 @@ int main(int argc, char **argv)
                    (long long)s.global_step, all / (double)(world * gas), s.lr, s.grad_norm, MPI_Wtime() - t0,
                    s.clip_coef, s.loss_scale, s.skipped ? " skipped" : "");
         fflush(stdout);
-        bool last = step + 1 == o.steps;
-        if (o.save_dir && ((o.save_every && s.global_step % o.save_every == 0) || last) &&
-            (st = zs_checkpoint_save(ctx, o.save_dir)))
+        bool last = step + 1 == o.run.steps;
+        if (o.run.save_dir && ((o.run.save_every && s.global_step % o.run.save_every == 0) || last) &&
+            (st = zs_checkpoint_save(ctx, o.run.save_dir)))
             rc = ex_die("save", st);
     }
     if (!rc) {
         uint64_t h;
-        st = ex_params_hash(ctx, &h, o.dump, rank);
+        st = ex_params_hash(ctx, &h, o.run.dump, rank);
         if (st)
             rc = ex_die("params-hash", st);
         else if (rank == 0)

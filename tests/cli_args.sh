@@ -12,7 +12,7 @@ for prog in "$MLP" "$GPT"; do
   out=$("$prog" --help 2>&1); rc=$?
   flags=$(echo "$out" | grep -c '^  --')
   echo "$p --help: rc $rc, $flags flags listed"
-  [ $rc -eq 0 ] && echo "$out" | grep -q -- '--steps N' && echo "$out" | grep -q -- '--config VALUE' &&
+  [ $rc -eq 0 ] && echo "$out" | grep -q -- '--steps N' && echo "$out" | grep -q -- '--config PATH' &&
     echo "$out" | grep -q -- '--help' && r=ok || r=bad
   check $r "$p --help: rc $rc: $out"
   for bad in "--steps abc" "--steps 12x" "--lr 1e-3q" "--micro-batch -"; do

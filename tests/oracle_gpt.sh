@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # oracle_gpt.sh N TRAIN DATA - the stage oracle on the transformer at N ranks: stages 0-3, with the
 # optimizer state (and at stage 3 the parameters) in memory, in the pinned host pool and on NVMe, and
-# stage 3 with activation recomputation, all give the bit-identical params-hash of stage 0.
+# stage 3 with activation recomputation, and a stage-3 run saved and resumed, all give the bit-identical
+# params-hash of stage 0.
 set -u
 N=$1 TRAIN=$2 DATA=$3
 . "$(dirname "$0")/lib.sh"
@@ -47,4 +48,8 @@ for name in s1 s2 s3 s1_cpu s2_cpu s3_cpu s3_pcpu s1_nvme s2_nvme s3_nvme s3_pnv
 done
 h=$(run s3 --recompute); [ "$h" = "$ref" ] && r=ok || r=bad
 echo "np $N s3 --recompute: $h $r"; check $r "stage 3 with --recompute: params-hash $h != $ref"
+# save at step 3, resume to step 6: the same bits as the uninterrupted run
+run s3 --steps 3 --save-dir "$tmp/ckpt" > /dev/null
+h=$(run s3 --load "$tmp/ckpt"); [ "$h" = "$ref" ] && r=ok || r=bad
+echo "np $N s3 saved at step 3, resumed to 6: $h $r"; check $r "resumed run: params-hash $h != $ref"
 finish "oracle_gpt np $N"

@@ -10,5 +10,5 @@ config=${2:-examples/configs/gpt_zero3.json}
 shift 2 || shift $# || true
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 bash tools/build.sh build > /dev/null
-exec mpirun --oversubscribe -np "$ranks" build/zs-train-gpt --config "$config" --steps 800 --val-every 100 \
+exec mpirun --oversubscribe -np "$ranks" build/zs-train-gpt --config "$config" --steps 1200 --lr 3e-3 --val-every 100 \
   --sample 300 --metrics gpt_metrics.jsonl --memory-json "$@"

@@ -17,11 +17,12 @@
 #include "zeroshard.h"
 
 struct opts {
-    const char *config, *data, *metrics, *save_dir, *load, *init_from, *dump;
-    int64_t steps, layers, dim, heads, ctx, micro, val_every, val_batches, sample, save_every;
-    uint64_t seed, sample_seed;
-    double lr, temperature;
-    int recompute, memory_json, quiet;
+    struct ex_run_opts run;
+    const char *data, *metrics;
+    int64_t layers, dim, heads, ctx, val_every, val_batches, sample;
+    uint64_t sample_seed;
+    double temperature;
+    int recompute;
 };
 
 struct tensor_init {
@@ -154,27 +155,19 @@ static int core_share(void)
 
 /* ---------------------------------------------------------------- command line */
 
-static const char usage[] =
-    "usage: mpirun -np N zs-train-gpt --config FILE [options]\n"
-    "Trains a GPT-2-style byte-level transformer through ZeroShard. Config values set to \"auto\" take the\n"
-    "program's values: the flags below, else their defaults (micro-batch 8, gradient accumulation 1, lr 1e-3,\n"
-    "betas 0.9/0.999, eps 1e-8, weight decay 0, warmup steps/10, total steps --steps, clipping 1.0).";
+static const char usage[] = "usage: mpirun -np N zs-train-gpt --config FILE [options]\n"
+                            "Trains a GPT-2-style byte-level transformer through ZeroShard. Defaults: --steps 100, --seed 1.\n" EX_AUTO_HELP;
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.steps = 100, .layers = 4, .dim = 128, .heads = 4, .ctx = 64, .micro = 8, .lr = 1e-3,
-                       .seed = 1, .val_every = 50, .val_batches = 4, .sample = 200, .temperature = 0.8,
+    *o = (struct opts){.run = {.steps = 100, .micro = 8, .lr = 1e-3, .seed = 1}, .layers = 4, .dim = 128,
+                       .heads = 4, .ctx = 64, .val_every = 50, .val_batches = 4, .sample = 200, .temperature = 0.8,
                        .sample_seed = 1};
-    const struct cli_flag flags[] = {
-        {"--config", CLI_STR, &o->config, "DeepSpeed-style JSON config (required)"},
-        {"--steps", CLI_INT, &o->steps, "train until this optimizer step (default 100)"},
+    const struct cli_flag own[] = {
         {"--layers", CLI_INT, &o->layers, "transformer blocks (default 4)"},
         {"--dim", CLI_INT, &o->dim, "model width (default 128)"},
         {"--heads", CLI_INT, &o->heads, "attention heads, dividing --dim (default 4)"},
         {"--ctx", CLI_INT, &o->ctx, "context length in bytes (default 64)"},
-        {"--micro-batch", CLI_INT, &o->micro, "sequences per rank per micro-step, for \"auto\" (default 8)"},
-        {"--lr", CLI_NUM, &o->lr, "learning rate, for \"auto\" (default 1e-3)"},
-        {"--seed", CLI_U64, &o->seed, "initial weights and batch order (default 1)"},
         {"--data", CLI_STR, &o->data, "text FILE or DIR (default: " GPT_DEFAULT_CORPUS " text files)"},
         {"--val-every", CLI_INT, &o->val_every, "validation loss every N steps, 0 = only at the end (default 50)"},
         {"--val-batches", CLI_INT, &o->val_batches, "global batches of held-out data per validation (default 4)"},
@@ -183,30 +176,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"--sample-seed", CLI_U64, &o->sample_seed, "sampling seed (default 1)"},
         {"--metrics", CLI_STR, &o->metrics, "write one JSON line per step to FILE"},
         {"--recompute", CLI_SWITCH, &o->recompute, "activation checkpointing: keep block inputs, redo forward"},
-        {"--save-dir", CLI_STR, &o->save_dir, "checkpoint directory (saved at the end, and every --save-every)"},
-        {"--save-every", CLI_INT, &o->save_every, "checkpoint every N steps (needs --save-dir)"},
-        {"--load", CLI_STR, &o->load, "resume from a checkpoint directory"},
-        {"--init-from", CLI_STR, &o->init_from, "initial weights from a safetensors file"},
-        {"--dump", CLI_STR, &o->dump, "write the final parameters as fp32 to FILE"},
-        {"--memory-json", CLI_SWITCH, &o->memory_json, "print each rank's memory as a JSON line at start"},
-        {"--quiet", CLI_SWITCH, &o->quiet, "no start-up lines from the runtime"},
     };
-    int rc = cli_parse(argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), usage);
+    int rc = ex_parse(argc, argv, &o->run, own, (int)(sizeof(own) / sizeof(own[0])), usage);
 
     if (rc)
         return rc;
-    if (!o->config) {
-        fprintf(stderr, "zeroshard: error: --config FILE is required (examples/configs/ has one per stage)\n");
-        return -1;
-    }
-    if (o->save_every < 0 || (o->save_every && !o->save_dir)) {
-        fprintf(stderr, "zeroshard: error: --save-every K needs K >= 0 and --save-dir DIR\n");
-        return -1;
-    }
-    if (o->steps < 0 || o->micro < 1 || o->lr <= 0 || o->val_every < 0 || o->val_batches < 1 || o->sample < 0 ||
-        o->temperature <= 0) {
-        fprintf(stderr, "zeroshard: error: --steps, --val-every, --sample must be >= 0; --micro-batch, --val-batches, "
-                        "--lr, --temperature > 0\n");
+    if (o->val_every < 0 || o->val_batches < 1 || o->sample < 0 || o->temperature <= 0) {
+        fprintf(stderr, "zeroshard: error: --val-every and --sample must be >= 0, --val-batches and --temperature "
+                        "positive\n");
         return -1;
     }
     return 0;
@@ -231,7 +208,7 @@ static int validate(struct run *r, const struct opts *o, double *loss)
     int64_t per = r->gas * o->val_batches;
 
     for (int64_t m = 0; m < per; m++) {
-        gpt_data_batch(&r->data, o->seed, -1, (m * r->world + r->rank) * r->B, r->B, o->ctx, r->in, r->tg);
+        gpt_data_batch(&r->data, o->run.seed, -1, (m * r->world + r->rank) * r->B, r->B, o->ctx, r->in, r->tg);
         int rc = gpt_model_run_f32(&r->model, &r->io, r->in, r->tg, r->B, 0, 1.0, &l);
         if (rc)
             return rc;
@@ -305,7 +282,7 @@ static int train_step(struct run *r, const struct opts *o, int64_t step, double 
 
     for (int64_t m = 0; m < r->gas; m++) {
         zs_stats(r->ctx, &s); /* fp16: backward runs on loss x scale; 1 otherwise */
-        gpt_data_batch(&r->data, o->seed, step, (m * r->world + r->rank) * r->B, r->B, o->ctx, r->in, r->tg);
+        gpt_data_batch(&r->data, o->run.seed, step, (m * r->world + r->rank) * r->B, r->B, o->ctx, r->in, r->tg);
         int rc = gpt_model_run_f32(&r->model, &r->io, r->in, r->tg, r->B, 1, s.loss_scale, &l);
         if (rc || (rc = (int)zs_step(r->ctx)))
             return rc;
@@ -359,7 +336,7 @@ static int train(struct run *r, const struct opts *o)
     }
     zs_stats(r->ctx, &at);
     /* --steps N trains until global step N: a resumed run draws what the uninterrupted one would have */
-    for (int64_t step = at.global_step; step < o->steps && !rc; step++) {
+    for (int64_t step = at.global_step; step < o->run.steps && !rc; step++) {
         double loss, val = -1, t0 = MPI_Wtime();
         zs_step_stats s;
         if ((rc = train_step(r, o, step, &loss))) {
@@ -368,14 +345,14 @@ static int train(struct run *r, const struct opts *o)
         }
         double secs = MPI_Wtime() - t0;
         zs_stats(r->ctx, &s);
-        bool last = step + 1 == o->steps;
+        bool last = step + 1 == o->run.steps;
         if (((o->val_every && s.global_step % o->val_every == 0) || last) && (rc = validate(r, o, &val))) {
             ex_die("validate", (zs_status)rc);
             break;
         }
         report_step(r, o, metrics, loss, secs, val);
-        if (o->save_dir && ((o->save_every && s.global_step % o->save_every == 0) || last) &&
-            (rc = (int)zs_checkpoint_save(r->ctx, o->save_dir)))
+        if (o->run.save_dir && ((o->run.save_every && s.global_step % o->run.save_every == 0) || last) &&
+            (rc = (int)zs_checkpoint_save(r->ctx, o->run.save_dir)))
             ex_die("save", (zs_status)rc);
     }
     if (metrics)
@@ -391,7 +368,7 @@ static int run_program(const struct opts *o, int rank, int world)
     struct engine_io eio = {0};
     struct run r = {.rank = rank, .world = world};
     struct tensor_init *ti = NULL;
-    zs_init_opts io = {.config_path = o->config, .quiet = o->quiet};
+    zs_init_opts io = {.config_path = o->run.config, .quiet = o->run.quiet};
     char err[512];
     const char *what = "setup";
     zs_status st = ZS_OK;
@@ -402,21 +379,19 @@ static int run_program(const struct opts *o, int rank, int world)
             fprintf(stderr, "zeroshard: error: %s\n", err);
         return 2;
     }
-    io.auto_values = (zs_auto_values){.micro_batch_size = o->micro, .lr = o->lr,
-                                      .total_num_steps = o->steps, .warmup_num_steps = o->steps / 10 > 0 ? o->steps / 10 : 1,
-                                      .gradient_clipping = 1.0, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    io.auto_values = ex_auto_values(&o->run);
     ti = calloc((size_t)(gpt_unit_count(&cfg) * GPT_MAX_TENSORS), sizeof(*ti));
     if (!ti || gpt_layout_alloc(&lay, &cfg))
         goto out;
-    if (!(st = zs_init(&r.ctx, &io)) && !(st = register_model(r.ctx, &cfg, o->seed, ti, &lay)))
+    if (!(st = zs_init(&r.ctx, &io)) && !(st = register_model(r.ctx, &cfg, o->run.seed, ti, &lay)))
         st = zs_setup(r.ctx);
-    if (!st && o->load) {
+    if (!st && o->run.load) {
         what = "load";
-        st = zs_checkpoint_load(r.ctx, o->load);
+        st = zs_checkpoint_load(r.ctx, o->run.load);
     }
-    if (!st && o->init_from) {
+    if (!st && o->run.init_from) {
         what = "init-from";
-        st = zs_import_safetensors(r.ctx, o->init_from);
+        st = zs_import_safetensors(r.ctx, o->run.init_from);
     }
     if (st) {
         if (rank == 0)
@@ -442,7 +417,7 @@ static int run_program(const struct opts *o, int rank, int world)
                 (long long)r.B);
         goto out;
     }
-    if (o->memory_json)
+    if (o->run.memory_json)
         ex_print_memory(r.ctx, rank, world);
     if (rank == 0)
         printf("model: %lld parameters (%lld layers, dim %lld, %lld heads, ctx %lld)%s; corpus: %lld bytes in %d "
@@ -454,7 +429,7 @@ static int run_program(const struct opts *o, int rank, int world)
     if (train(&r, o) || (o->sample && sample_text(&r, o)))
         goto out_abort;
     uint64_t h;
-    if ((st = ex_params_hash(r.ctx, &h, o->dump, rank))) {
+    if ((st = ex_params_hash(r.ctx, &h, o->run.dump, rank))) {
         ex_die("params-hash", st);
         goto out_abort;
     }
