@@ -10,17 +10,15 @@
 #include <string.h>
 #include <mpi.h>
 
+#include "common.h"
 #include "zeroshard.h"
 
 #define IN_DIM 16
 #define CLASSES 4
 
 struct opts {
-    const char *config, *dump, *save_dir, *load, *init_from;
-    int64_t steps, micro, hidden, layers, save_every;
-    uint64_t seed;
-    double lr;
-    int memory_json, quiet;
+    struct ex_run_opts run;
+    int64_t hidden, layers;
 };
 
 struct layer {
@@ -73,13 +71,6 @@ static void sample(uint64_t seed, uint64_t idx, float *x, int *label)
 
 /* ---------------------------------------------------------------- model */
 
-static int die(const zs_ctx *ctx, const char *what, zs_status st)
-{
-    (void)ctx;
-    fprintf(stderr, "zeroshard: error: %s: %s\n", what, zs_last_error());
-    return st ? (int)st : 1;
-}
-
 /* Initial values by element: He-uniform weights from a counter-based generator, zero biases. ZeroShard
  * asks each rank for just the elements it stores, so no rank ever holds the whole model. */
 struct init_spec {
@@ -115,7 +106,7 @@ static zs_status build_model(zs_ctx *ctx, const struct opts *o, struct model *m)
 
         L->in = i == 0 ? IN_DIM : o->hidden;
         L->out = i == m->nlayers - 1 ? CLASSES : o->hidden;
-        m->init[i] = (struct init_spec){ .seed = o->seed, .layer = i, .scale = sqrtf(2.0f / (float)L->in) };
+        m->init[i] = (struct init_spec){ .seed = o->run.seed, .layer = i, .scale = sqrtf(2.0f / (float)L->in) };
         snprintf(name, sizeof(name), "layer%d", i);
         st = zs_unit_add(ctx, name, &L->unit);
         snprintf(name, sizeof(name), "layer%d.weight", i);
@@ -142,68 +133,13 @@ struct wide {
     float *w, *b, *gw, *gb; /* scratch, the largest layer's size */
 };
 
-static float h2f(zs_dtype dt, uint16_t h)
-{
-    uint32_t u;
-    float f;
-
-    if (dt == ZS_DTYPE_BF16) {
-        u = (uint32_t)h << 16;
-        memcpy(&f, &u, 4);
-        return f;
-    }
-    /* fp16: sign, 5-bit exponent, 10-bit mantissa */
-    uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, mant = h & 1023;
-    if (e == 0)
-        f = ldexpf((float)mant, -24);
-    else if (e == 31)
-        f = mant ? NAN : INFINITY;
-    else
-        f = ldexpf((float)(mant | 1024), (int)e - 25);
-    memcpy(&u, &f, 4);
-    u |= sign;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* Round to nearest even: bf16 by integer rounding of the upper half; fp16 through the float range. */
-static uint16_t f2h(zs_dtype dt, float f)
-{
-    uint32_t u;
-
-    memcpy(&u, &f, 4);
-    if (dt == ZS_DTYPE_BF16) {
-        if ((u & 0x7fffffff) > 0x7f800000)
-            return (uint16_t)((u >> 16) | 0x40);
-        return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-    }
-    uint32_t sign = (u >> 16) & 0x8000;
-    float a = fabsf(f);
-    if (isnan(f))
-        return (uint16_t)(sign | 0x7e00);
-    if (a >= 65520.0f)
-        return (uint16_t)(sign | 0x7c00);
-    if (a < 0x1p-14f) /* subnormal: a multiple of 2^-24, rounded to nearest even by the conversion */
-        return (uint16_t)(sign | (uint32_t)lrintf(a * 0x1p24f));
-    int e;
-    float m = frexpf(a, &e);                          /* a = m * 2^e, m in [0.5, 1) */
-    uint32_t q = (uint32_t)lrintf(ldexpf(m, 11));     /* 11 significant bits, nearest even */
-    if (q == 2048) {
-        q = 1024;
-        e++;
-    }
-    if (e + 14 >= 31)
-        return (uint16_t)(sign | 0x7c00);
-    return (uint16_t)(sign | ((uint32_t)(e + 14) << 10) | (q & 1023));
-}
-
 /* fp32 view of n parameters: the data itself (fp32) or a widened copy in scratch. */
 static const float *widen(const struct wide *wd, const void *p, int64_t n, float *scratch)
 {
     if (wd->dt == ZS_DTYPE_FP32)
         return p;
     for (int64_t i = 0; i < n; i++)
-        scratch[i] = h2f(wd->dt, ((const uint16_t *)p)[i]);
+        scratch[i] = ex_h2f(wd->dt, ((const uint16_t *)p)[i]);
     return scratch;
 }
 
@@ -212,7 +148,7 @@ static void fold_grad(const struct wide *wd, void *g16, const float *g, int64_t 
     uint16_t *h = g16;
 
     for (int64_t i = 0; i < n; i++)
-        h[i] = f2h(wd->dt, h2f(wd->dt, h[i]) + g[i]);
+        h[i] = ex_f2h(wd->dt, ex_h2f(wd->dt, h[i]) + g[i]);
 }
 
 /* One micro-batch: forward through fetched units, loss, backward in reverse unit order.
@@ -230,7 +166,7 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
     lscale = (float)ss.loss_scale; /* fp16: backward runs on loss x scale; 1 otherwise */
 
     for (int64_t k = 0; k < B; k++)
-        sample(o->seed, first + (uint64_t)k, acts[0] + k * IN_DIM, &labels[k]);
+        sample(o->run.seed, first + (uint64_t)k, acts[0] + k * IN_DIM, &labels[k]);
     for (int i = 0; i < m->nlayers; i++) {
         const struct layer *L = &m->l[i];
         void *wp, *bp;
@@ -309,102 +245,22 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
     return ZS_OK;
 }
 
-/* FNV-1a over every parameter's bytes (as trained: fp32, bf16 or fp16) in registration order: equal
- * hashes mean equal bits. --dump writes them as fp32. */
-static zs_status params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int rank, const struct wide *wd)
-{
-    size_t esz = wd->dt == ZS_DTYPE_FP32 ? 4 : 2;
-
-    uint64_t h = 0xcbf29ce484222325ULL;
-    FILE *f = NULL;
-    zs_status st;
-
-    if (dump && rank == 0 && !(f = fopen(dump, "wb"))) {
-        fprintf(stderr, "zeroshard: error: %s: %s\n", dump, strerror(errno));
-        return ZS_ERR_IO;
-    }
-    for (int32_t p = 0; p < zs_param_count(ctx); p++) {
-        int32_t unit;
-        int64_t n;
-        const unsigned char *d;
-        if ((st = zs_param_info(ctx, p, NULL, &n, &unit, NULL)) || (st = zs_unit_fetch(ctx, unit, NULL)) ||
-            (st = zs_param_data(ctx, p, (void **)&d)))
-            break;
-        for (int64_t i = 0; i < n * (int64_t)esz; i++) {
-            h ^= d[i];
-            h *= 0x100000001b3ULL;
-        }
-        for (int64_t i = 0; f && i < n; i++) {
-            float v = esz == 4 ? ((const float *)d)[i] : h2f(wd->dt, ((const uint16_t *)d)[i]);
-            fwrite(&v, 4, 1, f);
-        }
-        if ((st = zs_unit_release(ctx, unit)))
-            break;
-    }
-    if (f)
-        fclose(f);
-    *hash = h;
-    return st;
-}
-
-static void print_memory(zs_ctx *ctx, int rank, int world)
-{
-    zs_memory_report mine, *all = NULL;
-
-    zs_memory(ctx, &mine);
-    if (rank == 0)
-        all = calloc((size_t)world, sizeof(*all));
-    MPI_Gather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, 0, MPI_COMM_WORLD);
-    for (int r = 0; rank == 0 && r < world; r++)
-        printf("{\"memory\": {\"rank\": %d, \"stage\": %d, \"world\": %d, \"params\": %llu, \"grads\": %llu, "
-               "\"optimizer\": %llu, \"buffers\": %llu, \"formula\": %llu, \"numel\": %llu, \"host\": %llu, "
-               "\"nvme\": %llu}}\n",
-               all[r].rank, all[r].stage, all[r].world, (unsigned long long)all[r].params,
-               (unsigned long long)all[r].grads, (unsigned long long)all[r].optimizer,
-               (unsigned long long)all[r].buffers, (unsigned long long)all[r].formula,
-               (unsigned long long)all[r].numel, (unsigned long long)all[r].host, (unsigned long long)all[r].nvme);
-    free(all);
-}
+static const char usage[] = "usage: mpirun -np N zs-train-mlp --config FILE [options]\n"
+                            "Trains an MLP classifier on generated data through ZeroShard. Defaults: --steps 20, --seed 1.\n" EX_AUTO_HELP;
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){ .steps = 20, .seed = 1, .hidden = 64, .layers = 2 };
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--memory-json")) { o->memory_json = 1; continue; }
-        if (!strcmp(a, "--quiet")) { o->quiet = 1; continue; }
-        if (!v) {
-            fprintf(stderr, "zeroshard: error: %s needs a value\n", a);
-            return -1;
-        }
-        i++;
-        if (!strcmp(a, "--config")) o->config = v;
-        else if (!strcmp(a, "--steps")) o->steps = atoll(v);
-        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 0);
-        else if (!strcmp(a, "--hidden")) o->hidden = atoll(v);
-        else if (!strcmp(a, "--layers")) o->layers = atoll(v);
-        else if (!strcmp(a, "--micro-batch")) o->micro = atoll(v);
-        else if (!strcmp(a, "--lr")) o->lr = atof(v);
-        else if (!strcmp(a, "--dump")) o->dump = v;
-        else if (!strcmp(a, "--save-dir")) o->save_dir = v;
-        else if (!strcmp(a, "--save-every")) o->save_every = atoll(v);
-        else if (!strcmp(a, "--load")) o->load = v;
-        else if (!strcmp(a, "--init-from")) o->init_from = v;
-        else {
-            fprintf(stderr, "zeroshard: error: unknown option %s (see README: --config --steps --seed --memory-json)\n", a);
-            return -1;
-        }
-    }
-    if (!o->config) {
-        fprintf(stderr, "zeroshard: error: --config FILE is required (examples/configs/ has one per stage)\n");
-        return -1;
-    }
-    if (o->save_every < 0 || (o->save_every && !o->save_dir)) {
-        fprintf(stderr, "zeroshard: error: --save-every K needs K >= 0 and --save-dir DIR\n");
-        return -1;
-    }
-    if (o->steps < 0 || o->hidden < 1 || o->layers < 0) {
-        fprintf(stderr, "zeroshard: error: --steps, --hidden and --layers must be non-negative (hidden >= 1)\n");
+    *o = (struct opts){.run = {.steps = 20, .seed = 1, .micro = 8, .lr = 1e-3}, .hidden = 64, .layers = 2};
+    const struct cli_flag own[] = {
+        {"--hidden", CLI_INT, &o->hidden, "hidden width (default 64)"},
+        {"--layers", CLI_INT, &o->layers, "hidden layers (default 2)"},
+    };
+    int rc = ex_parse(argc, argv, &o->run, own, (int)(sizeof(own) / sizeof(own[0])), usage);
+
+    if (rc)
+        return rc;
+    if (o->hidden < 1 || o->layers < 0) {
+        fprintf(stderr, "zeroshard: error: --hidden must be positive and --layers non-negative\n");
         return -1;
     }
     return 0;
@@ -422,38 +278,36 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    if (parse_args(argc, argv, &o)) {
+    if ((rc = parse_args(argc, argv, &o))) {
         MPI_Finalize();
-        return 2;
+        return rc > 0 ? 0 : 2;
     }
-    io.config_path = o.config;
-    io.auto_values.micro_batch_size = o.micro;
-    io.auto_values.lr = o.lr;
-    io.auto_values.total_num_steps = o.steps;
-    io.quiet = o.quiet;
+    io.config_path = o.run.config;
+    io.auto_values = ex_auto_values(&o.run);
+    io.quiet = o.run.quiet;
     const char *what = "setup";
     st = zs_init(&ctx, &io);
     if (!st)
         st = build_model(ctx, &o, &m);
-    if (!st && o.load) {
+    if (!st && o.run.load) {
         what = "load";
-        st = zs_checkpoint_load(ctx, o.load);
+        st = zs_checkpoint_load(ctx, o.run.load);
     }
-    if (!st && o.init_from) {
+    if (!st && o.run.init_from) {
         what = "init-from";
-        st = zs_import_safetensors(ctx, o.init_from);
+        st = zs_import_safetensors(ctx, o.run.init_from);
     }
     if (st) {
         if (rank == 0)
-            die(ctx, what, st);
+            ex_die(what, st);
         zs_finalize(ctx);
         free(m.l);
         free(m.init);
         MPI_Finalize();
         return 1;
     }
-    if (o.memory_json)
-        print_memory(ctx, rank, world);
+    if (o.run.memory_json)
+        ex_print_memory(ctx, rank, world);
 
     int64_t B = zs_micro_batch_size(ctx), gas = zs_grad_accum_steps(ctx);
     if (B > 4096) {
@@ -482,7 +336,7 @@ int main(int argc, char **argv)
     zs_stats(ctx, &at);
     /* --steps N trains until global step N: a run resumed from a checkpoint carries on where it stopped,
      * drawing the same samples the uninterrupted run would have. */
-    for (int64_t step = at.global_step; step < o.steps && !rc; step++) {
+    for (int64_t step = at.global_step; step < o.run.steps && !rc; step++) {
         double sum = 0.0, loss, all = 0.0, t0 = MPI_Wtime();
         for (int64_t mb = 0; mb < gas && !rc; mb++) {
             uint64_t first = (uint64_t)(((step * gas + mb) * world + rank) * B);
@@ -490,7 +344,7 @@ int main(int argc, char **argv)
             if (!st)
                 st = zs_step(ctx);
             if (st)
-                rc = die(ctx, "train", st);
+                rc = ex_die("train", st);
             sum += loss;
         }
         if (rc)
@@ -503,16 +357,16 @@ int main(int argc, char **argv)
                    (long long)s.global_step, all / (double)(world * gas), s.lr, s.grad_norm, MPI_Wtime() - t0,
                    s.clip_coef, s.loss_scale, s.skipped ? " skipped" : "");
         fflush(stdout);
-        bool last = step + 1 == o.steps;
-        if (o.save_dir && ((o.save_every && s.global_step % o.save_every == 0) || last) &&
-            (st = zs_checkpoint_save(ctx, o.save_dir)))
-            rc = die(ctx, "save", st);
+        bool last = step + 1 == o.run.steps;
+        if (o.run.save_dir && ((o.run.save_every && s.global_step % o.run.save_every == 0) || last) &&
+            (st = zs_checkpoint_save(ctx, o.run.save_dir)))
+            rc = ex_die("save", st);
     }
     if (!rc) {
         uint64_t h;
-        st = params_hash(ctx, &h, o.dump, rank, &wd);
+        st = ex_params_hash(ctx, &h, o.run.dump, rank);
         if (st)
-            rc = die(ctx, "params-hash", st);
+            rc = ex_die("params-hash", st);
         else if (rank == 0)
             printf("params-hash %016llx\n", (unsigned long long)h);
     }

@@ -58,6 +58,9 @@ typedef struct zs_auto_values {
     int64_t total_num_steps;      /* scheduler total_num_steps */
     int64_t warmup_num_steps;     /* scheduler warmup_num_steps */
     double gradient_clipping;     /* gradient_clipping */
+    double beta1, beta2;          /* optimizer.params.betas */
+    double eps;                   /* optimizer.params.eps */
+    double weight_decay;          /* optimizer.params.weight_decay */
 } zs_auto_values;
 
 typedef struct zs_init_opts {
@@ -113,6 +116,13 @@ typedef struct zs_step_stats {
     double grad_norm;       /* global gradient norm before clipping (last step) */
     double clip_coef;       /* factor applied to gradients by clipping (1 = none) */
     double loss_scale;      /* current loss scale (1 without fp16) */
+    /* Where this rank's time went in the last optimizer step (its micro-batches and the step itself), in
+     * seconds; the rest of the step's wall time is the program's own compute. */
+    double time_fetch;      /* in zs_unit_fetch: gathering parameters (stage 3), reading NVMe shards */
+    double time_reduce;     /* at the step, waiting for gradient reductions still in flight */
+    double time_optimizer;  /* the norm, clipping and the optimizer on this rank's shard */
+    double time_gather;     /* making updated parameters visible (stages 1-2 all-gather) */
+    double time_swap;       /* of the above, waiting for NVMe transfers */
 } zs_step_stats;
 
 /* ---------------------------------------------------------------- lifetime */

@@ -328,6 +328,11 @@ static zs_status ring_settle(struct zs_nvme_optim *n, struct ring_buf *b, const 
     return ZS_OK;
 }
 
+double zs_nvme_waited(const struct zs_nvme_optim *n)
+{
+    return n ? zs_swap_waited(n->swap) : 0.0;
+}
+
 zs_status zs_nvme_param_drop(struct zs_nvme_optim *n)
 {
     zs_status st = ZS_OK;

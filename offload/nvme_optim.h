@@ -48,5 +48,7 @@ zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, float
 zs_status zs_nvme_unit_store(struct zs_nvme_optim *n, int32_t u);
 /* Waits for every read ahead and forgets them (before the step rewrites the shards). */
 zs_status zs_nvme_param_drop(struct zs_nvme_optim *n);
+/* Seconds spent waiting for this rank's NVMe transfers so far (0 without NVMe). */
+double zs_nvme_waited(const struct zs_nvme_optim *n);
 
 #endif /* ZS_NVME_OPTIM_H */

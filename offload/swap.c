@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "swap.h"
@@ -56,6 +57,7 @@ struct fault {
 };
 
 struct zs_swap {
+    double waited;  /* seconds spent in zs_swap_wait, for the step-time breakdown */
     struct io_uring ring;
     int fd;
     uint32_t block_size, qd;
@@ -400,7 +402,31 @@ int zs_swap_read(struct zs_swap *s, uint64_t off, void *buf, size_t bytes, uint6
     return swap_xfer(s, false, off, buf, bytes, ticket);
 }
 
+static int swap_wait(struct zs_swap *s, uint64_t ticket);
+
+static double seconds(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 int zs_swap_wait(struct zs_swap *s, uint64_t ticket)
+{
+    double t0 = seconds();
+    int rc = swap_wait(s, ticket);
+
+    s->waited += seconds() - t0;
+    return rc;
+}
+
+double zs_swap_waited(const struct zs_swap *s)
+{
+    return s ? s->waited : 0.0;
+}
+
+static int swap_wait(struct zs_swap *s, uint64_t ticket)
 {
     struct xfer *x = &s->xfers[ticket % SWAP_TICKETS];
     int rc;

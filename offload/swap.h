@@ -73,6 +73,8 @@ int zs_swap_progress(struct zs_swap *s);
  * block checksum does not match fails with -EBADMSG naming file and offset. A failed transfer has still
  * finished all its I/Os; the swapper stays usable. Each ticket is waited for once (-EINVAL after). */
 int zs_swap_wait(struct zs_swap *s, uint64_t ticket);
+/* Seconds spent in zs_swap_wait since the swapper was opened. */
+double zs_swap_waited(const struct zs_swap *s);
 /* Waits for every outstanding transfer; returns the error of the oldest one that failed. */
 int zs_swap_wait_all(struct zs_swap *s);
 const char *zs_swap_error(const struct zs_swap *s);

@@ -184,6 +184,10 @@ static int get_betas(parser *p, json_t *params, struct zs_optim_config *o)
     const spec beta = {ZS_IN_CO(0, 1)};
     char got[64];
 
+    if (v && zs_cfg_is_auto(v) && p->av.beta1 > 0 && p->av.beta2 > 0) {
+        o->beta1 = p->av.beta1;
+        o->beta2 = p->av.beta2;
+    }
     if (!v || zs_cfg_is_auto(v))
         return 0;
     if (!json_is_array(v) || json_array_size(v) != 2) {
@@ -244,7 +248,8 @@ static int parse_adam(parser *p, struct zs_config *cfg, json_t *params, enum zs_
     double max_grad_norm;
 
     if (get_betas(p, params, o) ||
-        zs_cfg_get_num(p, params, pp, "eps", &(spec){ZS_GT(0), .def = 1e-8}, &o->eps) ||
+        zs_cfg_get_num(p, params, pp, "eps",
+                       &(spec){ZS_GT(0), .def = 1e-8, .has_autov = p->av.eps > 0, .autov = p->av.eps}, &o->eps) ||
         zs_cfg_get_bool(p, params, pp, "adam_w_mode", true, false, &w_mode) ||
         zs_cfg_get_bool(p, params, pp, "bias_correction", true, false, &o->bias_correction) ||
         zs_cfg_get_bool(p, params, pp, "amsgrad", false, false, &amsgrad) ||
@@ -294,7 +299,8 @@ static int parse_adagrad(parser *p, struct zs_config *cfg, json_t *params, enum 
     double lr_decay, initial_acc;
 
     o->type = type;
-    if (zs_cfg_get_num(p, params, pp, "eps", &(spec){ZS_GT(0), .def = 1e-10}, &o->eps) ||
+    if (zs_cfg_get_num(p, params, pp, "eps",
+                       &(spec){ZS_GT(0), .def = 1e-10, .has_autov = p->av.eps > 0, .autov = p->av.eps}, &o->eps) ||
         zs_cfg_get_num(p, params, pp, "lr_decay", &(spec){ZS_GE(0)}, &lr_decay) ||
         zs_cfg_get_num(p, params, pp, "initial_accumulator_value", &(spec){ZS_GE(0)}, &initial_acc))
         return -EINVAL;
@@ -364,7 +370,9 @@ static int parse_optimizer(parser *p, struct zs_config *cfg, json_t *root)
         zs_cfg_get_num(p, params, "optimizer.params", "lr",
                        &(spec){ZS_GT(0), .required = true, .has_autov = lr_auto > 0, .autov = lr_auto, .need = "lr"},
                        &o->lr) ||
-        zs_cfg_get_num(p, params, "optimizer.params", "weight_decay", &(spec){ZS_GE(0)}, &o->weight_decay))
+        zs_cfg_get_num(p, params, "optimizer.params", "weight_decay",
+                       &(spec){ZS_GE(0), .has_autov = p->av.weight_decay > 0, .autov = p->av.weight_decay},
+                       &o->weight_decay))
         return -EINVAL;
     return kind->parse(p, cfg, params, kind->type);
 }

@@ -107,6 +107,7 @@ struct zs_ctx {
     float pre_scale, post_scale;
     zs_step_stats stats;
     double t_reduce, t_optim, t_gather; /* wall_clock_breakdown, seconds since last print */
+    double t_fetch, swap_mark;          /* fetch time since the last step; NVMe wait total at the last step */
 
     uint64_t mem[ZS_MEM_NCAT];
     uint64_t peak_live;

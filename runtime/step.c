@@ -338,6 +338,13 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     ctx->stats.grad_norm = norm;
     ctx->stats.clip_coef = coef;
     ctx->stats.loss_scale = ctx->scaler.scale;
+    ctx->stats.time_fetch = ctx->t_fetch;
+    ctx->stats.time_reduce = t1 - t0;
+    ctx->stats.time_optimizer = t2 - t1;
+    ctx->stats.time_gather = now() - t2;
+    ctx->stats.time_swap = zs_nvme_waited(ctx->nvme) - ctx->swap_mark;
+    ctx->swap_mark += ctx->stats.time_swap;
+    ctx->t_fetch = 0.0;
     ctx->t_reduce += t1 - t0;
     ctx->t_optim += t2 - t1;
     ctx->t_gather += now() - t2;

@@ -4,6 +4,7 @@
  * (stage3_max_reuse_distance). The unit order comes from the trace of the previous window. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
 #include "error.h"
@@ -285,11 +286,15 @@ zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_fetch: call zs_setup first");
     if (unit < 0 || unit >= ctx->nunits)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_fetch: no unit %d", unit);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     st = zs_grads_progress(ctx);
     if (!st)
         st = zs_fetch_unit(ctx, unit, &p);
     if (!st && data)
         *data = p;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ctx->t_fetch += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     return st;
 }
 

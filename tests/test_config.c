@@ -386,6 +386,15 @@ static bool t_auto_from_program(void)
     EXPECT(c.sched.type == ZS_SCHED_WARMUP_DECAY_LR && c.sched.warmup_min_lr == 0 && c.sched.warmup_max_lr == 5e-5);
     EXPECT(c.sched.warmup_num_steps == 50 && c.sched.total_num_steps == 900);
     EXPECT(c.warning[0] == '\0');
+    /* the optimizer's other "auto" values, from the program too; a value the config gives stays */
+    av = (zs_auto_values){.micro_batch_size = 2, .lr = 1e-3, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6,
+                          .weight_decay = 0.05};
+    PARSE_OK("{'train_micro_batch_size_per_gpu': 'auto', 'optimizer': {'type': 'AdamW', 'params': {'lr': 'auto', "
+             "'betas': 'auto', 'eps': 'auto', 'weight_decay': 'auto'}}}", 1, &av, &c);
+    EXPECT(c.optim.beta1 == 0.8 && c.optim.beta2 == 0.95 && c.optim.eps == 1e-6 && c.optim.weight_decay == 0.05);
+    PARSE_OK("{'train_micro_batch_size_per_gpu': 'auto', 'optimizer': {'type': 'AdamW', 'params': {'lr': 'auto', "
+             "'betas': [0.7, 0.9], 'eps': 1e-7, 'weight_decay': 0.2}}}", 1, &av, &c);
+    EXPECT(c.optim.beta1 == 0.7 && c.optim.beta2 == 0.9 && c.optim.eps == 1e-7 && c.optim.weight_decay == 0.2);
     return true;
 }
 

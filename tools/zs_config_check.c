@@ -52,7 +52,8 @@ static int parse_world(const char *s, int *world)
 static int parse_auto(const char *s, zs_auto_values *av)
 {
     static const char *const names[] = {"micro_batch_size", "grad_accum_steps", "lr", "total_num_steps",
-                                        "warmup_num_steps", "gradient_clipping"};
+                                        "warmup_num_steps", "gradient_clipping", "beta1", "beta2", "eps",
+                                        "weight_decay"};
     const char *eq = strchr(s, '=');
     char *end;
     double v;
@@ -63,7 +64,7 @@ static int parse_auto(const char *s, zs_auto_values *av)
     v = strtod(eq + 1, &end);
     if (errno || end == eq + 1 || *end || !(v > 0))
         return -EINVAL;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++) {
         if (strlen(names[i]) != (size_t)(eq - s) || strncmp(s, names[i], (size_t)(eq - s)) != 0)
             continue;
         switch (i) {
@@ -72,7 +73,11 @@ static int parse_auto(const char *s, zs_auto_values *av)
         case 2: av->lr = v; break;
         case 3: av->total_num_steps = (int64_t)v; break;
         case 4: av->warmup_num_steps = (int64_t)v; break;
-        default: av->gradient_clipping = v; break;
+        case 5: av->gradient_clipping = v; break;
+        case 6: av->beta1 = v; break;
+        case 7: av->beta2 = v; break;
+        case 8: av->eps = v; break;
+        default: av->weight_decay = v; break;
         }
         return 0;
     }
@@ -84,7 +89,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: zs-config-check [--world N] [--auto FIELD=VALUE]... FILE...\n"
                "  checks each DeepSpeed JSON config against what ZeroShard runs (world size N, default 1).\n"
                "  --auto gives the value a trainer would supply for \"auto\" keys; FIELD is one of\n"
-               "  micro_batch_size, grad_accum_steps, lr, total_num_steps, warmup_num_steps, gradient_clipping\n");
+               "  micro_batch_size, grad_accum_steps, lr, total_num_steps, warmup_num_steps, gradient_clipping,\n"
+               "  beta1, beta2, eps, weight_decay\n");
 }
 
 static bool is_option(const char *a, const char *name)

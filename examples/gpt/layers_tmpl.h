@@ -1,0 +1,238 @@
+/* layers_tmpl.h - the transformer's layers, forward and backward, written once for GPT_REAL (float or
+ * double; passes_f32.c and passes_f64.c include it). Matrix products go to BLAS; the rest are plain loops
+ * the compiler vectorizes, threaded over rows or (sequence, head) pairs with OpenMP. Every output element
+ * is computed by one thread in a fixed order, so results never depend on the thread count. */
+#include <math.h>
+#include <string.h>
+#include <cblas.h>  /* defines: cblas_sgemm, cblas_dgemm */
+
+typedef GPT_REAL real;
+
+/* ---------------------------------------------------------------- matrix products (row-major) */
+
+/* y[N, out] = x[N, in] @ w[in, out] + b */
+static void linear_forward(real *y, const real *x, const real *w, const real *b, int64_t N, int64_t in, int64_t out)
+{
+    GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)out, (int)in, 1, x, (int)in, w, (int)out, 0, y,
+             (int)out);
+    if (!b)
+        return;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < out; j++)
+            y[i * out + j] += b[j];
+}
+
+/* dx = dy @ w^T (overwritten); dw += x^T @ dy; db += column sums of dy */
+static void linear_backward(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int64_t N,
+                            int64_t in, int64_t out)
+{
+    GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)in, (int)out, 1, dy, (int)out, w, (int)out, 0, dx,
+             (int)in);
+    GPT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)in, (int)out, (int)N, 1, x, (int)in, dy, (int)out, 1, dw,
+             (int)out);
+    if (!db)
+        return;
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < out; j++)
+            db[j] += dy[i * out + j];
+}
+
+/* ---------------------------------------------------------------- LayerNorm (eps 1e-5, as GPT-2) */
+
+static void layernorm_forward(real *y, real *mean, real *rstd, const real *x, const real *w, const real *b,
+                              int64_t N, int64_t C)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+        const real *xi = x + i * C;
+        real *yi = y + i * C;
+        real m = 0, v = 0;
+        for (int64_t j = 0; j < C; j++)
+            m += xi[j];
+        m /= (real)C;
+        for (int64_t j = 0; j < C; j++)
+            v += (xi[j] - m) * (xi[j] - m);
+        v /= (real)C;
+        real s = 1 / GPT_SQRT(v + (real)1e-5);
+        for (int64_t j = 0; j < C; j++)
+            yi[j] = (xi[j] - m) * s * w[j] + b[j];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+/* dx += the input gradient; dw, db += the parameter gradients. Rows in order: dw and db are shared. */
+static void layernorm_backward(real *dx, real *dw, real *db, const real *dy, const real *x, const real *mean,
+                               const real *rstd, const real *w, int64_t N, int64_t C)
+{
+    for (int64_t i = 0; i < N; i++) {
+        const real *dyi = dy + i * C, *xi = x + i * C;
+        real *dxi = dx + i * C;
+        real m = mean[i], s = rstd[i], dsum = 0, dnsum = 0;
+        for (int64_t j = 0; j < C; j++) {
+            real n = (xi[j] - m) * s, dn = dyi[j] * w[j];
+            dsum += dn;
+            dnsum += dn * n;
+            dw[j] += dyi[j] * n;
+            db[j] += dyi[j];
+        }
+        dsum /= (real)C;
+        dnsum /= (real)C;
+        for (int64_t j = 0; j < C; j++) {
+            real n = (xi[j] - m) * s;
+            dxi[j] += s * (dyi[j] * w[j] - dsum - n * dnsum);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- GELU, tanh approximation (GPT-2) */
+
+#define GELU_K ((real)0.7978845608028654) /* sqrt(2 / pi) */
+
+static void gelu_forward(real *y, const real *x, int64_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        real v = x[i];
+        y[i] = (real)0.5 * v * (1 + GPT_TANH(GELU_K * (v + (real)0.044715 * v * v * v)));
+    }
+}
+
+/* d = dy * gelu'(x), in place over dy */
+static void gelu_backward(real *d, const real *x, int64_t n)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        real v = x[i], th = GPT_TANH(GELU_K * (v + (real)0.044715 * v * v * v));
+        real dth = (1 - th * th) * GELU_K * (1 + 3 * (real)0.044715 * v * v);
+        d[i] *= (real)0.5 * (1 + th) + (real)0.5 * v * dth;
+    }
+}
+
+/* ---------------------------------------------------------------- causal self-attention */
+
+/* qkv [B, T, 3C] (q, k, v per token; head h is columns h*hs .. h*hs+hs of each); att [B, H, T, T];
+ * y [B, T, C]. Scores above the diagonal are never read and stay zero. */
+static void attention_forward(real *y, real *att, const real *qkv, int64_t B, int64_t T, int64_t C, int64_t H)
+{
+    int64_t hs = C / H;
+    real scale = 1 / GPT_SQRT((real)hs);
+
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        for (int64_t t = 0; t < T; t++) {
+            const real *q = qkv + (b * T + t) * 3 * C + h * hs;
+            real *a = att + (bh * T + t) * T, mx = -INFINITY, sum = 0;
+            for (int64_t s = 0; s <= t; s++) {
+                const real *k = qkv + (b * T + s) * 3 * C + C + h * hs;
+                real d = 0;
+                for (int64_t i = 0; i < hs; i++)
+                    d += q[i] * k[i];
+                a[s] = d * scale;
+                mx = a[s] > mx ? a[s] : mx;
+            }
+            for (int64_t s = 0; s <= t; s++) {
+                a[s] = GPT_EXP(a[s] - mx);
+                sum += a[s];
+            }
+            for (int64_t s = 0; s <= t; s++)
+                a[s] /= sum;
+            for (int64_t s = t + 1; s < T; s++)
+                a[s] = 0;
+            real *yt = y + (b * T + t) * C + h * hs;
+            for (int64_t i = 0; i < hs; i++)
+                yt[i] = 0;
+            for (int64_t s = 0; s <= t; s++) {
+                const real *v = qkv + (b * T + s) * 3 * C + 2 * C + h * hs;
+                for (int64_t i = 0; i < hs; i++)
+                    yt[i] += a[s] * v[i];
+            }
+        }
+    }
+}
+
+/* dqkv (overwritten) from dy; datt is scratch of the att's size. Each (b, h) writes only its own head's
+ * columns, so the pairs run in parallel. */
+static void attention_backward(real *dqkv, real *datt, const real *dy, const real *att, const real *qkv, int64_t B,
+                               int64_t T, int64_t C, int64_t H)
+{
+    int64_t hs = C / H;
+    real scale = 1 / GPT_SQRT((real)hs);
+
+    memset(dqkv, 0, (size_t)(B * T * 3 * C) * sizeof(real));
+#pragma omp parallel for schedule(static)
+    for (int64_t bh = 0; bh < B * H; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        for (int64_t t = 0; t < T; t++) {
+            const real *a = att + (bh * T + t) * T, *dyt = dy + (b * T + t) * C + h * hs;
+            const real *q = qkv + (b * T + t) * 3 * C + h * hs;
+            real *da = datt + (bh * T + t) * T, *dq = dqkv + (b * T + t) * 3 * C + h * hs, dot = 0;
+            for (int64_t s = 0; s <= t; s++) {
+                const real *v = qkv + (b * T + s) * 3 * C + 2 * C + h * hs;
+                real *dv = dqkv + (b * T + s) * 3 * C + 2 * C + h * hs;
+                real d = 0;
+                for (int64_t i = 0; i < hs; i++) {
+                    d += dyt[i] * v[i];
+                    dv[i] += a[s] * dyt[i];
+                }
+                da[s] = d;
+                dot += a[s] * d;
+            }
+            for (int64_t s = 0; s <= t; s++) { /* through the softmax, then the scaled dot product */
+                const real *k = qkv + (b * T + s) * 3 * C + C + h * hs;
+                real *dk = dqkv + (b * T + s) * 3 * C + C + h * hs;
+                real ds = a[s] * (da[s] - dot) * scale;
+                for (int64_t i = 0; i < hs; i++) {
+                    dq[i] += ds * k[i];
+                    dk[i] += ds * q[i];
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- embeddings and the loss */
+
+static void embed_forward(real *x, const int32_t *tok, const real *wte, const real *wpe, int64_t B, int64_t T,
+                          int64_t C)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < B * T; n++)
+        for (int64_t j = 0; j < C; j++)
+            x[n * C + j] = wte[tok[n] * C + j] + wpe[(n % T) * C + j];
+}
+
+/* in token order: tokens repeat, so rows of dwte are shared */
+static void embed_backward(real *dwte, real *dwpe, const real *dx, const int32_t *tok, int64_t B, int64_t T,
+                           int64_t C)
+{
+    for (int64_t n = 0; n < B * T; n++)
+        for (int64_t j = 0; j < C; j++) {
+            dwte[tok[n] * C + j] += dx[n * C + j];
+            dwpe[(n % T) * C + j] += dx[n * C + j];
+        }
+}
+
+/* Softmax cross-entropy per row: row_loss[i] = -log p[target]; with dlogits, the logits are replaced by
+ * the gradient of scale * mean loss over the N rows. */
+static void xent_forward_backward(real *logits, double *row_loss, const int32_t *targets, int64_t N, int64_t V,
+                                  int grad, double scale)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+        real *z = logits + i * V, mx = z[0], sum = 0;
+        for (int64_t j = 1; j < V; j++)
+            mx = z[j] > mx ? z[j] : mx;
+        for (int64_t j = 0; j < V; j++)
+            sum += GPT_EXP(z[j] - mx);
+        row_loss[i] = (double)(GPT_LOG(sum) + mx - z[targets[i]]);
+        if (!grad)
+            continue;
+        real f = (real)(scale / (double)N);
+        for (int64_t j = 0; j < V; j++)
+            z[j] = GPT_EXP(z[j] - mx) / sum * f;
+        z[targets[i]] -= f;
+    }
+}

@@ -1,0 +1,11 @@
+/* passes_f32.c - the model's passes in float, for training. */
+#include "model.h"
+
+#define GPT_REAL float
+#define GPT_SUF(x) x##_f32
+#define GPT_GEMM cblas_sgemm
+#define GPT_SQRT sqrtf
+#define GPT_EXP expf
+#define GPT_LOG logf
+#define GPT_TANH tanhf
+#include "passes_tmpl.h"

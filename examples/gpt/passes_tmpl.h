@@ -1,0 +1,239 @@
+/* passes_tmpl.h - the model's forward and backward over its units, written once for GPT_REAL (see
+ * layers_tmpl.h). Units are fetched in forward order and released after use; in backward each unit's
+ * gradient is handed over as soon as it is complete, so its reduction overlaps the rest of backward.
+ * The including file has included model.h first. */
+#include <stdlib.h>
+
+#include "layers_tmpl.h"  /* defines: linear_*, layernorm_*, gelu_*, attention_*, embed_*, xent_forward_backward */
+
+typedef struct GPT_SUF(gpt_model) model_t;
+typedef struct GPT_SUF(gpt_block_acts) acts_t;
+typedef struct GPT_SUF(gpt_io) io_t;
+
+static real *alloc_real(int64_t n, int *fail)
+{
+    real *p = calloc((size_t)n, sizeof(real));
+
+    *fail |= !p;
+    return p;
+}
+
+static void acts_alloc(acts_t *a, int64_t B, const struct gpt_config *c, int *fail)
+{
+    int64_t N = B * c->ctx, C = c->dim;
+
+    a->ln1 = alloc_real(N * C, fail);
+    a->ln1_mean = alloc_real(N, fail);
+    a->ln1_rstd = alloc_real(N, fail);
+    a->qkv = alloc_real(N * 3 * C, fail);
+    a->att = alloc_real(B * c->heads * c->ctx * c->ctx, fail);
+    a->atty = alloc_real(N * C, fail);
+    a->res2 = alloc_real(N * C, fail);
+    a->ln2 = alloc_real(N * C, fail);
+    a->ln2_mean = alloc_real(N, fail);
+    a->ln2_rstd = alloc_real(N, fail);
+    a->fch = alloc_real(N * 4 * C, fail);
+    a->fchg = alloc_real(N * 4 * C, fail);
+}
+
+static void acts_free(acts_t *a)
+{
+    real *all[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->atty, a->res2, a->ln2, a->ln2_mean,
+                   a->ln2_rstd, a->fch, a->fchg};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        free(all[i]);
+}
+
+int GPT_SUF(gpt_model_init)(model_t *m, const struct gpt_config *cfg, const struct gpt_layout *lay,
+                            int64_t max_batch, int recompute)
+{
+    int64_t L = cfg->layers, N = max_batch * cfg->ctx, C = cfg->dim;
+    int fail = 0;
+
+    *m = (model_t){.cfg = *cfg, .lay = lay, .max_batch = max_batch, .recompute = recompute};
+    m->resid = calloc((size_t)L + 1, sizeof(real *));
+    m->acts = calloc(recompute ? 1 : (size_t)L, sizeof(acts_t));
+    m->row_loss = calloc((size_t)N, sizeof(double));
+    if (!m->resid || !m->acts || !m->row_loss) {
+        GPT_SUF(gpt_model_free)(m);
+        return -1;
+    }
+    for (int64_t l = 0; l <= L; l++)
+        m->resid[l] = alloc_real(N * C, &fail);
+    for (int64_t l = 0; l < (recompute ? 1 : L); l++)
+        acts_alloc(&m->acts[l], max_batch, cfg, &fail);
+    m->lnf = alloc_real(N * C, &fail);
+    m->lnf_mean = alloc_real(N, &fail);
+    m->lnf_rstd = alloc_real(N, &fail);
+    m->logits = alloc_real(N * cfg->vocab, &fail);
+    m->dres = alloc_real(N * C, &fail);
+    m->dln = alloc_real(N * C, &fail);
+    m->dh = alloc_real(N * 4 * C, &fail);
+    m->dqkv = alloc_real(N * 3 * C, &fail);
+    m->datt = alloc_real(max_batch * cfg->heads * cfg->ctx * cfg->ctx, &fail);
+    if (fail) {
+        GPT_SUF(gpt_model_free)(m);
+        return -1;
+    }
+    return 0;
+}
+
+void GPT_SUF(gpt_model_free)(model_t *m)
+{
+    for (int64_t l = 0; m->resid && l <= m->cfg.layers; l++)
+        free(m->resid[l]);
+    for (int64_t l = 0; m->acts && l < (m->recompute ? 1 : m->cfg.layers); l++)
+        acts_free(&m->acts[l]);
+    free(m->resid);
+    free(m->acts);
+    free(m->row_loss);
+    free(m->lnf);
+    free(m->lnf_mean);
+    free(m->lnf_rstd);
+    free(m->logits);
+    free(m->dres);
+    free(m->dln);
+    free(m->dh);
+    free(m->dqkv);
+    free(m->datt);
+    *m = (model_t){0};
+}
+
+/* ---------------------------------------------------------------- one block */
+
+/* the block's tensors inside its unit buffer */
+static void tensors(const model_t *m, int32_t unit, const real *base, const real *t[GPT_MAX_TENSORS])
+{
+    for (int32_t k = 0; k < GPT_MAX_TENSORS; k++)
+        t[k] = base + m->lay->off[unit][k];
+}
+
+static void block_forward(const model_t *m, const real *const *w, const real *x, acts_t *a, real *out, int64_t B)
+{
+    int64_t T = m->cfg.ctx, C = m->cfg.dim, N = B * T;
+
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
+    linear_forward(a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
+    attention_forward(a->atty, a->att, a->qkv, B, T, C, m->cfg.heads);
+    linear_forward(a->res2, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], N, C, C);
+    for (int64_t i = 0; i < N * C; i++)
+        a->res2[i] += x[i];
+    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B], N, C);
+    linear_forward(a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C);
+    gelu_forward(a->fchg, a->fch, N * 4 * C);
+    linear_forward(out, a->fchg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C);
+    for (int64_t i = 0; i < N * C; i++)
+        out[i] += a->res2[i];
+}
+
+/* m->dres holds the gradient at the block's output and leaves with the gradient at its input x */
+static void block_backward(model_t *m, const real *const *w, real *const *g, const real *x, const acts_t *a,
+                           int64_t B)
+{
+    int64_t T = m->cfg.ctx, C = m->cfg.dim, N = B * T;
+    real *dres = m->dres, *dln = m->dln;
+
+    linear_backward(m->dh, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fchg, w[GPT_FCPROJ_W], N, 4 * C, C);
+    gelu_backward(m->dh, a->fch, N * 4 * C);
+    linear_backward(dln, g[GPT_FC_W], g[GPT_FC_B], m->dh, a->ln2, w[GPT_FC_W], N, C, 4 * C);
+    layernorm_backward(dres, g[GPT_LN2_W], g[GPT_LN2_B], dln, a->res2, a->ln2_mean, a->ln2_rstd, w[GPT_LN2_W], N, C);
+    linear_backward(dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, w[GPT_ATTPROJ_W], N, C, C);
+    attention_backward(m->dqkv, m->datt, dln, a->att, a->qkv, B, T, C, m->cfg.heads);
+    linear_backward(dln, g[GPT_QKV_W], g[GPT_QKV_B], m->dqkv, a->ln1, w[GPT_QKV_W], N, C, 3 * C);
+    layernorm_backward(dres, g[GPT_LN1_W], g[GPT_LN1_B], dln, x, a->ln1_mean, a->ln1_rstd, w[GPT_LN1_W], N, C);
+}
+
+/* ---------------------------------------------------------------- the whole model */
+
+#define TRY(call)            \
+    do {                     \
+        int rc_ = (call);    \
+        if (rc_)             \
+            return rc_;      \
+    } while (0)
+
+static int forward_blocks(model_t *m, const io_t *io, int64_t B)
+{
+    for (int64_t l = 0; l < m->cfg.layers; l++) {
+        int32_t u = GPT_UNIT_BLOCK((int32_t)l);
+        const real *base, *w[GPT_MAX_TENSORS];
+        TRY(io->fetch(io->arg, u, &base));
+        tensors(m, u, base, w);
+        block_forward(m, w, m->resid[l], &m->acts[m->recompute ? 0 : l], m->resid[l + 1], B);
+        TRY(io->release(io->arg, u));
+    }
+    return 0;
+}
+
+static int backward_blocks(model_t *m, const io_t *io, int64_t B)
+{
+    for (int64_t l = m->cfg.layers - 1; l >= 0; l--) {
+        int32_t u = GPT_UNIT_BLOCK((int32_t)l);
+        const real *base, *w[GPT_MAX_TENSORS];
+        real *gbase, *g[GPT_MAX_TENSORS];
+        acts_t *a = &m->acts[m->recompute ? 0 : l];
+        TRY(io->fetch(io->arg, u, &base));
+        tensors(m, u, base, w);
+        if (m->recompute) /* the same operations on the same input: the same activations, bit for bit */
+            block_forward(m, w, m->resid[l], a, m->resid[l + 1], B);
+        TRY(io->grad(io->arg, u, &gbase));
+        for (int32_t k = 0; k < GPT_MAX_TENSORS; k++)
+            g[k] = gbase + m->lay->off[u][k];
+        block_backward(m, w, g, m->resid[l], a, B);
+        TRY(io->grad_done(io->arg, u));
+        TRY(io->release(io->arg, u));
+    }
+    return 0;
+}
+
+int GPT_SUF(gpt_model_run)(model_t *m, const io_t *io, const int32_t *in, const int32_t *targets, int64_t B,
+                           int train, double grad_scale, double *loss)
+{
+    const struct gpt_config *c = &m->cfg;
+    int64_t T = c->ctx, C = c->dim, V = c->vocab, N = B * T;
+    int32_t E = GPT_UNIT_EMBED, F = GPT_UNIT_LNF(c);
+    const real *e, *f, *wte;
+    real *ge = NULL, *gf;
+
+    if (B > m->max_batch)
+        return -1;
+    train = train && targets;
+    TRY(io->fetch(io->arg, E, &e));
+    embed_forward(m->resid[0], in, e + m->lay->off[E][GPT_WTE], e + m->lay->off[E][GPT_WPE], B, T, C);
+    TRY(io->release(io->arg, E));
+    TRY(forward_blocks(m, io, B));
+    TRY(io->fetch(io->arg, F, &f));
+    layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[c->layers], f + m->lay->off[F][GPT_LNF_W],
+                      f + m->lay->off[F][GPT_LNF_B], N, C);
+    /* the head, tied to wte: logits = lnf @ wte^T */
+    TRY(io->fetch(io->arg, E, &e));
+    wte = e + m->lay->off[E][GPT_WTE];
+    GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)V, (int)C, 1, m->lnf, (int)C, wte, (int)C, 0,
+             m->logits, (int)V);
+    if (targets) {
+        double sum = 0;
+        xent_forward_backward(m->logits, m->row_loss, targets, N, V, train, grad_scale);
+        for (int64_t i = 0; i < N; i++)
+            sum += m->row_loss[i];
+        *loss = sum / (double)N;
+    }
+    if (train) { /* m->logits now holds dlogits */
+        TRY(io->grad(io->arg, E, &ge));
+        GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)V, 1, m->logits, (int)V, wte, (int)C,
+                 0, m->dln, (int)C);
+        GPT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)C, (int)N, 1, m->logits, (int)V, m->lnf, (int)C,
+                 1, ge + m->lay->off[E][GPT_WTE], (int)C);
+    }
+    TRY(io->release(io->arg, E));
+    if (!train)
+        return io->release(io->arg, F);
+    TRY(io->grad(io->arg, F, &gf));
+    memset(m->dres, 0, (size_t)(N * C) * sizeof(real));
+    layernorm_backward(m->dres, gf + m->lay->off[F][GPT_LNF_W], gf + m->lay->off[F][GPT_LNF_B], m->dln,
+                       m->resid[c->layers], m->lnf_mean, m->lnf_rstd, f + m->lay->off[F][GPT_LNF_W], N, C);
+    TRY(io->grad_done(io->arg, F));
+    TRY(io->release(io->arg, F));
+    TRY(backward_blocks(m, io, B));
+    embed_backward(ge + m->lay->off[E][GPT_WTE], ge + m->lay->off[E][GPT_WPE], m->dres, in, B, T, C);
+    return io->grad_done(io->arg, E);
+}

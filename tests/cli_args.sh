@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# cli_args.sh MLP GPT DATA [DS_CONFIGS] - both example programs' command lines: --help lists every flag and
+# exits 0, a malformed number exits 2 with one error line naming its flag, and a public-style config whose
+# batch, optimizer and scheduler values are "auto" trains on the programs' defaults. DS_CONFIGS (the
+# public configs, when present) adds Hugging Face's zero2 and zero3 files themselves.
+set -u
+MLP=$1 GPT=$2 DATA=$3 DS=${4:-}
+. "$(dirname "$0")/lib.sh"
+
+for prog in "$MLP" "$GPT"; do
+  p=$(basename "$prog")
+  out=$("$prog" --help 2>&1); rc=$?
+  flags=$(echo "$out" | grep -c '^  --')
+  echo "$p --help: rc $rc, $flags flags listed"
+  [ $rc -eq 0 ] && echo "$out" | grep -q -- '--steps N' && echo "$out" | grep -q -- '--config PATH' &&
+    echo "$out" | grep -q -- '--help' && r=ok || r=bad
+  check $r "$p --help: rc $rc: $out"
+  for bad in "--steps abc" "--steps 12x" "--lr 1e-3q" "--micro-batch -"; do
+    out=$("$prog" --config x.json $bad 2>&1); rc=$?
+    flag=${bad%% *}
+    echo "$p $bad: rc $rc: $out"
+    [ $rc -eq 2 ] && [ "$(echo "$out" | grep -c "^zeroshard: error: $flag: expected")" = 1 ] && r=ok || r=bad
+    check $r "$p $bad: rc $rc (want 2 and one error naming $flag): $out"
+  done
+done
+
+# every batch, optimizer and scheduler value "auto": the programs' defaults fill them
+cat > "$tmp/auto.json" <<'JSON'
+{"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+ "gradient_clipping": "auto", "steps_per_print": 0,
+ "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+ "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+               "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+ "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_param_persistence_threshold": "auto"}}
+JSON
+configs="$tmp/auto.json"
+for f in 01_huggingface_transformers_ds_config_zero2.json 02_huggingface_transformers_ds_config_zero3.json; do
+  [ -n "$DS" ] && [ -f "$DS/$f" ] && configs="$configs $DS/$f"
+done
+gpt_small="--data $DATA --steps 4 --layers 1 --dim 16 --heads 2 --ctx 8 --sample 0 --val-batches 1"
+for c in $configs; do
+  out=$(mpirun --oversubscribe -np 2 "$MLP" --config "$c" --steps 4 --quiet 2>&1); rc=$?
+  echo "zs-train-mlp $(basename "$c"): rc $rc, $(echo "$out" | grep '^step 4 ')"
+  [ $rc -eq 0 ] && echo "$out" | grep -q '^step 4 loss' && r=ok || r=bad
+  check $r "zs-train-mlp with $c: rc $rc: $out"
+  out=$(mpirun --oversubscribe -np 2 "$GPT" --config "$c" $gpt_small --quiet 2>&1); rc=$?
+  echo "zs-train-gpt $(basename "$c"): rc $rc, $(echo "$out" | grep '^step 4 ' | cut -c1-60)"
+  [ $rc -eq 0 ] && echo "$out" | grep -q '^step 4 loss' && r=ok || r=bad
+  check $r "zs-train-gpt with $c: rc $rc: $out"
+done
+# a flag overrides the default that fills "auto": --micro-batch 3 at 2 ranks is a global batch of 6
+out=$(mpirun --oversubscribe -np 2 "$GPT" --config "$tmp/auto.json" $gpt_small --micro-batch 3 2>&1); rc=$?
+echo "$out" | grep -q '^zeroshard: stage 3, world 2, micro-batch 3, gradient accumulation 1, train batch 6,' &&
+  r=ok || r=bad
+echo "zs-train-gpt --micro-batch 3: rc $rc, $(echo "$out" | grep -m1 -o 'micro-batch 3.*train batch [0-9]*')"
+check $r "--micro-batch 3 did not give a global batch of 6: $out"
+finish "cli_args"
