@@ -68,52 +68,28 @@ class Corpus:
 
 # ---------------------------------------------------------------- the model (examples/gpt/*.c)
 
-def block_names(layers):
-    names = ["wte.weight", "wpe.weight"]
-    for l in range(layers):
-        names += [f"h.{l}.{n}" for n in (
-            "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-            "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-            "mlp.c_proj.weight", "mlp.c_proj.bias")]
-    return names + ["ln_f.weight", "ln_f.bias"]
+BLOCK_TENSORS = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+                 "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                 "mlp.c_proj.weight", "mlp.c_proj.bias")
+Module = torch.nn.Module if torch else object
 
 
-def param_shapes(layers, dim, ctx, vocab=256):
-    C = dim
-    one = {"ln_1.weight": (C,), "ln_1.bias": (C,), "attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,),
-           "attn.c_proj.weight": (C, C), "attn.c_proj.bias": (C,), "ln_2.weight": (C,), "ln_2.bias": (C,),
-           "mlp.c_fc.weight": (C, 4 * C), "mlp.c_fc.bias": (4 * C,), "mlp.c_proj.weight": (4 * C, C),
-           "mlp.c_proj.bias": (C,)}
-    shapes = {"wte.weight": (vocab, C), "wpe.weight": (ctx, C), "ln_f.weight": (C,), "ln_f.bias": (C,)}
-    for l in range(layers):
-        shapes.update({f"h.{l}.{k}": v for k, v in one.items()})
-    return shapes
+class Block(Module):
+    """one pre-LayerNorm block; a module of its own, so FSDP can wrap it as ZeroShard makes it a unit"""
 
-
-class GPT(torch.nn.Module if torch else object):
-    """Parameters by their C (Hugging Face GPT-2) names, in C's registration order."""
-
-    def __init__(self, layers, dim, heads, ctx, vocab=256):
+    def __init__(self, dim, heads):
         super().__init__()
-        self.layers, self.dim, self.heads, self.ctx = layers, dim, heads, ctx
-        self.names = block_names(layers)
-        shapes = param_shapes(layers, dim, ctx, vocab)
+        C = dim
+        shapes = (C,), (C,), (C, 3 * C), (3 * C,), (C, C), (C,), (C,), (C,), (C, 4 * C), (4 * C,), (4 * C, C), (C,)
+        self.heads = heads
         self.p = torch.nn.ParameterDict(
-            {n.replace(".", "_"): torch.nn.Parameter(torch.zeros(shapes[n])) for n in self.names})
+            {n.replace(".", "_"): torch.nn.Parameter(torch.zeros(sh)) for n, sh in zip(BLOCK_TENSORS, shapes)})
 
     def w(self, name):
         return self.p[name.replace(".", "_")]
 
-    def ordered(self):
-        return [self.w(n) for n in self.names]
-
-    def load(self, tensors):
-        with torch.no_grad():
-            for n in self.names:
-                self.w(n).copy_(tensors[n])
-
-    def block(self, l, x):
-        w = lambda n: self.w(f"h.{l}.{n}")
+    def forward(self, x):
+        w = self.w
         B, T, C = x.shape
         H, hs = self.heads, C // self.heads
         h = F.layer_norm(x, (C,), w("ln_1.weight"), w("ln_1.bias"), eps=1e-5)
@@ -128,14 +104,55 @@ class GPT(torch.nn.Module if torch else object):
         h = F.gelu(h @ w("mlp.c_fc.weight") + w("mlp.c_fc.bias"), approximate="tanh")
         return x + h @ w("mlp.c_proj.weight") + w("mlp.c_proj.bias")
 
+
+class GPT(Module):
+    """parameters known by their C (Hugging Face GPT-2) names, listed in C's registration order"""
+
+    def __init__(self, layers, dim, heads, ctx, vocab=256):
+        super().__init__()
+        self.layers, self.dim, self.heads, self.ctx = layers, dim, heads, ctx
+        self.wte = torch.nn.Parameter(torch.zeros(vocab, dim))
+        self.wpe = torch.nn.Parameter(torch.zeros(ctx, dim))
+        self.h = torch.nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.ln_f_weight = torch.nn.Parameter(torch.ones(dim))
+        self.ln_f_bias = torch.nn.Parameter(torch.zeros(dim))
+        self.names = ["wte.weight", "wpe.weight"] + [f"h.{l}.{n}" for l in range(layers) for n in BLOCK_TENSORS] + \
+            ["ln_f.weight", "ln_f.bias"]
+
+    def w(self, name):
+        if name.startswith("h."):
+            _, l, rest = name.split(".", 2)
+            return self.h[int(l)].w(rest)
+        return getattr(self, {"wte.weight": "wte", "wpe.weight": "wpe"}.get(name, name.replace(".", "_")))
+
+    def ordered(self):
+        return [self.w(n) for n in self.names]
+
+    def load(self, tensors):
+        with torch.no_grad():
+            for n in self.names:
+                self.w(n).copy_(tensors[n])
+
+    def init_normal(self, seed):
+        """GPT-2's initial values in distribution (the benchmark's; parity loads the C model's own)"""
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for n in self.names:
+                p = self.w(n)
+                if p.dim() == 2:
+                    std = 0.02 / math.sqrt(2 * self.layers) if n.endswith("c_proj.weight") else 0.02
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+                else:
+                    p.fill_(1.0 if n.endswith("ln_1.weight") or n.endswith("ln_2.weight") or n == "ln_f.weight" else 0.0)
+
     def forward(self, inputs, targets):
         """the mean cross-entropy over every target of the batch"""
         T = inputs.shape[1]
-        x = self.w("wte.weight")[inputs] + self.w("wpe.weight")[:T]
-        for l in range(self.layers):
-            x = self.block(l, x)
-        x = F.layer_norm(x, (self.dim,), self.w("ln_f.weight"), self.w("ln_f.bias"), eps=1e-5)
-        logits = x @ self.w("wte.weight").t()
+        x = self.wte[inputs] + self.wpe[:T]
+        for blk in self.h:
+            x = blk(x)
+        x = F.layer_norm(x, (self.dim,), self.ln_f_weight, self.ln_f_bias, eps=1e-5)
+        logits = x @ self.wte.t()
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
