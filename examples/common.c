@@ -144,7 +144,8 @@ int ex_parse(int argc, char **argv, struct ex_run_opts *run, const struct cli_fl
  * of the run, since DeepSpeed's default (1000 steps) would outlast a short one. */
 zs_auto_values ex_auto_values(const struct ex_run_opts *o)
 {
-    return (zs_auto_values){.micro_batch_size = o->micro, .lr = o->lr, .total_num_steps = o->steps,
+    return (zs_auto_values){.micro_batch_size = o->micro, .lr = o->lr,
+                            .total_num_steps = o->steps > 0 ? o->steps : 1,
                             .warmup_num_steps = o->steps / 10 > 0 ? o->steps / 10 : 1, .gradient_clipping = 1.0,
                             .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
 }

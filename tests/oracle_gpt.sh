@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# oracle_gpt.sh N TRAIN DATA - the stage oracle on the transformer at N ranks: stages 0-3, with the
+# oracle_gpt.sh N TRAIN DATA ZS_CKPT - the stage oracle on the transformer at N ranks: stages 0-3, with the
 # optimizer state (and at stage 3 the parameters) in memory, in the pinned host pool and on NVMe, and
 # stage 3 with activation recomputation, and a stage-3 run saved and resumed, all give the bit-identical
-# params-hash of stage 0; in bf16 and fp16, stage 3 (with recomputation) gives stage 0's bits.
+# params-hash of stage 0; in bf16 and fp16, stage 3 (with recomputation) gives stage 0's bits; a
+# checkpoint exported to safetensors (Hugging Face GPT-2 names) and loaded with --init-from gives its bits.
 set -u
-N=$1 TRAIN=$2 DATA=$3
+N=$1 TRAIN=$2 DATA=$3 ZS_CKPT=$4
 . "$(dirname "$0")/lib.sh"
 nv=$(mktemp -d -p "${ZS_TEST_NVME_DIR:-$PWD}")
 trap 'rm -rf "$tmp" "$nv"' EXIT
@@ -57,7 +58,13 @@ for dt in bf16 fp16; do
   echo "np $N $dt stage 0 $h0, stage 3 with --recompute $h3 $r"; check $r "$dt: stage 3 $h3 != stage 0 $h0 (fp32 $ref)"
 done
 # save at step 3, resume to step 6: the same bits as the uninterrupted run
-run s3 --steps 3 --save-dir "$tmp/ckpt" > /dev/null
+at3=$(run s3 --steps 3 --save-dir "$tmp/ckpt")
 h=$(run s3 --load "$tmp/ckpt"); [ "$h" = "$ref" ] && r=ok || r=bad
 echo "np $N s3 saved at step 3, resumed to 6: $h $r"; check $r "resumed run: params-hash $h != $ref"
+# the step-3 checkpoint exported, then loaded by --init-from (no training): the step-3 bits
+"$ZS_CKPT" export "$tmp/ckpt" "$tmp/gpt.safetensors" > /dev/null || run_failed "zs-ckpt export $tmp/ckpt"
+names=$("$ZS_CKPT" st-dump "$tmp/gpt.safetensors" | grep -c -E '^(wte|wpe|h\.[01]\.(ln_[12]|attn\.c_(attn|proj)|mlp\.c_(fc|proj))|ln_f)\.(weight|bias) F32')
+h=$(run s2 --steps 0 --init-from "$tmp/gpt.safetensors"); [ "$h" = "$at3" ] && [ "$names" = 28 ] && r=ok || r=bad
+echo "np $N export (28 = $names GPT-2 names) and --init-from: $h (step 3: $at3) $r"
+check $r "export / --init-from: params-hash $h != $at3, or $names of 28 tensors named as GPT-2's"
 finish "oracle_gpt np $N"

@@ -476,6 +476,13 @@ int main(int argc, char **argv)
     int share = core_share();
     openblas_set_num_threads(share);
     omp_set_num_threads(share);
+    /* OpenMP starts its threads at the first parallel region, and a new thread inherits its creator's CPU
+     * binding: start them now, before zs_init binds this thread to one core of the rank's share, or all
+     * of them would share that one core. (OpenBLAS starts its threads when it is loaded.) */
+#pragma omp parallel
+    {
+        (void)0;
+    }
     rc = run_program(&o, rank, world);
     MPI_Finalize();
     return rc;
