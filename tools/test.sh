@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test.sh - builds ZeroShard and runs every test: once optimized, once under AddressSanitizer and
-# UndefinedBehaviorSanitizer (ZS_TEST_SANITIZE=0 skips the second pass).
+# UndefinedBehaviorSanitizer (ZS_TEST_SANITIZE=0 skips the second pass). Test-side packages first
+# (tools/setup_tests.sh: torch for the parity test).
 set -eu
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+bash tools/setup_tests.sh
 bash tools/build.sh build
 ctest --test-dir build --output-on-failure -j 2
 if [ "${ZS_TEST_SANITIZE:-1}" != 0 ]; then

@@ -335,6 +335,10 @@ static int train(struct run *r, const struct opts *o)
         return 1;
     }
     zs_stats(r->ctx, &at);
+    /* a fresh run that trains nothing saves its initial weights: what a twin (tests/gpt_torch.py) starts from */
+    if (o->run.save_dir && !o->run.load && at.global_step >= o->run.steps &&
+        (rc = (int)zs_checkpoint_save(r->ctx, o->run.save_dir)))
+        ex_die("save", (zs_status)rc);
     /* --steps N trains until global step N: a resumed run draws what the uninterrupted one would have */
     for (int64_t step = at.global_step; step < o->run.steps && !rc; step++) {
         double loss, val = -1, t0 = MPI_Wtime();
