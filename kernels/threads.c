@@ -47,24 +47,33 @@ static void chunk(const struct zs_pool *p, int32_t k, int64_t *begin, int64_t *e
     *end = *begin + per < p->n ? *begin + per : p->n;
 }
 
+/* Worker k (k >= 1) is pinned to one hardware thread of core first_core + k. The caller's thread (k = 0)
+ * is the application's own: it gets the rank's whole share instead, because the threads it starts later
+ * (BLAS, OpenMP) inherit its binding, and pinned to one core they would all share that core. */
 static int bind_to_core(struct zs_pool *p, int32_t k)
 {
-    hwloc_obj_t core;
     hwloc_bitmap_t set;
-    int rc;
+    int rc = 0;
 
     if (!p->bind || !p->topo)
         return 0;
-    core = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_CORE, (unsigned)(p->first_core + k % p->ncores));
-    if (!core || !core->cpuset)
-        return -ENOENT;
-    set = hwloc_bitmap_dup(core->cpuset);
+    set = hwloc_bitmap_alloc();
     if (!set)
         return -ENOMEM;
-    hwloc_bitmap_singlify(set); /* one hardware thread, so the OS does not move us inside the core */
-    rc = hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD);
+    for (int32_t c = k ? k % p->ncores : 0; c < (k ? k % p->ncores + 1 : p->ncores) && !rc; c++) {
+        hwloc_obj_t core = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_CORE, (unsigned)(p->first_core + c));
+
+        if (!core || !core->cpuset)
+            rc = -ENOENT;
+        else
+            hwloc_bitmap_or(set, set, core->cpuset);
+    }
+    if (!rc && k)
+        hwloc_bitmap_singlify(set); /* one hardware thread, so the OS does not move a worker inside its core */
+    if (!rc && hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD))
+        rc = -errno;
     hwloc_bitmap_free(set);
-    return rc ? -errno : 0;
+    return rc;
 }
 
 static void *worker_main(void *argp)

@@ -139,18 +139,34 @@ static zs_status register_model(zs_ctx *ctx, const struct gpt_config *cfg, uint6
 static int core_share(void)
 {
     MPI_Comm node;
-    int local = 1, cores = 1;
+    int local = 1, lrank = 0, cores = 1, share;
     hwloc_topology_t topo;
 
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_size(node, &local);
+    MPI_Comm_rank(node, &lrank);
     MPI_Comm_free(&node);
-    if (!hwloc_topology_init(&topo)) {
-        if (!hwloc_topology_load(topo))
-            cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
-        hwloc_topology_destroy(topo);
+    if (hwloc_topology_init(&topo))
+        return 1;
+    if (!hwloc_topology_load(topo))
+        cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+    share = cores / local > 1 ? cores / local : 1;
+    /* mpirun binds a rank to one core when it runs 2 or fewer: widen this thread to the rank's share (the
+     * slice zs_init's thread pool uses) before BLAS and OpenMP start threads that inherit its binding */
+    if (share > 1) {
+        hwloc_bitmap_t set = hwloc_bitmap_alloc();
+
+        for (int c = lrank * share; set && c < (lrank + 1) * share; c++) {
+            hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)c);
+            if (core && core->cpuset)
+                hwloc_bitmap_or(set, set, core->cpuset);
+        }
+        if (set && !hwloc_bitmap_iszero(set))
+            hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD); /* best effort: unbound threads still run */
+        hwloc_bitmap_free(set);
     }
-    return cores / local > 1 ? cores / local : 1;
+    hwloc_topology_destroy(topo);
+    return share;
 }
 
 /* ---------------------------------------------------------------- command line */
@@ -477,8 +493,8 @@ int main(int argc, char **argv)
     openblas_set_num_threads(share);
     omp_set_num_threads(share);
     /* OpenMP starts its threads at the first parallel region, and a new thread inherits its creator's CPU
-     * binding: start them now, before zs_init binds this thread to one core of the rank's share, or all
-     * of them would share that one core. (OpenBLAS starts its threads when it is loaded.) */
+     * binding: start them now, bound to the rank's share by core_share (OpenBLAS, loaded under mpirun's
+     * binding, starts the threads it lacks in openblas_set_num_threads). */
 #pragma omp parallel
     {
         (void)0;
