@@ -300,7 +300,7 @@ int zs_st_open(struct zs_st **st, const char *path, char *err, size_t errlen)
     unsigned char p8[8];
     struct stat sb;
     char *json;
-    uint64_t n;
+    uint64_t n = 0;
     int fd, rc;
 
     *st = NULL;

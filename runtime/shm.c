@@ -255,7 +255,7 @@ static zs_status grow(struct zs_shm *s, size_t bytes)
     size_t size = bytes > ZS_SHM_SEGMENT_MIN ? bytes : ZS_SHM_SEGMENT_MIN;
     struct segment *segs = realloc(s->segs, (size_t)(s->nsegs + 1) * sizeof(*segs)), *g;
     struct block *all = NULL;
-    struct vote v;
+    struct vote v = {0};
     char **peers = NULL;
     bool ok;
     zs_status st;
@@ -340,7 +340,7 @@ void *zs_shm_alloc(struct zs_shm *s, size_t bytes, bool local_ok)
     size_t need = (bytes + ZS_SHM_ALIGN - 1) / ZS_SHM_ALIGN * ZS_SHM_ALIGN;
     struct segment *g = NULL;
     struct block **pp, *u = NULL;
-    struct vote v;
+    struct vote v = {0};
     zs_status st;
 
     if (need == 0)

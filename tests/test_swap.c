@@ -264,7 +264,8 @@ static const char *plant_rank_dir(const char *sub, const char *record, char *rdi
 {
     char p[PATH_MAX + 64];
 
-    snprintf(rdir, len, "%s/zeroshard-rank0", sub);
+    if ((size_t)snprintf(rdir, len, "%s/zeroshard-rank0", sub) >= len)
+        return "path too long";
     if (mkdir(rdir, 0700))
         return strerror(errno);
     snprintf(p, sizeof(p), "%s/owner", rdir);
