@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include "common.h"
+#include "splitmix.h" /* defines: ex_splitmix64 */
 #include "zeroshard.h"
 
 #define IN_DIM 16
@@ -37,18 +38,10 @@ struct model {
 
 /* ---------------------------------------------------------------- deterministic data */
 
-static uint64_t splitmix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 /* uniform in [-1, 1) from (seed, a, b) */
 static float unif(uint64_t seed, uint64_t a, uint64_t b)
 {
-    uint64_t h = splitmix(seed ^ splitmix(a * 0x100000001b3ULL + b));
+    uint64_t h = ex_splitmix64(seed ^ ex_splitmix64(a * 0x100000001b3ULL + b));
     return (float)((double)(h >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0);
 }
 

@@ -52,6 +52,7 @@ static void chunk(const struct zs_pool *p, int32_t k, int64_t *begin, int64_t *e
  * (BLAS, OpenMP) inherit its binding, and pinned to one core they would all share that core. */
 static int bind_to_core(struct zs_pool *p, int32_t k)
 {
+    int32_t lo = k ? k % p->ncores : 0, hi = k ? lo + 1 : p->ncores;
     hwloc_bitmap_t set;
     int rc = 0;
 
@@ -60,7 +61,7 @@ static int bind_to_core(struct zs_pool *p, int32_t k)
     set = hwloc_bitmap_alloc();
     if (!set)
         return -ENOMEM;
-    for (int32_t c = k ? k % p->ncores : 0; c < (k ? k % p->ncores + 1 : p->ncores) && !rc; c++) {
+    for (int32_t c = lo; c < hi && !rc; c++) {
         hwloc_obj_t core = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_CORE, (unsigned)(p->first_core + c));
 
         if (!core || !core->cpuset)

@@ -213,10 +213,12 @@ static enum owner_state owner_check(const struct owner *o, const struct owner *m
     unsigned long long start;
     int rc;
 
+    /* self first: a process knows its own record even where /proc hides the boot id or pid namespace */
+    if (!strcmp(o->host, me->host) && !strcmp(o->boot, me->boot) && !strcmp(o->pidns, me->pidns) &&
+        o->pid == me->pid && o->start == me->start)
+        return OWNER_SELF;
     if (!same_place(o, me))
         return OWNER_ELSEWHERE;
-    if (o->pid == me->pid && o->start == me->start)
-        return OWNER_SELF;
     rc = proc_start_time(o->pid, &start);
     if (rc == -ENOENT && kill((pid_t)o->pid, 0) < 0 && errno == ESRCH)
         return OWNER_DEAD;

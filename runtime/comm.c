@@ -589,8 +589,10 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
 {
     uint64_t span = kind == REQ_AR ? 2 : 1;
     struct zs_comm_req *q, **tail;
+    bool failed = c->fail_next; /* for this operation only, whether or not it gets going */
     zs_status st;
 
+    c->fail_next = false;
     if (c->broken)
         return zs_comm_broken_fail(c);
     st = gate(c, span);
@@ -624,8 +626,7 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     c->seq += span;
     q->hdr.seq = q->seq;
     q->hdr.d = (struct zs_shm_desc){ .count = (uint64_t)count, .heap_off = q->hdr.d.heap_off, .kind = kind,
-                                     .dt_in = dt_in, .dt_out = dt_out, .failed = c->fail_next };
-    c->fail_next = false;
+                                     .dt_in = dt_in, .dt_out = dt_out, .failed = failed };
     for (tail = &c->active; *tail; tail = &(*tail)->next)
         ;
     *tail = q; /* oldest first */

@@ -202,10 +202,6 @@ static zs_status setup_bucket(struct zs_ctx *ctx)
     if (!ctx->arena)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket", (long long)cap);
     ctx->arena_cap = bytes;
-    if (!ctx->pending) /* zs_setup may have made it already: one list, freed once */
-        ctx->pending = calloc((size_t)ctx->nunits, sizeof(int32_t));
-    if (!ctx->pending)
-        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
     return ZS_OK;
 }
 

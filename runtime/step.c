@@ -345,9 +345,9 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     ctx->stats.time_swap = zs_nvme_waited(ctx->nvme) - ctx->swap_mark;
     ctx->swap_mark += ctx->stats.time_swap;
     ctx->t_fetch = 0.0;
-    ctx->t_reduce += t1 - t0;
-    ctx->t_optim += t2 - t1;
-    ctx->t_gather += now() - t2;
+    ctx->t_reduce += ctx->stats.time_reduce;
+    ctx->t_optim += ctx->stats.time_optimizer;
+    ctx->t_gather += ctx->stats.time_gather;
     if (ctx->rank == 0 && !ctx->quiet && ctx->cfg.steps_per_print > 0 &&
         ctx->global_step % ctx->cfg.steps_per_print == 0) {
         zs_log("step %lld lr %.6g grad_norm %.6g", (long long)ctx->global_step, lr, norm);

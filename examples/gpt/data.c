@@ -22,14 +22,7 @@
 #include <sys/stat.h>
 
 #include "data.h"
-
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
+#include "../splitmix.h" /* defines: ex_splitmix64 (mix in the comment above) */
 
 /* nftw has no user argument: the walk's list lives here for its duration */
 static struct {
@@ -160,9 +153,11 @@ void gpt_data_batch(const struct gpt_data *d, uint64_t seed, int64_t step, int64
     for (int64_t i = 0; i < count; i++) {
         uint64_t g = (uint64_t)(first + i), o;
         if (step >= 0)
-            o = mix(mix(mix(seed) + (uint64_t)step) + g) % (uint64_t)(d->train_len - ctx - 1);
+            o = ex_splitmix64(ex_splitmix64(ex_splitmix64(seed) + (uint64_t)step) + g) %
+                (uint64_t)(d->train_len - ctx - 1);
         else
-            o = (uint64_t)d->train_len + mix(mix(~seed) + g) % (uint64_t)(d->len - d->train_len - ctx - 1);
+            o = (uint64_t)d->train_len +
+                ex_splitmix64(ex_splitmix64(~seed) + g) % (uint64_t)(d->len - d->train_len - ctx - 1);
         for (int64_t t = 0; t < ctx; t++) {
             in[i * ctx + t] = d->bytes[o + (uint64_t)t];
             targets[i * ctx + t] = d->bytes[o + (uint64_t)t + 1];

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "model.h"
+#include "../splitmix.h" /* defines: ex_splitmix64 */
 
 int32_t gpt_unit_count(const struct gpt_config *cfg)
 {
@@ -121,21 +122,14 @@ void gpt_layout_free(struct gpt_layout *lay)
 
 /* ---------------------------------------------------------------- initial values */
 
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 /* A standard normal by Box-Muller from two uniforms in (0, 1], both hashed from the element's key. */
 float gpt_init_value(const struct gpt_tensor_info *t, uint64_t seed, int32_t unit, int32_t k, int64_t i)
 {
     if (t->init != GPT_INIT_NORMAL)
         return t->init == GPT_INIT_ONE ? 1.0f : 0.0f;
-    uint64_t key = mix64(mix64(mix64(seed) + (uint64_t)unit * 64 + (uint64_t)k) + (uint64_t)i);
+    uint64_t key =
+        ex_splitmix64(ex_splitmix64(ex_splitmix64(seed) + (uint64_t)unit * 64 + (uint64_t)k) + (uint64_t)i);
     double u1 = ((double)(key >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-    double u2 = (double)(mix64(key) >> 11) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(ex_splitmix64(key) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(t->std * sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }

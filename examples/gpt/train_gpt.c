@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include "../common.h"
+#include "../splitmix.h" /* defines: ex_splitmix64 */
 #include "data.h"
 #include "model.h"
 #include "zeroshard.h"
@@ -136,37 +137,42 @@ static zs_status register_model(zs_ctx *ctx, const struct gpt_config *cfg, uint6
 
 /* BLAS and OpenMP get this rank's share of the node's cores, the share the optimizer's pool takes, so
  * ranks on one node never oversubscribe it. */
+/* This rank's share of the node's cores, by the same rule as zs_init's thread pool (kernels/threads.c):
+ * local rank r of L on C cores gets cores [r*C/L, (r+1)*C/L), at least one. */
 static int core_share(void)
 {
     MPI_Comm node;
-    int local = 1, lrank = 0, cores = 1, share;
+    int local = 1, lrank = 0, cores = 1;
     hwloc_topology_t topo;
 
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_size(node, &local);
     MPI_Comm_rank(node, &lrank);
     MPI_Comm_free(&node);
-    if (hwloc_topology_init(&topo))
-        return 1;
-    if (!hwloc_topology_load(topo))
-        cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
-    share = cores / local > 1 ? cores / local : 1;
-    /* mpirun binds a rank to one core when it runs 2 or fewer: widen this thread to the rank's share (the
-     * slice zs_init's thread pool uses) before BLAS and OpenMP start threads that inherit its binding */
-    if (share > 1) {
-        hwloc_bitmap_t set = hwloc_bitmap_alloc();
-
-        for (int c = lrank * share; set && c < (lrank + 1) * share; c++) {
-            hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)c);
-            if (core && core->cpuset)
-                hwloc_bitmap_or(set, set, core->cpuset);
-        }
-        if (set && !hwloc_bitmap_iszero(set))
-            hwloc_set_cpubind(topo, set, HWLOC_CPUBIND_THREAD); /* best effort: unbound threads still run */
-        hwloc_bitmap_free(set);
+    if (!hwloc_topology_init(&topo)) {
+        if (!hwloc_topology_load(topo))
+            cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+        hwloc_topology_destroy(topo);
     }
-    hwloc_topology_destroy(topo);
-    return share;
+    if (local > cores)
+        return 1;
+    return (int)((int64_t)(lrank + 1) * cores / local - (int64_t)lrank * cores / local);
+}
+
+/* BLAS and OpenMP threads for the model's compute. Called after zs_init, which binds this thread to the
+ * rank's share of cores (widening mpirun's one-core binding of small jobs): the threads started here
+ * inherit that binding. OpenMP starts its threads at the first parallel region, hence the empty one;
+ * OpenBLAS starts the threads it lacks in openblas_set_num_threads. */
+static void start_compute_threads(void)
+{
+    int share = core_share();
+
+    openblas_set_num_threads(share);
+    omp_set_num_threads(share);
+#pragma omp parallel
+    {
+        (void)0;
+    }
 }
 
 /* ---------------------------------------------------------------- command line */
@@ -237,10 +243,7 @@ static int validate(struct run *r, const struct opts *o, double *loss)
 
 static double uniform01(uint64_t seed, uint64_t i)
 {
-    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + i;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return (double)((x ^ (x >> 31)) >> 11) * (1.0 / 9007199254740992.0);
+    return (double)(ex_splitmix64((seed - 1) * 0x9e3779b97f4a7c15ULL + i) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 /* Generates o->sample bytes after a newline, each from the last ctx bytes; every rank computes the same
@@ -403,7 +406,10 @@ static int run_program(const struct opts *o, int rank, int world)
     ti = calloc((size_t)(gpt_unit_count(&cfg) * GPT_MAX_TENSORS), sizeof(*ti));
     if (!ti || gpt_layout_alloc(&lay, &cfg))
         goto out;
-    if (!(st = zs_init(&r.ctx, &io)) && !(st = register_model(r.ctx, &cfg, o->run.seed, ti, &lay)))
+    st = zs_init(&r.ctx, &io);
+    if (!st)
+        start_compute_threads();
+    if (!st && !(st = register_model(r.ctx, &cfg, o->run.seed, ti, &lay)))
         st = zs_setup(r.ctx);
     if (!st && o->run.load) {
         what = "load";
@@ -488,16 +494,6 @@ int main(int argc, char **argv)
     if (rc) {
         MPI_Finalize();
         return rc > 0 ? 0 : 2;
-    }
-    int share = core_share();
-    openblas_set_num_threads(share);
-    omp_set_num_threads(share);
-    /* OpenMP starts its threads at the first parallel region, and a new thread inherits its creator's CPU
-     * binding: start them now, bound to the rank's share by core_share (OpenBLAS, loaded under mpirun's
-     * binding, starts the threads it lacks in openblas_set_num_threads). */
-#pragma omp parallel
-    {
-        (void)0;
     }
     rc = run_program(&o, rank, world);
     MPI_Finalize();
