@@ -11,6 +11,10 @@
 #include "optim.h"     /* defines: struct zs_optim_step, struct zs_optim_bufs, enum zs_kopt, enum zs_kpath */
 #include "zeroshard.h" /* defines: zs_status, zs_dtype */
 
+#ifdef __cplusplus /* kernels/optim_cuda.cu */
+extern "C" {
+#endif
+
 struct zs_pool;
 /* Opaque handles. The CPU backend runs everything on the caller, in order, so its streams and events are
  * tokens; a CUDA stream orders work on the GPU and an event marks a point in one. */
@@ -40,6 +44,9 @@ struct zs_device;
 
 struct zs_device_ops {
     const char *name;
+    /* How many such devices this process sees: 1 for the CPU, the GPU count (0 where the driver or the
+     * GPU is missing, or the library has no CUDA backend) for CUDA. */
+    int32_t (*count)(void);
     /* Picks the processor for this rank (a GPU: from the node-local rank) and checks it can run. */
     zs_status (*open)(struct zs_device *d, int32_t local_rank, int32_t local_size);
     void (*close)(struct zs_device *d);
@@ -82,5 +89,9 @@ void zs_device_close(struct zs_device *d);
 /* The CUDA optimizer kernels (kernels/optim_cuda.cu): every tensor of l in one launch on `stream` (a
  * cudaStream_t). 0, or the cudaError_t of the launch. */
 int zs_cuda_optim_launch(const struct zs_optim_launch *l, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ZS_DEVICE_H */

@@ -11,6 +11,11 @@
 /* Any non-NULL address serves as a stream or an event handle. */
 static char cpu_token;
 
+static int32_t cpu_count(void)
+{
+    return 1;
+}
+
 static zs_status cpu_open(struct zs_device *d, int32_t local_rank, int32_t local_size)
 {
     d->ordinal = 0;
@@ -110,7 +115,7 @@ static zs_status cpu_optim(struct zs_device *d, const struct zs_optim_launch *l,
 }
 
 const struct zs_device_ops zs_device_cpu_ops = {
-    .name = "cpu", .open = cpu_open, .close = cpu_close, .alloc = cpu_alloc, .free = cpu_free, .copy = cpu_copy,
+    .name = "cpu", .count = cpu_count, .open = cpu_open, .close = cpu_close, .alloc = cpu_alloc, .free = cpu_free, .copy = cpu_copy,
     .stream_create = cpu_stream_create, .stream_free = cpu_stream_free, .stream_sync = cpu_stream_sync,
     .event_create = cpu_event_create, .event_free = cpu_event_free, .event_record = cpu_event_record,
     .stream_wait = cpu_stream_wait, .optim = cpu_optim,
