@@ -96,10 +96,26 @@ static zs_status check_distinct_gpus(struct zs_nccl *n, MPI_Comm comm)
     return st;
 }
 
+/* Whether any rank failed so far, so that no rank walks into a collective the others skip. A rank that
+ * failed keeps its own message; the others name it. */
+static zs_status agree(struct zs_nccl *n, MPI_Comm comm, zs_status st)
+{
+    int32_t mine = st ? n->rank : -1, first = -1;
+
+    if (MPI_Allreduce(&mine, &first, 1, MPI_INT32_T, MPI_MAX, comm) != MPI_SUCCESS)
+        return st ? st : zs_fail(ZS_ERR_COMM, "NCCL set-up: all-reduce of the ranks' status failed");
+    if (st || first < 0)
+        return st;
+    return zs_fail(ZS_ERR_COMM, "NCCL set-up failed on rank %d", first);
+}
+
 zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mode)
 {
     struct zs_nccl *n = calloc(1, sizeof(*n));
-    ncclUniqueId id;
+    struct {
+        ncclUniqueId id;
+        int32_t ok;
+    } boot = { .ok = 0 };
     ncclResult_t r = ncclSuccess;
     zs_status st;
 
@@ -109,14 +125,20 @@ zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mo
     n->mode = mode;
     MPI_Comm_rank(comm, &n->rank);
     MPI_Comm_size(comm, &n->size);
-    st = load_api(n);
+    st = agree(n, comm, load_api(n));
     if (!st)
-        st = check_distinct_gpus(n, comm);
-    if (!st && n->rank == 0 && (r = n->api.get_unique_id(&id)) != ncclSuccess)
-        st = nccl_fail(n, r, "ncclGetUniqueId");
-    if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, comm) != MPI_SUCCESS && !st)
+        st = check_distinct_gpus(n, comm); /* the same gathered answer on every rank */
+    if (!st && n->rank == 0) {
+        r = n->api.get_unique_id(&boot.id);
+        boot.ok = r == ncclSuccess;
+        if (!boot.ok)
+            st = nccl_fail(n, r, "ncclGetUniqueId");
+    }
+    if (!st && MPI_Bcast(&boot, sizeof(boot), MPI_BYTE, 0, comm) != MPI_SUCCESS)
         st = zs_fail(ZS_ERR_COMM, "NCCL set-up: broadcast of the unique id failed");
-    if (!st && (r = n->api.comm_init_rank(&n->comm, n->size, id, n->rank)) != ncclSuccess)
+    if (!st && !boot.ok)
+        st = zs_fail(ZS_ERR_COMM, "NCCL set-up: rank 0 could not make a unique id");
+    if (!st && (r = n->api.comm_init_rank(&n->comm, n->size, boot.id, n->rank)) != ncclSuccess)
         st = nccl_fail(n, r, "ncclCommInitRank");
     if (!st && cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) != cudaSuccess)
         st = zs_fail(ZS_ERR_COMM, "NCCL set-up: cudaStreamCreateWithFlags failed");
