@@ -30,6 +30,10 @@ extern const char bench_swap_usage[];
 int bench_overlap(int argc, char **argv);
 extern const char bench_overlap_usage[];
 
+/* The optimizer step through the device interface against the device's own copy bandwidth. */
+int bench_device(int argc, char **argv);
+extern const char bench_device_usage[];
+
 /* Monotonic seconds. */
 double bench_now(void);
 

@@ -19,6 +19,8 @@ static const struct bench_cmd commands[] = {
      bench_comm_usage},
     {"swap", bench_swap, "NVMe swapper write/read bandwidth against fio, and the optimizer step with state on disk",
      bench_swap_usage},
+    {"device", bench_device, "AdamW through the device interface (cpu or cuda) against the device's D2D copy",
+     bench_device_usage},
     {"overlap", bench_overlap, "a collective hidden behind compute: no progress, test calls, a progress thread",
      bench_overlap_usage},
 };

@@ -7,13 +7,20 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint32_t zs_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static inline float zs_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+/* The scalar forms are compiled by gcc and by nvcc (the CUDA kernels share them, and with them their bits). */
+#ifdef __CUDACC__
+#define ZS_HD static __host__ __device__ __forceinline__
+#else
+#define ZS_HD static inline __attribute__((always_inline))
+#endif
 
-static inline float zs_cvt_bf16_f32(uint16_t h) { return zs_float((uint32_t)h << 16); }
+ZS_HD uint32_t zs_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+ZS_HD float zs_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+ZS_HD float zs_cvt_bf16_f32(uint16_t h) { return zs_float((uint32_t)h << 16); }
 
 /* Round to nearest even on the upper 16 bits; a NaN keeps its sign and top payload and is made quiet. */
-static inline uint16_t zs_cvt_f32_bf16(float f)
+ZS_HD uint16_t zs_cvt_f32_bf16(float f)
 {
     uint32_t u = zs_bits(f);
     uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
@@ -23,7 +30,7 @@ static inline uint16_t zs_cvt_f32_bf16(float f)
 }
 
 /* Exact: every fp16 value is an fp32 value. Subnormals are rebuilt by one exact subtraction. */
-static inline float zs_cvt_f16_f32(uint16_t h)
+ZS_HD float zs_cvt_f16_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t em = (uint32_t)(h & 0x7fffu) << 13;
@@ -38,7 +45,7 @@ static inline float zs_cvt_f16_f32(uint16_t h)
 
 /* Round to nearest even. Results below 2^-14 come from one float addition that rounds on the fp16
  * subnormal grid; |f| >= 65520 becomes Inf; a NaN stays a quiet NaN with its top payload bits. */
-static inline uint16_t zs_cvt_f32_f16(float f)
+ZS_HD uint16_t zs_cvt_f32_f16(float f)
 {
     uint32_t u = zs_bits(f);
     uint32_t sign = (u >> 16) & 0x8000u;
@@ -55,7 +62,7 @@ static inline uint16_t zs_cvt_f32_f16(float f)
  * fp32. To fp32 is exact; from fp32 rounds to nearest even. */
 static inline void zs_cvt_to_f32(float *dst, const void *src, int dt, int64_t n)
 {
-    const uint16_t *h = src;
+    const uint16_t *h = (const uint16_t *)src;
 
     if (dt == 0)
         memcpy(dst, src, (size_t)n * sizeof(float));
@@ -69,7 +76,7 @@ static inline void zs_cvt_to_f32(float *dst, const void *src, int dt, int64_t n)
 
 static inline void zs_cvt_from_f32(void *dst, int dt, const float *src, int64_t n)
 {
-    uint16_t *h = dst;
+    uint16_t *h = (uint16_t *)dst;
 
     if (dt == 0)
         memcpy(dst, src, (size_t)n * sizeof(float));

@@ -1,14 +1,14 @@
-/* optim_tmpl.h - the optimizer kernels, written once. Included by optim_scalar.c, optim_avx2.c and
+/* optim_tmpl.h - the optimizer loops, written once. Included by optim_scalar.c, optim_avx2.c and
  * optim_avx512.c, each compiled for its instruction set with ZS_PATH_SUFFIX set; the compiler
  * specializes every (optimizer, param dtype, grad dtype) combination and vectorizes the loops of the
- * fast paths. Each element sees the same IEEE operations in the same order on every path: explicit
- * fmaf where a fused operation is wanted (it halves the rounding of the moment updates), no implicit
- * contraction anywhere, and NaN results written as one canonical quiet NaN, because x86 propagates NaN
- * signs differently in scalar and vector code. */
+ * fast paths. The arithmetic of one element is optim_elem.h's, which the CUDA kernels share: each
+ * element sees the same IEEE operations in the same order on every path and processor (explicit fmaf
+ * where a fused operation is wanted, no implicit contraction, one canonical quiet NaN). */
 #include <math.h>
 
 #include "convert.h"
 #include "optim.h"
+#include "optim_elem.h" /* defines: zs_adam_elem, zs_sgd_elem, zs_lion_elem, zs_adagrad_elem */
 
 #define ZS_INLINE static inline __attribute__((always_inline))
 
@@ -71,35 +71,13 @@ ZS_INLINE void param_block(void *param, const float *master, int64_t i0, int64_t
         }                                                                                                  \
     } while (0)
 
-/* NaN stays NaN, but always the same NaN. */
-ZS_INLINE float canon(float x)
-{
-    return x == x ? x : zs_float(0x7fc00000u);
-}
-
-#define ZS_WRITE_PARAM(b, i, w, pdt) (master[i] = canon(w))
-
 ZS_INLINE void adam_body(const struct zs_optim_step *s, const struct zs_optim_bufs *b, int64_t begin, int64_t end,
                          int pdt, int gdt, int adamw)
 {
     float *restrict master = master_of(b, pdt);
     float *restrict m = b->s1, *restrict v = b->s2;
 
-    ZS_FOR_EACH(b, begin, end, pdt, gdt, {
-        float g = gi * s->grad_scale;
-        float p = master[i];
-        if (!adamw)
-            g = fmaf(s->weight_decay, p, g);
-        float mi = fmaf(m[i], s->beta1, g * s->one_minus_beta1);
-        float vi = fmaf(v[i], s->beta2, g * (g * s->one_minus_beta2));
-        float denom = fmaf(sqrtf(vi), s->inv_sqrt_bc2, s->eps);
-        if (adamw)
-            p = fmaf(-s->decay, p, p);
-        p = fmaf(-s->step_size, mi / denom, p);
-        m[i] = canon(mi);
-        v[i] = canon(vi);
-        ZS_WRITE_PARAM(b, i, p, pdt);
-    });
+    ZS_FOR_EACH(b, begin, end, pdt, gdt, { master[i] = zs_adam_elem(s, gi, master[i], &m[i], &v[i], adamw); });
 }
 
 ZS_INLINE void sgd_body(const struct zs_optim_step *s, const struct zs_optim_bufs *b, int64_t begin, int64_t end,
@@ -108,36 +86,13 @@ ZS_INLINE void sgd_body(const struct zs_optim_step *s, const struct zs_optim_buf
     float *restrict master = master_of(b, pdt);
     float *restrict buf = b->s1;
 
-    if (!buf) {
-        ZS_FOR_EACH(b, begin, end, pdt, gdt, {
-            float p = master[i];
-            float g = fmaf(s->weight_decay, p, gi * s->grad_scale);
-            ZS_WRITE_PARAM(b, i, fmaf(-s->lr, g, p), pdt);
-        });
-    } else if (s->first) {
-        ZS_FOR_EACH(b, begin, end, pdt, gdt, {
-            float p = master[i];
-            float g = fmaf(s->weight_decay, p, gi * s->grad_scale);
-            buf[i] = canon(g);
-            float d = s->nesterov ? fmaf(s->momentum, g, g) : g;
-            ZS_WRITE_PARAM(b, i, fmaf(-s->lr, d, p), pdt);
-        });
-    } else {
-        ZS_FOR_EACH(b, begin, end, pdt, gdt, {
-            float p = master[i];
-            float g = fmaf(s->weight_decay, p, gi * s->grad_scale);
-            float bi = fmaf(buf[i], s->momentum, g * s->dampening_c);
-            buf[i] = canon(bi);
-            float d = s->nesterov ? fmaf(s->momentum, bi, g) : bi;
-            ZS_WRITE_PARAM(b, i, fmaf(-s->lr, d, p), pdt);
-        });
-    }
-}
-
-/* sign(c) as PyTorch computes it: NaN stays NaN, zero stays zero. */
-ZS_INLINE float sign_of(float c)
-{
-    return c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c);
+    /* one loop per form, so each loop's body is branch-free for the vectorizer */
+    if (!buf)
+        ZS_FOR_EACH(b, begin, end, pdt, gdt, { master[i] = zs_sgd_elem(s, gi, master[i], NULL, ZS_SGD_PLAIN); });
+    else if (s->first)
+        ZS_FOR_EACH(b, begin, end, pdt, gdt, { master[i] = zs_sgd_elem(s, gi, master[i], &buf[i], ZS_SGD_FIRST); });
+    else
+        ZS_FOR_EACH(b, begin, end, pdt, gdt, { master[i] = zs_sgd_elem(s, gi, master[i], &buf[i], ZS_SGD_MOMENTUM); });
 }
 
 ZS_INLINE void lion_body(const struct zs_optim_step *s, const struct zs_optim_bufs *b, int64_t begin, int64_t end,
@@ -146,15 +101,7 @@ ZS_INLINE void lion_body(const struct zs_optim_step *s, const struct zs_optim_bu
     float *restrict master = master_of(b, pdt);
     float *restrict m = b->s1;
 
-    ZS_FOR_EACH(b, begin, end, pdt, gdt, {
-        float g = gi * s->grad_scale;
-        float p = master[i];
-        float c = fmaf(m[i], s->beta1, g * s->one_minus_beta1);
-        p = fmaf(-s->decay, p, p);
-        p = fmaf(-s->lr, sign_of(c), p);
-        m[i] = canon(fmaf(m[i], s->beta2, g * s->one_minus_beta2));
-        ZS_WRITE_PARAM(b, i, p, pdt);
-    });
+    ZS_FOR_EACH(b, begin, end, pdt, gdt, { master[i] = zs_lion_elem(s, gi, master[i], &m[i]); });
 }
 
 ZS_INLINE void adagrad_body(const struct zs_optim_step *s, const struct zs_optim_bufs *b, int64_t begin,
@@ -163,14 +110,7 @@ ZS_INLINE void adagrad_body(const struct zs_optim_step *s, const struct zs_optim
     float *restrict master = master_of(b, pdt);
     float *restrict sum = b->s1;
 
-    ZS_FOR_EACH(b, begin, end, pdt, gdt, {
-        float p = master[i];
-        float g = fmaf(s->weight_decay, p, gi * s->grad_scale);
-        float si = fmaf(g, g, sum[i]);
-        sum[i] = canon(si);
-        p = fmaf(-s->lr, g / (sqrtf(si) + s->eps), p);
-        ZS_WRITE_PARAM(b, i, p, pdt);
-    });
+    ZS_FOR_EACH(b, begin, end, pdt, gdt, { master[i] = zs_adagrad_elem(s, gi, master[i], &sum[i]); });
 }
 
 #define ZS_CAT2(a, b) a##_##b

@@ -76,6 +76,7 @@ struct zs_cpu_config {
     char comm[8];       /* collective backend: "auto", "mpi" or "shm" */
     int64_t fake_node_size; /* > 0: treat blocks of this many consecutive ranks as nodes (testing) */
     int64_t device_memory;  /* bytes of "device" memory per rank the CPU backend allows; 0 = no limit */
+    char device[8];     /* where model states live and the optimizer runs: "cpu" or "cuda" */
 };
 
 struct zs_config {

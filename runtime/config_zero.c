@@ -294,14 +294,15 @@ int zs_cfg_parse_zero(parser *p, struct zs_config *cfg, json_t *root)
 
 /* DeepSpeed skips top-level keys it does not know, so one file serves both runtimes. */
 static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", "comm", "fake_node_size",
-                                       "device_memory", NULL};
+                                       "device_memory", "device", NULL};
 static const char *const comm_backends[] = {"auto", "mpi", "shm", NULL};
 static const char *const cpu_kernels[] = {"auto", "scalar", "avx2", "avx512", NULL};
+static const char *const devices[] = {"cpu", "cuda", NULL};
 
 int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
 {
     struct zs_cpu_config *c = &cfg->cpu;
-    const char *kernel, *comm;
+    const char *kernel, *comm, *device;
     json_t *sec;
 
     if (zs_cfg_get_obj(p, root, "", "zeroshard", &sec) ||
@@ -311,7 +312,8 @@ int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
         zs_cfg_get_bool(p, sec, "zeroshard", "bind_threads", true, false, &c->bind) ||
         zs_cfg_get_str(p, sec, "zeroshard", "comm", &comm) ||
         zs_cfg_get_int(p, sec, "zeroshard", "fake_node_size", &(struct zs_cfg_spec){ZS_GE(0)}, &c->fake_node_size) ||
-        zs_cfg_get_int(p, sec, "zeroshard", "device_memory", &(struct zs_cfg_spec){ZS_GE(0)}, &c->device_memory))
+        zs_cfg_get_int(p, sec, "zeroshard", "device_memory", &(struct zs_cfg_spec){ZS_GE(0)}, &c->device_memory) ||
+        zs_cfg_get_str(p, sec, "zeroshard", "device", &device))
         return -EINVAL;
     if (!comm)
         comm = "auto";
@@ -325,5 +327,10 @@ int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
                            "expected \"auto\", \"scalar\", \"avx2\" or \"avx512\", got \"%.40s\"", kernel);
     /* the struct was zeroed, so the bytes after the NUL are zero too */
     memcpy(c->kernel, kernel, strlen(kernel) + 1);
+    if (!device)
+        device = "cpu";
+    if (!zs_cfg_in_list(device, devices))
+        return zs_cfg_fail(p, "zeroshard", "device", "expected \"cpu\" or \"cuda\", got \"%.40s\"", device);
+    memcpy(c->device, device, strlen(device) + 1);
     return 0;
 }

@@ -17,14 +17,13 @@ static const char *const cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "
 
 void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 {
-    void *p = NULL;
-    size_t sz = bytes ? (size_t)zs_align_up((int64_t)bytes, 64) : 64;
+    void *p;
 
     if (!zs_budget_admit(ctx, bytes, cat_names[cat]))
         return NULL;
-    if (posix_memalign(&p, 64, sz))
+    p = ctx->dev.ops->alloc(&ctx->dev, (size_t)bytes);
+    if (!p)
         return NULL;
-    memset(p, 0, sz);
     ctx->mem[cat] += bytes;
     if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
         ctx->peak_live = ctx->mem[cat];
@@ -58,7 +57,7 @@ void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t byte
 {
     if (!p)
         return;
-    free(p);
+    ctx->dev.ops->free(&ctx->dev, p);
     ctx->mem[cat] -= bytes;
 }
 
@@ -239,10 +238,10 @@ static zs_status choose_kernel(struct zs_ctx *ctx)
     ctx->gdt = ctx->cfg.zero.stage <= 1 ? ctx->pdt : ctx->cdt;
     ctx->psz = zs_dtype_bytes(ctx->pdt);
     ctx->csz = zs_dtype_bytes(ctx->cdt);
-    ctx->kernel = zs_optim_kernel(ctx->kpath, kernel_opt(ctx->cfg.optim.type), ctx->pdt, ctx->gdt);
-    if (!ctx->kernel)
+    ctx->kopt = kernel_opt(ctx->cfg.optim.type);
+    if (!zs_optim_kernel(ctx->kpath, ctx->kopt, ctx->pdt, ctx->gdt))
         return zs_fail(ZS_ERR_UNSUPPORTED, "no %s kernel for %s with %s parameters and %s gradients",
-                       zs_kpath_name(ctx->kpath), zs_kopt_name(kernel_opt(ctx->cfg.optim.type)),
+                       zs_kpath_name(ctx->kpath), zs_kopt_name(ctx->kopt),
                        zs_dtype_name(ctx->pdt), zs_dtype_name(ctx->gdt));
     return ZS_OK;
 }
@@ -297,6 +296,23 @@ static zs_status start_mpi(struct zs_ctx *ctx, const zs_init_opts *o)
     return ZS_OK;
 }
 
+/* The device: the CPU unless zeroshard.device asks for the GPU, which is refused by name where this library
+ * has no CUDA backend or no GPU is visible, and for now also where one is: the engine's GPU data path
+ * (device-resident units and buckets, NCCL collectives) is not written yet, only the device layer under
+ * it. Needs the node-local rank, so it follows start_threads. */
+static zs_status start_device(struct zs_ctx *ctx)
+{
+    zs_status st = zs_device_open(&ctx->dev, ctx->cfg.cpu.device, "zeroshard.device", ctx->pool, ctx->kpath,
+                                  ctx->local_rank, ctx->local_size);
+
+    if (st || ctx->dev.kind == ZS_DEV_CPU)
+        return st;
+    zs_device_close(&ctx->dev);
+    return zs_fail(ZS_ERR_UNSUPPORTED, "zeroshard.device: \"cuda\": the engine's GPU data path (device-resident "
+                   "units, NCCL collectives) is not implemented yet; only the device layer and the optimizer "
+                   "kernels are (issue 13)");
+}
+
 /* The collective backend: ZS_COMM / ZS_FAKE_NODE_SIZE in the environment, else the zeroshard section,
  * else automatic (shared memory inside a node, MPI between nodes). Collective over the parent. */
 static zs_status start_comm(struct zs_ctx *ctx)
@@ -339,6 +355,8 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
         st = start_comm(ctx);
     if (!st)
         st = start_threads(ctx);
+    if (!st)
+        st = zs_agree(ctx, start_device(ctx));
     if (st) {
         zs_finalize(ctx);
         return st;
@@ -401,6 +419,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     free(ctx->rec);
     zs_nvme_optim_close(ctx->nvme, ctx->rank, ctx->quiet);
     zs_host_pool_free(ctx->host);
+    zs_device_close(&ctx->dev);
     zs_pool_free(ctx->pool);
     zs_comm_free(ctx->comm);
     free(ctx);

@@ -9,6 +9,7 @@
 
 #include "comm.h"      /* defines: struct zs_comm, zs_comm_* */
 #include "config.h"    /* defines: struct zs_config */
+#include "device.h"    /* defines: struct zs_device, zs_device_open */
 #include "optim.h"     /* defines: zs_optim_fn, enum zs_kpath */
 #include "partition.h" /* defines: struct zs_partition */
 #include "threads.h"   /* defines: struct zs_pool */
@@ -76,8 +77,9 @@ struct zs_ctx {
     int32_t rank, world;
     int32_t local_rank, local_size;  /* among the ranks sharing this node */
     struct zs_pool *pool;            /* the optimizer's threads, bound to this rank's cores */
+    struct zs_device dev;            /* where model states live and the optimizer runs */
     enum zs_kpath kpath;
-    zs_optim_fn kernel;
+    enum zs_kopt kopt;               /* the config's optimizer as the kernels name it */
     zs_dtype pdt, cdt, gdt;          /* parameters; reduced gradients; what the optimizer reads (pdt or cdt) */
     size_t psz, csz;                 /* their element sizes */
     struct zs_scaler scaler;

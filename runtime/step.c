@@ -183,57 +183,73 @@ static void step_scalars(const struct zs_ctx *ctx, double lr, float coef, struct
     s->first = ctx->global_step - ctx->skipped_steps == 0;
 }
 
-struct optim_job {
-    zs_optim_fn fn;
-    const struct zs_optim_step *step;
-    struct zs_optim_bufs bufs;
-};
-
-static void optim_chunk(void *arg, int64_t begin, int64_t end)
-{
-    const struct optim_job *j = arg;
-
-    j->fn(j->step, &j->bufs, begin, end);
-}
-
-/* Elements [begin, end) of what this rank owns of unit u; s1, s2 point at the unit's element 0. */
-static void optim_range(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
-                        int64_t end, void *arg)
+/* Elements [begin, end) of what this rank owns of unit u as one tensor of a launch; s1, s2 point at the
+ * unit's element 0, disk_p at its fp32 masters when they were paged in from NVMe. */
+static void optim_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
+                         int64_t end, struct zs_optim_tensor *t)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t n;
-    struct optim_job job = { .fn = ctx->kernel, .step = arg };
     float *master = disk_p ? disk_p : zs_unit_master(ctx, u, &n);
     void *g = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
 
+    *t = (struct zs_optim_tensor){ .n = end - begin };
     if (ctx->pdt == ZS_DTYPE_FP32) {
-        job.bufs.param = master + begin;
+        t->bufs.param = master + begin;
     } else { /* the kernel updates the fp32 master and writes its rounding to the working copy */
-        job.bufs.param = zs_at(zs_unit_working(ctx, u), begin, ctx->psz);
-        job.bufs.master = master + begin;
+        t->bufs.param = zs_at(zs_unit_working(ctx, u), begin, ctx->psz);
+        t->bufs.master = master + begin;
     }
-    job.bufs.grad = zs_at(g, begin, zs_dtype_bytes(ctx->gdt));
-    job.bufs.s1 = s1 ? s1 + begin : NULL;
-    job.bufs.s2 = s2 ? s2 + begin : NULL;
-    zs_pool_run(ctx->pool, optim_chunk, &job, end - begin);
+    t->bufs.grad = zs_at(g, begin, zs_dtype_bytes(ctx->gdt));
+    t->bufs.s1 = s1 ? s1 + begin : NULL;
+    t->bufs.s2 = s2 ? s2 + begin : NULL;
 }
 
-/* Each unit's owned range goes through the pool: threads split it in aligned chunks, and the kernel is
- * elementwise, so neither the thread count nor the path changes a bit of the result. With the state on
+static struct zs_optim_launch optim_launch(const struct zs_ctx *ctx, const struct zs_optim_step *s,
+                                           const struct zs_optim_tensor *t, int32_t count)
+{
+    return (struct zs_optim_launch){ .opt = ctx->kopt, .pdt = ctx->pdt, .gdt = ctx->gdt,
+                                     .step = s, .t = t, .count = count };
+}
+
+/* A sub-group's slice of one unit, its state paged in from NVMe: a launch of one tensor. A failure can only
+ * be a kernel missing, which set-up already ruled out (choose_kernel). */
+static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
+                        int64_t end, void *arg)
+{
+    struct zs_optim_tensor t;
+    struct zs_optim_launch l;
+
+    optim_tensor(ctx, u, disk_p, s1, s2, begin, end, &t);
+    l = optim_launch(ctx, arg, &t, 1);
+    ctx->dev.ops->optim(&ctx->dev, &l, NULL);
+}
+
+/* Every unit's owned range in one launch on the device. The kernel is elementwise, so neither the thread
+ * count, the path nor the device's order of the tensors changes a bit of the result. With the state on
  * NVMe the units come in sub-groups, their state paged in and out around the kernel. */
 static zs_status run_optimizer(struct zs_ctx *ctx, double lr, float coef)
 {
     struct zs_optim_step s;
+    struct zs_optim_tensor *t;
+    struct zs_optim_launch l;
+    zs_status st;
 
     step_scalars(ctx, lr, coef, &s);
     if (ctx->nvme)
-        return zs_nvme_optim_step(ctx, ctx->nvme, optim_range, &s);
+        return zs_nvme_optim_step(ctx, ctx->nvme, optim_paged, &s);
+    t = malloc((size_t)(ctx->nunits ? ctx->nunits : 1) * sizeof(*t));
+    if (!t)
+        return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
     for (int32_t u = 0; u < ctx->nunits; u++) {
         int64_t n;
         zs_unit_master(ctx, u, &n);
-        optim_range(ctx, u, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &s);
+        optim_tensor(ctx, u, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &t[u]);
     }
-    return ZS_OK;
+    l = optim_launch(ctx, &s, t, ctx->nunits);
+    st = ctx->dev.ops->optim(&ctx->dev, &l, NULL);
+    free(t);
+    return st;
 }
 
 /* Stages 1-2 (and units kept whole at stage 3): every rank's updated shard is gathered in place. */

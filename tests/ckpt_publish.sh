@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ckpt_publish.sh TRAIN ZS_CKPT - what a save does to its directory, through the test hooks of
-# runtime/ckpt_dir.c (ZS_TEST_CKPT_TRACE: each step's name, in order; ZS_TEST_CKPT_FAULT=RANK:ACTION:K:
+# ckpt/ckpt_dir.c (ZS_TEST_CKPT_TRACE: each step's name, in order; ZS_TEST_CKPT_FAULT=RANK:ACTION:K:
 # kill, stop or fail that rank's K-th step, or fail a data file's write with ENOSPC;
 # ZS_TEST_CKPT_NO_EXCHANGE: the fallback for file systems without RENAME_EXCHANGE). Issue 11:
 #  item 9:  a tag saved again, killed before each step of the publish, or with that step failing, with

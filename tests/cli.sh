@@ -108,6 +108,14 @@ for fault in "write:ENOSPC:0" "read:EIO:0"; do
 done
 rm -rf "$nv"
 
+# the GPU asked for where it cannot run (no CUDA backend built, no GPU visible, or the engine's GPU data path
+# not written yet): refused, naming the key
+sed 's/"zero_optimization"/"zeroshard": {"device": "cuda"}, "zero_optimization"/' "$CONFIGS/zero1.json" > "$tmp/cuda.json"
+out=$(mpi -np 2 "$TRAIN" --config "$tmp/cuda.json" --steps 1 2>&1 >/dev/null); rc=$?
+echo "device cuda: $(echo "$out" | grep '^zeroshard: error:' | head -1)"
+echo "$out" | grep -q '^zeroshard: error: .*zeroshard.device: "cuda": ' && [ $rc -ne 0 ] && r=ok || r=bad
+check $r "zeroshard.device cuda not refused by name (rc $rc): $out"
+
 # missing file, missing --config
 out=$(mpi -np 1 "$TRAIN" --config "$tmp/nope.json" 2>&1 >/dev/null); rc=$?
 echo "$out" | grep -q "^zeroshard: error: .*nope.json: cannot read config" && [ $rc -ne 0 ] && r=ok || r=bad

@@ -263,6 +263,8 @@ static const struct err_case err_cases[] = {
      "'zero_optimization': {'stage': 7}}", "zero_optimization.stage:", NULL, 0},
     {"zeroshard kernel unknown", "{" MB "'zeroshard': {'kernel': 'sse'}}",
      "zeroshard.kernel: expected \"auto\", \"scalar\", \"avx2\" or \"avx512\", got \"sse\"", NULL, 0},
+    {"zeroshard device unknown", "{" MB "'zeroshard': {'device': 'gpu'}}",
+     "zeroshard.device: expected \"cpu\" or \"cuda\", got \"gpu\"", NULL, 0},
     {"zeroshard kernel not a string", "{" MB "'zeroshard': {'kernel': 2}}", "zeroshard.kernel: expected a string",
      NULL, 0},
     {"zeroshard cpu_threads negative", "{" MB "'zeroshard': {'cpu_threads': -1}}",
@@ -618,7 +620,7 @@ static bool t_zeroshard_section(void)
     struct zs_config c, d;
 
     PARSE_OK("{'train_micro_batch_size_per_gpu': 1}", 1, NULL, &c);
-    EXPECT(c.cpu.threads == 0 && strcmp(c.cpu.kernel, "auto") == 0 && c.cpu.bind);
+    EXPECT(c.cpu.threads == 0 && strcmp(c.cpu.kernel, "auto") == 0 && c.cpu.bind && !strcmp(c.cpu.device, "cpu"));
     PARSE_OK("{" MB "'zeroshard': {}}", 1, NULL, &d);
     EXPECT(memcmp(&c, &d, sizeof(c)) == 0);
     PARSE_OK("{" MB "'zeroshard': {'cpu_threads': 6, 'kernel': 'avx512', 'bind_threads': false, '_note': 1}}", 1,
@@ -629,6 +631,8 @@ static bool t_zeroshard_section(void)
     EXPECT(c.cpu.threads == 0 && strcmp(c.cpu.kernel, "scalar") == 0 && c.cpu.bind);
     PARSE_OK("{" MB "'zeroshard': {'cpu_threads': 2.0, 'kernel': 'avx2', 'bind_threads': true}}", 1, NULL, &c);
     EXPECT(c.cpu.threads == 2 && strcmp(c.cpu.kernel, "avx2") == 0);
+    PARSE_OK("{" MB "'zeroshard': {'device': 'cuda'}}", 1, NULL, &c);
+    EXPECT(!strcmp(c.cpu.device, "cuda"));
     /* the bytes after the name are zero whatever was parsed before, so equal configs hash alike */
     PARSE_OK("{" MB "'zeroshard': {'kernel': 'auto'}}", 1, NULL, &d);
     PARSE_OK("{" MB "'zeroshard': {'kernel': 'avx512'}}", 1, NULL, &c);

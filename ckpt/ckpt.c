@@ -1,6 +1,6 @@
 /* ckpt.c - collective checkpoints: every rank writes the slice of each unit that it would own in an
  * N-way partition (parameters as fp32 masters, and the optimizer's state arrays), rank 0 writes the
- * manifest (runtime/ckpt_format.h) that maps unit element ranges to file byte ranges. Save goes through a
+ * manifest (ckpt/ckpt_format.h) that maps unit element ranges to file byte ranges. Save goes through a
  * temporary directory that is fsynced and renamed into place, then `latest` is replaced (ckpt_dir.c), so
  * a crash leaves the previous checkpoint whole. Load works at any world size and stage: a rank reads just the
  * element ranges it now stores, from whichever files hold them. */

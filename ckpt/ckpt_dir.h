@@ -1,6 +1,6 @@
 /* ckpt_dir.h - the directory side of a checkpoint save, done by rank 0: the lock that keeps two jobs out of
  * one save directory, the temporary tag directory, and the order of renames and fsyncs that makes a tag and
- * then `latest` visible (runtime/ckpt_dir.c). Internal to runtime/ckpt.c. */
+ * then `latest` visible (ckpt/ckpt_dir.c). Internal to ckpt/ckpt.c. */
 #ifndef ZS_CKPT_DIR_H
 #define ZS_CKPT_DIR_H
 

@@ -1,5 +1,5 @@
 /* ckpt_format.h - the on-disk checkpoint format: the manifest (JSON) and the per-rank data files.
- * Shared by the engine's collective save/load (runtime/ckpt.c) and the zs-ckpt tool.
+ * Shared by the engine's collective save/load (ckpt/ckpt.c) and the zs-ckpt tool.
  *
  * A checkpoint directory DIR holds tags DIR/<tag>/ (tag "global_step<N>") and a text file DIR/latest
  * naming the newest tag. A tag directory holds manifest.json and one data file per saving rank,

@@ -1,0 +1,97 @@
+/* device.h - the one interface through which the engine reaches the memory, copies and optimizer kernels
+ * of the processor that holds its model states: the CPU (device_cpu.c, what the engine always did) or a
+ * CUDA GPU (device_cuda.c, built only with the CUDA backend; device_nocuda.c stands in otherwise). The
+ * choice is made at link time by CMake, so no engine source carries an #ifdef for CUDA. */
+#ifndef ZS_DEVICE_H
+#define ZS_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim.h"     /* defines: struct zs_optim_step, struct zs_optim_bufs, enum zs_kopt, enum zs_kpath */
+#include "zeroshard.h" /* defines: zs_status, zs_dtype */
+
+#ifdef __cplusplus /* kernels/optim_cuda.cu */
+extern "C" {
+#endif
+
+struct zs_pool;
+/* Opaque handles. The CPU backend runs everything on the caller, in order, so its streams and events are
+ * tokens; a CUDA stream orders work on the GPU and an event marks a point in one. */
+struct zs_dev_stream;
+struct zs_dev_event;
+
+enum zs_dev_kind { ZS_DEV_CPU, ZS_DEV_CUDA };
+enum zs_copy_dir { ZS_COPY_H2D, ZS_COPY_D2H, ZS_COPY_D2D };
+
+/* One tensor of a multi-tensor optimizer launch: n elements of each array in bufs. */
+struct zs_optim_tensor {
+    struct zs_optim_bufs bufs;
+    int64_t n;
+};
+
+/* Every tensor gets the same optimizer, dtypes and step scalars; the tensors are independent, so the
+ * order the device visits them in never changes a bit. */
+struct zs_optim_launch {
+    enum zs_kopt opt;
+    zs_dtype pdt, gdt;
+    const struct zs_optim_step *step;
+    const struct zs_optim_tensor *t;
+    int32_t count;
+};
+
+struct zs_device;
+
+struct zs_device_ops {
+    const char *name;
+    /* How many such devices this process sees: 1 for the CPU, the GPU count (0 where the driver or the
+     * GPU is missing, or the library has no CUDA backend) for CUDA. */
+    int32_t (*count)(void);
+    /* Picks the processor for this rank (a GPU: from the node-local rank) and checks it can run. */
+    zs_status (*open)(struct zs_device *d, int32_t local_rank, int32_t local_size);
+    void (*close)(struct zs_device *d);
+    /* Zero-filled, 64-byte aligned memory on the device; NULL when out of memory. */
+    void *(*alloc)(struct zs_device *d, size_t bytes);
+    void (*free)(struct zs_device *d, void *p);
+    /* Queued on s (NULL: the device's default order); completes in stream order. */
+    zs_status (*copy)(struct zs_device *d, void *dst, const void *src, size_t bytes, enum zs_copy_dir dir,
+                      struct zs_dev_stream *s);
+    zs_status (*stream_create)(struct zs_device *d, struct zs_dev_stream **s);
+    void (*stream_free)(struct zs_device *d, struct zs_dev_stream *s);
+    zs_status (*stream_sync)(struct zs_device *d, struct zs_dev_stream *s);
+    zs_status (*event_create)(struct zs_device *d, struct zs_dev_event **e);
+    void (*event_free)(struct zs_device *d, struct zs_dev_event *e);
+    /* e marks everything queued on s so far; wait makes work queued on s later start after e. */
+    zs_status (*event_record)(struct zs_device *d, struct zs_dev_event *e, struct zs_dev_stream *s);
+    zs_status (*stream_wait)(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *e);
+    /* Every tensor of l, on s; the arrays are device memory. */
+    zs_status (*optim)(struct zs_device *d, const struct zs_optim_launch *l, struct zs_dev_stream *s);
+};
+
+struct zs_device {
+    const struct zs_device_ops *ops;
+    enum zs_dev_kind kind;
+    int32_t ordinal;          /* the GPU this rank drives; 0 on the CPU */
+    struct zs_pool *pool;     /* CPU: the optimizer's threads (borrowed) */
+    enum zs_kpath kpath;      /* CPU: the kernel path */
+    void *priv;               /* the backend's own state */
+};
+
+extern const struct zs_device_ops zs_device_cpu_ops;
+extern const struct zs_device_ops zs_device_cuda_ops; /* device_cuda.c, or device_nocuda.c's refusal */
+
+/* "cpu" or "cuda", as the config key `key` names it (for the error message). On failure *d is unusable
+ * and the message names the key and why (no CUDA in this build, no GPU visible). */
+zs_status zs_device_open(struct zs_device *d, const char *name, const char *key, struct zs_pool *pool,
+                         enum zs_kpath kpath, int32_t local_rank, int32_t local_size);
+void zs_device_close(struct zs_device *d);
+
+/* The CUDA optimizer kernels (kernels/optim_cuda.cu): every tensor of l in one launch on `stream` (a
+ * cudaStream_t). 0, or the cudaError_t of the launch. */
+int zs_cuda_optim_launch(const struct zs_optim_launch *l, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZS_DEVICE_H */

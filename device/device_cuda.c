@@ -1,0 +1,142 @@
+/* device_cuda.c - a CUDA GPU as the device: cudaMalloc'd memory (never managed memory), asynchronous copies,
+ * streams and events, and the optimizer kernels of kernels/optim_cuda.cu. Built only with the CUDA
+ * backend (CMakeLists.txt); plain C against the CUDA runtime API. */
+#include <cuda_runtime_api.h>
+
+#include "device.h"
+#include "error.h" /* defines: zs_fail */
+
+static zs_status cuda_fail(cudaError_t e, const char *what)
+{
+    return zs_fail(e == cudaErrorMemoryAllocation ? ZS_ERR_NOMEM : ZS_ERR_UNSUPPORTED, "%s: %s (%s)", what,
+                   cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static int32_t cuda_count(void)
+{
+    int n = 0;
+
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+/* The node-local rank picks the GPU, round robin: ranks beyond the GPU count share one, which the CUDA
+ * runtime allows (NCCL does not: its transport needs one GPU per rank). */
+static zs_status cuda_open(struct zs_device *d, int32_t local_rank, int32_t local_size)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+
+    if (e != cudaSuccess)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "no CUDA device visible (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+    if (n <= 0)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "no CUDA device visible (cudaGetDeviceCount found 0)");
+    d->ordinal = local_rank % n;
+    e = cudaSetDevice(d->ordinal);
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaSetDevice");
+}
+
+static void cuda_close(struct zs_device *d)
+{
+}
+
+static void *cuda_alloc(struct zs_device *d, size_t bytes)
+{
+    void *p = NULL;
+
+    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess)
+        return NULL;
+    if (cudaMemset(p, 0, bytes ? bytes : 64) != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(struct zs_device *d, void *p)
+{
+    cudaFree(p);
+}
+
+static zs_status cuda_copy(struct zs_device *d, void *dst, const void *src, size_t bytes, enum zs_copy_dir dir,
+                           struct zs_dev_stream *s)
+{
+    enum cudaMemcpyKind kind = dir == ZS_COPY_H2D   ? cudaMemcpyHostToDevice
+                               : dir == ZS_COPY_D2H ? cudaMemcpyDeviceToHost
+                                                    : cudaMemcpyDeviceToDevice;
+    cudaError_t e = bytes ? cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)s) : cudaSuccess;
+
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaMemcpyAsync");
+}
+
+/* Non-blocking: a stream of ours never waits for the legacy default stream, only for the events it is
+ * told to. */
+static zs_status cuda_stream_create(struct zs_device *d, struct zs_dev_stream **s)
+{
+    cudaStream_t cs;
+    cudaError_t e = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaStreamCreateWithFlags");
+    *s = (struct zs_dev_stream *)cs;
+    return ZS_OK;
+}
+
+static void cuda_stream_free(struct zs_device *d, struct zs_dev_stream *s)
+{
+    if (s)
+        cudaStreamDestroy((cudaStream_t)s);
+}
+
+static zs_status cuda_stream_sync(struct zs_device *d, struct zs_dev_stream *s)
+{
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)s);
+
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaStreamSynchronize");
+}
+
+static zs_status cuda_event_create(struct zs_device *d, struct zs_dev_event **ev)
+{
+    cudaEvent_t ce;
+    cudaError_t e = cudaEventCreateWithFlags(&ce, cudaEventDisableTiming);
+
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaEventCreateWithFlags");
+    *ev = (struct zs_dev_event *)ce;
+    return ZS_OK;
+}
+
+static void cuda_event_free(struct zs_device *d, struct zs_dev_event *ev)
+{
+    if (ev)
+        cudaEventDestroy((cudaEvent_t)ev);
+}
+
+static zs_status cuda_event_record(struct zs_device *d, struct zs_dev_event *ev, struct zs_dev_stream *s)
+{
+    cudaError_t e = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)s);
+
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaEventRecord");
+}
+
+static zs_status cuda_stream_wait(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *ev)
+{
+    cudaError_t e = cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)ev, 0);
+
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaStreamWaitEvent");
+}
+
+static zs_status cuda_optim(struct zs_device *d, const struct zs_optim_launch *l, struct zs_dev_stream *s)
+{
+    int e = zs_cuda_optim_launch(l, s);
+
+    if (e)
+        return cuda_fail((cudaError_t)e, zs_kopt_name(l->opt));
+    return ZS_OK;
+}
+
+const struct zs_device_ops zs_device_cuda_ops = {
+    .name = "cuda", .count = cuda_count, .open = cuda_open, .close = cuda_close, .alloc = cuda_alloc,
+    .free = cuda_free, .copy = cuda_copy, .stream_create = cuda_stream_create, .stream_free = cuda_stream_free,
+    .stream_sync = cuda_stream_sync, .event_create = cuda_event_create, .event_free = cuda_event_free,
+    .event_record = cuda_event_record, .stream_wait = cuda_stream_wait, .optim = cuda_optim,
+};

@@ -1,0 +1,241 @@
+/* test_device.c BACKEND - one device backend ("cpu" or "cuda") through the device interface: memory comes
+ * back zero-filled, copies ordered across two streams by an event arrive intact, and a multi-tensor
+ * optimizer launch (every optimizer x dtype pair x SGD form, two steps, awkward lengths, more tensors
+ * than one CUDA kernel takes, hostile values) gives the CPU scalar reference's bits in every array.
+ * Exits 77 (skip) when the backend sees no device (no GPU, or no CUDA backend in this build). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "convert.h" /* defines: zs_float, zs_cvt_f32_bf16, zs_cvt_f32_f16 */
+#include "device.h"
+#include "threads.h"
+
+static const zs_dtype pairs[][2] = {
+    { ZS_DTYPE_FP32, ZS_DTYPE_FP32 }, { ZS_DTYPE_BF16, ZS_DTYPE_BF16 }, { ZS_DTYPE_BF16, ZS_DTYPE_FP32 },
+    { ZS_DTYPE_FP16, ZS_DTYPE_FP16 }, { ZS_DTYPE_FP16, ZS_DTYPE_FP32 },
+};
+/* Lengths around the CUDA kernel's block of 1024 elements, an empty tensor, and 40 tensors in all (more
+ * than the 32 one CUDA kernel takes). */
+static const int64_t lengths[] = { 1, 0, 17, 1023, 1024, 1025, 4133, 70001 };
+#define NLEN (int)(sizeof(lengths) / sizeof(lengths[0]))
+#define NT 40
+
+static uint64_t rng = 0x2545f4914f6cdd1dULL;
+static uint32_t next32(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* Mostly ordinary values, with NaN, Inf, subnormals, huge and tiny ones. */
+static float hostile(void)
+{
+    switch (next32() % 48) {
+    case 0: return NAN;
+    case 1: return -INFINITY;
+    case 2: return zs_float(next32() & 0x807fffffu);
+    case 3: return 3.0e38f;
+    case 4: return -1.5e-38f;
+    case 5: return -0.0f;
+    default: return (float)(next32() & 0xffffff) / 8388608.0f - 1.0f;
+    }
+}
+
+/* One tensor's arrays on the host (the reference's) and on the device (NULL entries where unused). */
+struct tensor {
+    int64_t n;
+    void *h[5], *d[5];  /* param, grad, master, s1, s2 */
+    size_t bytes[5];
+};
+
+static struct zs_device dev;
+
+static void *dev_put(const void *h, size_t bytes)
+{
+    void *d = dev.ops->alloc(&dev, bytes);
+
+    if (d && dev.ops->copy(&dev, d, h, bytes, ZS_COPY_H2D, NULL))
+        return NULL;
+    return d;
+}
+
+static void tensor_make(struct tensor *t, int64_t n, zs_dtype pdt, zs_dtype gdt, bool states)
+{
+    size_t psz = pdt == ZS_DTYPE_FP32 ? 4 : 2, gsz = gdt == ZS_DTYPE_FP32 ? 4 : 2;
+
+    memset(t, 0, sizeof(*t));
+    t->n = n;
+    t->bytes[0] = (size_t)n * psz;
+    t->bytes[1] = (size_t)n * gsz;
+    t->bytes[2] = pdt == ZS_DTYPE_FP32 ? 0 : (size_t)n * 4;
+    t->bytes[3] = t->bytes[4] = states ? (size_t)n * 4 : 0;
+    for (int k = 0; k < 5; k++) {
+        if (!t->bytes[k] && k != 0 && k != 1)
+            continue;
+        t->h[k] = malloc(t->bytes[k] + 4);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float p = hostile(), g = hostile();
+        if (pdt == ZS_DTYPE_FP32)
+            ((float *)t->h[0])[i] = p;
+        else
+            ((uint16_t *)t->h[0])[i] = pdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(p) : zs_cvt_f32_f16(p);
+        if (gdt == ZS_DTYPE_FP32)
+            ((float *)t->h[1])[i] = g;
+        else
+            ((uint16_t *)t->h[1])[i] = gdt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(g) : zs_cvt_f32_f16(g);
+        if (t->h[2])
+            ((float *)t->h[2])[i] = p;
+        if (t->h[3]) {
+            ((float *)t->h[3])[i] = hostile();
+            ((float *)t->h[4])[i] = fabsf(hostile());
+        }
+    }
+    for (int k = 0; k < 5; k++)
+        if (t->h[k])
+            t->d[k] = dev_put(t->h[k], t->bytes[k]);
+}
+
+static void tensor_free(struct tensor *t)
+{
+    for (int k = 0; k < 5; k++) {
+        free(t->h[k]);
+        if (t->d[k])
+            dev.ops->free(&dev, t->d[k]);
+    }
+}
+
+static struct zs_optim_bufs bufs_of(void *const a[5])
+{
+    return (struct zs_optim_bufs){ .param = a[0], .grad = a[1], .master = a[2], .s1 = a[3], .s2 = a[4] };
+}
+
+/* Every array the device wrote, against the reference's; the first difference is named. */
+static void compare(const struct tensor *t, const char *what)
+{
+    static const char *const names[5] = { "param", "grad", "master", "s1", "s2" };
+
+    for (int k = 0; k < 5; k++) {
+        if (!t->h[k] || !t->bytes[k])
+            continue;
+        unsigned char *back = malloc(t->bytes[k]);
+        bool ok = back && !dev.ops->copy(&dev, back, t->d[k], t->bytes[k], ZS_COPY_D2H, NULL) &&
+                  !dev.ops->stream_sync(&dev, NULL);
+        size_t at = 0;
+        while (ok && at < t->bytes[k] && back[at] == ((unsigned char *)t->h[k])[at])
+            at++;
+        CHECK(ok && at == t->bytes[k], "%s, n %lld: %s differs from the scalar reference at byte %zu", what,
+              (long long)t->n, names[k], at);
+        free(back);
+    }
+}
+
+static struct zs_optim_step step_of(int form, int rep)
+{
+    return (struct zs_optim_step){ .lr = 0.01f, .beta1 = 0.9f, .beta2 = 0.999f, .one_minus_beta1 = 0.1f,
+                                   .one_minus_beta2 = 0.001f, .eps = 1e-8f, .weight_decay = 0.01f,
+                                   .step_size = 0.0123f, .inv_sqrt_bc2 = 1.7f, .decay = 1e-4f,
+                                   .grad_scale = rep ? 0.5f : 1.0f, .momentum = 0.9f, .dampening_c = 0.8f,
+                                   .nesterov = form == 2, .first = rep == 0 };
+}
+
+/* One optimizer, dtype pair and form (SGD: 0 no momentum buffer, 1 momentum, 2 Nesterov): NT tensors in
+ * one launch, two steps, against the scalar kernel run tensor by tensor on the host copies. */
+static void t_optim(enum zs_kopt opt, zs_dtype pdt, zs_dtype gdt, int form)
+{
+    struct tensor t[NT];
+    struct zs_optim_tensor lt[NT];
+    zs_optim_fn ref = zs_optim_kernel(ZS_KPATH_SCALAR, opt, pdt, gdt);
+    bool states = !(opt == ZS_KOPT_SGD && form == 0);
+    char what[96];
+
+    snprintf(what, sizeof(what), "%s %s/%s form %d", zs_kopt_name(opt), zs_dtype_name(pdt), zs_dtype_name(gdt), form);
+    for (int i = 0; i < NT; i++) {
+        tensor_make(&t[i], lengths[i % NLEN], pdt, gdt, states);
+        lt[i] = (struct zs_optim_tensor){ .bufs = bufs_of(t[i].d), .n = t[i].n };
+    }
+    for (int rep = 0; rep < 2; rep++) {
+        struct zs_optim_step s = step_of(form, rep);
+        struct zs_optim_launch l = { .opt = opt, .pdt = pdt, .gdt = gdt, .step = &s, .t = lt, .count = NT };
+        for (int i = 0; i < NT; i++) {
+            struct zs_optim_bufs b = bufs_of(t[i].h);
+            ref(&s, &b, 0, t[i].n);
+        }
+        zs_status st = dev.ops->optim(&dev, &l, NULL);
+        CHECK(st == ZS_OK, "%s: launch failed: %s", what, zs_last_error());
+    }
+    for (int i = 0; i < NT; i++) {
+        compare(&t[i], what);
+        tensor_free(&t[i]);
+    }
+}
+
+/* Zero-filled memory; H2D on one stream, D2D on a second once an event says the first is done, D2H. */
+static void t_memory_streams(void)
+{
+    enum { N = 1 << 20 };
+    unsigned char *h = malloc(N), *back = calloc(1, N);
+    struct zs_dev_stream *s1 = NULL, *s2 = NULL;
+    struct zs_dev_event *e = NULL;
+    void *a = dev.ops->alloc(&dev, N), *b = dev.ops->alloc(&dev, N);
+    bool ok;
+
+    CHECK(a && b && h && back, "allocation failed");
+    if (!a || !b || !h || !back)
+        goto out;
+    ok = !dev.ops->copy(&dev, back, a, N, ZS_COPY_D2H, NULL) && !dev.ops->stream_sync(&dev, NULL);
+    for (size_t i = 0; ok && i < N; i++)
+        ok = back[i] == 0;
+    CHECK(ok, "device memory is not zero-filled");
+    for (size_t i = 0; i < N; i++)
+        h[i] = (unsigned char)(next32() | 1);
+    ok = !dev.ops->stream_create(&dev, &s1) && !dev.ops->stream_create(&dev, &s2) &&
+         !dev.ops->event_create(&dev, &e) && !dev.ops->copy(&dev, a, h, N, ZS_COPY_H2D, s1) &&
+         !dev.ops->event_record(&dev, e, s1) && !dev.ops->stream_wait(&dev, s2, e) &&
+         !dev.ops->copy(&dev, b, a, N, ZS_COPY_D2D, s2) && !dev.ops->copy(&dev, back, b, N, ZS_COPY_D2H, s2) &&
+         !dev.ops->stream_sync(&dev, s2);
+    CHECK(ok, "stream/event/copy call failed: %s", zs_last_error());
+    CHECK(ok && !memcmp(h, back, N), "H2D -> event -> D2D -> D2H did not bring the bytes back");
+out:
+    if (e)
+        dev.ops->event_free(&dev, e);
+    if (s1)
+        dev.ops->stream_free(&dev, s1);
+    if (s2)
+        dev.ops->stream_free(&dev, s2);
+    if (a)
+        dev.ops->free(&dev, a);
+    if (b)
+        dev.ops->free(&dev, b);
+    free(h);
+    free(back);
+}
+
+int main(int argc, char **argv)
+{
+    const char *name = argc > 1 ? argv[1] : "cpu";
+    const struct zs_device_ops *ops = !strcmp(name, "cuda") ? &zs_device_cuda_ops : &zs_device_cpu_ops;
+    struct zs_pool *pool = NULL;
+    struct zs_pool_opts po = { .threads = 2, .local_size = 1 };
+
+    if (zs_pool_create(&pool, &po, NULL, 0))
+        return 1;
+    if (zs_device_open(&dev, name, "test_device", pool, zs_kpath_best(), 0, 1)) {
+        bool none = ops->count() <= 0;
+        printf("%s: %s device did not open: %s\n", none ? "SKIP" : "FAIL", name, zs_last_error());
+        zs_pool_free(pool);
+        return none ? 77 : 1;
+    }
+    t_memory_streams();
+    for (int opt = 0; opt < ZS_KOPT_COUNT; opt++)
+        for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
+            for (int form = 0; form < (opt == ZS_KOPT_SGD ? 3 : 1); form++)
+                t_optim((enum zs_kopt)opt, pairs[p][0], pairs[p][1], form);
+    zs_device_close(&dev);
+    zs_pool_free(pool);
+    return zs_test_summary(name);
+}

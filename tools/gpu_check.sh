@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# gpu_check.sh [BUILD_DIR] - the GPU checks of issue 13, for a machine with a GPU: builds the CUDA backend
+# (ZS_CUDA=ON) and prints one summary line per check. Meant to finish in a few minutes on one GPU; each
+# step has its own timeout. Exits 1 if a check that ran failed, 77 if no GPU is visible.
+set -u
+cd "$(dirname "$0")/.."
+dir=${1:-build-gpu}
+log=$dir.gpu_check.log
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fail=0
+line() { printf 'gpu_check: %-34s %s\n' "$1" "$2"; }
+
+if ! nvidia-smi -L > /dev/null 2>&1; then
+  line "gpu" "SKIP: nvidia-smi sees no GPU"
+  exit 77
+fi
+gpus=$(nvidia-smi -L | wc -l)
+line "gpu" "$gpus visible: $(nvidia-smi -L | head -1)"
+
+t0=$(date +%s)
+if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZS_CUDA=ON -DZS_WERROR=ON &&
+       cmake --build "$dir" -j "$(nproc)" --target test_device test_nccl zs-bench; } > "$log" 2>&1; then
+  line "build (ZS_CUDA=ON, -Werror)" "FAIL (see $log)"
+  exit 1
+fi
+line "build (ZS_CUDA=ON, -Werror)" "ok in $(( $(date +%s) - t0 )) s"
+
+# every optimizer x dtype pair x SGD form, multi-tensor launch vs the CPU scalar reference, bit for bit
+out=$(timeout 120 "$dir/tests/test_device" cuda 2>&1); rc=$?
+echo "$out" >> "$log"
+case $rc in
+  0) line "optimizer kernels = CPU bits" "PASS ($(echo "$out" | tail -1))" ;;
+  77) line "optimizer kernels = CPU bits" "SKIP ($(echo "$out" | tail -1))" ;;
+  *) line "optimizer kernels = CPU bits" "FAIL rc $rc ($(echo "$out" | grep -m1 FAIL))"; fail=1 ;;
+esac
+
+# the NCCL transport: ordered reduce-scatter = comm/comm.c's rank-order sum bit for bit, all-gather, all-reduce
+for n in 1 2; do
+  if [ "$n" -gt "$gpus" ]; then line "nccl np$n" "SKIP: $gpus GPU(s), NCCL needs one per rank"; continue; fi
+  out=$(timeout 120 mpirun --oversubscribe -np $n "$dir/tests/test_nccl" 2>&1); rc=$?
+  echo "$out" >> "$log"
+  case $rc in
+    0) line "nccl np$n" "PASS ($(echo "$out" | tail -1))" ;;
+    77) line "nccl np$n" "SKIP ($(echo "$out" | grep -m1 SKIP))" ;;
+    *) line "nccl np$n" "FAIL rc $rc ($(echo "$out" | grep -m1 FAIL))"; fail=1 ;;
+  esac
+done
+
+# the fused AdamW kernel's bandwidth against cudaMemcpy D2D in the same run (goal >= 0.90)
+out=$(timeout 120 "$dir/zs-bench" device --device cuda --size 256M --reps 20 2>&1); rc=$?
+echo "$out" >> "$log"
+m=$(echo "$out" | grep '^bench-device')
+if [ $rc -eq 0 ] && [ -n "$m" ]; then
+  line "AdamW vs D2D copy (goal >= 0.90)" "$m"
+elif [ $rc -eq 77 ]; then
+  line "AdamW vs D2D copy (goal >= 0.90)" "SKIP ($(echo "$out" | grep -m1 SKIP))"
+else
+  line "AdamW vs D2D copy (goal >= 0.90)" "FAIL rc $rc"; fail=1
+fi
+
+# not written yet (issue 13): said, not skipped silently
+line "engine oracle on the GPU" "NOT IMPLEMENTED: zeroshard.device cuda is refused (no GPU data path)"
+line "offload step GPU->CPU->GPU" "NOT IMPLEMENTED"
+line "GPT example tokens/s on GPU" "NOT IMPLEMENTED (no --device cuda, no cuBLAS path)"
+line "total" "$(( $(date +%s) - t0 )) s, log in $log"
+exit $fail
