@@ -4,7 +4,7 @@
 # state come to 28 GiB per rank at stage 0 (16 bytes a parameter), more than this machine's 23.5 GiB of
 # RAM. First stage 0 at that size must refuse to start with the out-of-memory message; then 2 ranks
 # train it on the default corpus at stage 3 with the optimizer state and the parameter shards on NVMe
-# (examples/configs/zero3_nvme.json, lr 1e-5, micro-batch 1), printing the memory table, one line per
+# (examples/configs/zero3_nvme.json, lr 1e-6, micro-batch 1), printing the memory table, one line per
 # step with its compute / communication / optimizer / swap split, the validation loss, each rank's peak
 # RSS, the peak bytes under NVME_DIR and that the swap directories are gone at the end. Needs about
 # 22 GiB free under NVME_DIR (default /var/tmp/zeroshard-nvme) and about 15 GiB of free RAM.
