@@ -222,18 +222,30 @@ zs_status ex_params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int rank
 
     uint64_t h = 0xcbf29ce484222325ULL;
     FILE *f = NULL;
-    zs_status st;
+    zs_status st = ZS_OK;
+    int32_t held = -1; /* the unit fetched */
 
     if (dump && rank == 0 && !(f = fopen(dump, "wb"))) {
         fprintf(stderr, "zeroshard: error: %s: %s\n", dump, strerror(errno));
         return ZS_ERR_IO;
     }
+    /* a unit is fetched once for all its parameters: at stage 3 with offload_param nvme each fetch reads
+     * the shard from disk and gathers the unit, so fetching per parameter read a GPT block 12 times */
     for (int32_t p = 0; p < zs_param_count(ctx); p++) {
         int32_t unit;
         int64_t n;
         const unsigned char *d;
-        if ((st = zs_param_info(ctx, p, NULL, &n, &unit, NULL)) || (st = zs_unit_fetch(ctx, unit, NULL)) ||
-            (st = zs_param_data(ctx, p, (void **)&d)))
+        if ((st = zs_param_info(ctx, p, NULL, &n, &unit, NULL)))
+            break;
+        if (unit != held) {
+            if (held >= 0 && (st = zs_unit_release(ctx, held)))
+                break;
+            held = -1;
+            if ((st = zs_unit_fetch(ctx, unit, NULL)))
+                break;
+            held = unit;
+        }
+        if ((st = zs_param_data(ctx, p, (void **)&d)))
             break;
         for (int64_t i = 0; i < n * (int64_t)esz; i++) {
             h ^= d[i];
@@ -243,8 +255,10 @@ zs_status ex_params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int rank
             float v = esz == 4 ? ((const float *)d)[i] : ex_h2f(dt, ((const uint16_t *)d)[i]);
             fwrite(&v, 4, 1, f);
         }
-        if ((st = zs_unit_release(ctx, unit)))
-            break;
+    }
+    if (held >= 0) {
+        zs_status rs = zs_unit_release(ctx, held);
+        st = st ? st : rs;
     }
     if (f)
         fclose(f);

@@ -215,6 +215,15 @@ uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n)
     return n ? n->file_bytes : 0;
 }
 
+uint64_t zs_nvme_optim_param_bytes(const struct zs_nvme_optim *n, int32_t nunits)
+{
+    uint64_t b = 0;
+
+    for (int32_t u = 0; n && n->working && u < nunits; u++)
+        b += n->unit_param[u];
+    return b;
+}
+
 /* Elements the kernel runs between two looks at the disk: small enough that the swapper issues the next
  * I/Os long before the queue drains, large enough that the pool's threads stay busy. */
 #define ZS_STEP_CHUNK (1 << 20)

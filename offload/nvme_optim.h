@@ -22,6 +22,9 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
 void zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet);
 const char *zs_nvme_optim_describe(const struct zs_nvme_optim *n);
 uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n); /* 0 when n is NULL */
+/* Of those, the regions holding the working parameter shards (offload_param nvme); the rest is optimizer
+ * state and masters. */
+uint64_t zs_nvme_optim_param_bytes(const struct zs_nvme_optim *n, int32_t nunits);
 
 /* Runs fn over every unit's owned elements [begin, end), in chunks, with its state paged in (s1, s2 point
  * at the unit's element 0; p at its fp32 masters when those live on disk too, else NULL), pipelined

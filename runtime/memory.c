@@ -84,22 +84,34 @@ static const char *mib(uint64_t b, char *buf, size_t len)
 
 static double ratio(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : 0.0; }
 
+/* "12.00 MiB", or with state on NVMe "0.02 MiB + 301.72 MiB on NVMe": what the ZeRO formula counts is
+ * the sum, wherever it lives. */
+static const char *placed(uint64_t ram, uint64_t disk, char *buf, size_t len)
+{
+    if (!disk)
+        return mib(ram, buf, len);
+    snprintf(buf, len, "%.2f MiB + %.2f MiB on NVMe", (double)ram / (double)(1 << 20),
+             (double)disk / (double)(1 << 20));
+    return buf;
+}
+
 void zs_memory_log(const struct zs_ctx *ctx)
 {
     zs_memory_report r;
-    char a[6][32];
+    char a[7][64];
 
     if (ctx->rank != 0 || ctx->quiet || zs_memory(ctx, &r))
         return;
+    uint64_t dp = zs_nvme_optim_param_bytes(ctx->nvme, ctx->nunits), dopt = r.nvme - dp;
     zs_log("memory per rank (rank 0, stage %d, %s, %d ranks; ZeRO formula and ratio in brackets): params %s "
            "[%s %.3f], grads %s [%s %.3f], optimizer %s (fp32 masters %s) [%s %.3f]",
-           r.stage, zs_dtype_name(r.dtype), r.world, mib(r.params, a[0], 32), mib(r.expect_params, a[1], 32),
-           ratio(r.params, r.expect_params), mib(r.grads, a[2], 32), mib(r.expect_grads, a[3], 32),
-           ratio(r.grads, r.expect_grads), mib(r.optimizer, a[4], 32), mib(r.master, a[5], 32),
-           mib(r.expect_optimizer, a[1], 32), ratio(r.optimizer, r.expect_optimizer));
+           r.stage, zs_dtype_name(r.dtype), r.world, placed(r.params, dp, a[0], 64), mib(r.expect_params, a[1], 64),
+           ratio(r.params + dp, r.expect_params), mib(r.grads, a[2], 64), mib(r.expect_grads, a[3], 64),
+           ratio(r.grads, r.expect_grads), placed(r.optimizer, dopt, a[4], 64), mib(r.master, a[5], 64),
+           mib(r.expect_optimizer, a[6], 64), ratio(r.optimizer + dopt, r.expect_optimizer));
     zs_log("buffers per rank: communication %s, stage-3 gathered cap %s, pinned host pool %s (swap buffers %s), "
-           "on NVMe %s", mib(r.comm_buffers, a[0], 32), mib(r.prefetch_cap, a[1], 32), mib(r.pinned_pool, a[2], 32),
-           mib(r.swap_buffers, a[3], 32), mib(r.nvme, a[4], 32));
+           "on NVMe %s", mib(r.comm_buffers, a[0], 64), mib(r.prefetch_cap, a[1], 64), mib(r.pinned_pool, a[2], 64),
+           mib(r.swap_buffers, a[3], 64), mib(r.nvme, a[4], 64));
 }
 
 /* ---------------------------------------------------------------- the estimator */
