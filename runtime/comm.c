@@ -14,7 +14,7 @@
 #include "convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
 #include "copy.h"    /* defines: zs_copy_stream */
 #include "error.h"
-#include "flight.h" /* defines: zs_flight_op_start, zs_flight_op_end, zs_flight_dump */
+#include "flight.h" /* defines: zs_flight_op_start, zs_flight_op_end, zs_flight_write */
 #include "shm.h"
 
 int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)
@@ -137,13 +137,9 @@ struct zs_flight *zs_comm_flight(const struct zs_comm *c)
 void zs_comm_flight_dump(struct zs_comm *c, const char *why)
 {
     if (c)
-        zs_flight_dump(c->flight, why);
+        zs_flight_write(c->flight, why);
 }
 
-void zs_flight_dump_now(struct zs_comm *c, const char *why)
-{
-    zs_comm_flight_dump(c, why);
-}
 
 int32_t zs_comm_rank(const struct zs_comm *c) { return c->rank; }
 int32_t zs_comm_size(const struct zs_comm *c) { return c->size; }
@@ -572,7 +568,7 @@ static void req_retire(struct zs_comm *c, struct zs_comm_req *q)
     }
     zs_flight_op_end(c->flight, q->seq, q->err);
     if (q->err && !c->broken_dumped) { /* once per failure that broke the comm, else per failed operation */
-        zs_flight_dump(c->flight, zs_last_error());
+        zs_flight_write(c->flight, zs_last_error());
         c->broken_dumped = c->broken != ZS_OK;
     }
     if (q->err && !q->clean && !zs_comm_req_quiesce(q)) {
@@ -631,7 +627,7 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
 
     c->fail_next = false;
     if (zs_flight_signalled())
-        zs_flight_dump(c->flight, "SIGUSR1");
+        zs_flight_write(c->flight, "SIGUSR1");
     if (c->broken)
         return zs_comm_broken_fail(c);
     st = gate(c, span);

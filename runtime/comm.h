@@ -90,6 +90,7 @@ enum zs_comm_purpose {
     ZS_PURPOSE_NORM,    /* the step's gradient-norm exchange */
     ZS_PURPOSE_SETUP,   /* start-up exchanges */
     ZS_PURPOSE_PREEMPT, /* the vote on stopping (zs_preempt_requested) */
+    ZS_PURPOSE_PROGRAM, /* the program's own sums (zs_allreduce_sum) */
 };
 const char *zs_comm_purpose_name(int32_t p);
 

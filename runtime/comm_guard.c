@@ -98,7 +98,7 @@ static const char *dtype_name(int32_t t)
 
 const char *zs_comm_purpose_name(int32_t p)
 {
-    static const char *const names[] = {"-", "fetch", "grad", "gather", "norm", "setup", "preempt"};
+    static const char *const names[] = {"-", "fetch", "grad", "gather", "norm", "setup", "preempt", "program"};
 
     return p >= 0 && p < (int32_t)(sizeof(names) / sizeof(names[0])) ? names[p] : "?";
 }

@@ -8,7 +8,7 @@
 
 #include "comm_impl.h"
 #include "error.h"
-#include "flight.h" /* defines: zs_flight_dump_now */
+#include "flight.h" /* defines: zs_flight_signalled */
 
 #define WATCH_POLLS 64    /* polls between reading the clock: a poll is far cheaper than a second */
 #define WATCH_LIVE_S 1.0  /* how often a wait checks that its local peers still exist */
@@ -156,7 +156,7 @@ static zs_status watch_fail(struct zs_comm *c, const char *fmt, const char *op, 
     snprintf(msg, sizeof(msg), fmt, op, waited, who);
     zs_fail(ZS_ERR_COMM, "comm: rank %d: %s", c->rank, msg);
     zs_comm_mark_broken(c, ZS_ERR_COMM);
-    zs_flight_dump_now(c, zs_last_error());
+    zs_comm_flight_dump(c, zs_last_error());
     c->broken_dumped = true;
     return ZS_ERR_COMM;
 }
@@ -202,7 +202,7 @@ zs_status zs_comm_watch(struct zs_comm *c, struct zs_watch *w, struct zs_comm_re
     double t, waited;
 
     if (zs_flight_signalled())
-        zs_flight_dump_now(c, "SIGUSR1");
+        zs_comm_flight_dump(c, "SIGUSR1");
     if (++w->polls % WATCH_POLLS)
         return ZS_OK;
     t = now_s();

@@ -187,7 +187,7 @@ static void entry_write(FILE *o, const struct entry *e)
                 (unsigned long long)e->bytes, e->t0, e->state == ENTRY_RUNNING ? -1.0 : e->t1, state_text(e->state));
 }
 
-void zs_flight_dump(struct zs_flight *f, const char *why)
+void zs_flight_write(struct zs_flight *f, const char *why)
 {
     char path[640], tmp[660], reason[256];
     uint64_t first;

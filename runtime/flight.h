@@ -33,7 +33,6 @@ void zs_flight_call(struct zs_flight *f, const char *call, int32_t unit, int64_t
 bool zs_flight_signalled(void);
 /* Writes the ring (atomically: a temporary file renamed over the last dump). Best effort: a failure
  * to write is reported on stderr, never returned, so it cannot hide the error being recorded. */
-void zs_flight_dump(struct zs_flight *f, const char *why);
-void zs_flight_dump_now(struct zs_comm *c, const char *why);
+void zs_flight_write(struct zs_flight *f, const char *why);
 
 #endif /* ZS_FLIGHT_H */

@@ -100,7 +100,11 @@ static zs_status gather_wait(struct zs_ctx *ctx, struct zs_unit *un)
         return ZS_OK;
     st = zs_comm_wait(ctx->comm, un->gather_req);
     un->gather_req = NULL;
-    if (st) {
+    if (st) { /* the request is gone and the copy is not the unit: dropped here, on every rank alike */
+        zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));
+        un->gathered = NULL;
+        un->gather = ZS_GATHER_NONE;
+        un->prefetched = false;
         zs_error_prefix("gather unit '%s'", un->name);
         return st;
     }
