@@ -189,7 +189,7 @@ static void entry_write(FILE *o, const struct entry *e)
 
 void zs_flight_write(struct zs_flight *f, const char *why)
 {
-    char path[640], tmp[660], reason[256];
+    char path[640], tmp[660], reason[1024];
     uint64_t first;
     FILE *o;
 

@@ -1,7 +1,8 @@
 /* test_hang.c - ranks that drift apart through the public API (issue 14): one rank fetching unit 0 while
  * another fetches unit 1, and one rank skipping a step. Each must end in ZS_ERR_COMM on every rank
- * with one message naming both operations and both ranks, never mixed data or a hang. Run at 2 ranks:
- * test_hang order|skip. A SIGALRM backstop turns a hang into a failure with a message. */
+ * with one message naming both operations and both ranks, never mixed data or a hang; and a rank that
+ * stops issuing collectives must be named by the others within ZS_TIMEOUT. Run at 2 ranks:
+ * test_hang order|skip|behind. A SIGALRM backstop turns a hang into a failure with a message. */
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -117,6 +118,36 @@ static void case_skip(void)
     zs_finalize(ctx);
 }
 
+/* Stage 2: rank 1 stops issuing collectives after one step (it records its flight and sleeps past the
+ * timeout) while rank 0 goes on: rank 0 must fail within ZS_TIMEOUT naming rank 1 as not arrived, and
+ * zs-flight must name rank 1 as behind (tests/hang.sh runs it on the dumps). */
+static void case_behind(void)
+{
+    int32_t units[UNITS];
+    static const int fwd[UNITS] = {0, 1};
+    zs_ctx *ctx = model(2, units);
+    const char *tmo = getenv("ZS_TIMEOUT");
+    zs_status st = ZS_OK;
+
+    CHECK(tmo && atoi(tmo) > 0 && atoi(tmo) < 20, "run with a small ZS_TIMEOUT (seconds)");
+    for (int step = 0; ctx && step < (rank == 1 ? 1 : 3) && !st; step++) {
+        st = micro_batch(ctx, units, fwd);
+        if (!st)
+            st = zs_step(ctx);
+    }
+    if (ctx && rank == 1) {
+        CHECK(st == ZS_OK, "rank 1: %s", zs_last_error());
+        zs_flight_dump(ctx, "rank 1 left its loop early");
+        sleep((unsigned)(tmo ? atoi(tmo) : 1) + 2);
+    } else if (ctx) {
+        const char *m = zs_last_error();
+        CHECK(st == ZS_ERR_COMM && strstr(m, "timeout") && strstr(m, "ranks not arrived: 1"),
+              "rank 0 got %d: %s", st, m);
+        printf("rank %d: behind: %s\n", rank, m);
+    }
+    zs_finalize(ctx);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -135,8 +166,10 @@ int main(int argc, char **argv)
         case_order();
     else if (!strcmp(c, "skip"))
         case_skip();
+    else if (!strcmp(c, "behind"))
+        case_behind();
     else
-        CHECK(false, "unknown case '%s' (order, skip)", c);
+        CHECK(false, "unknown case '%s' (order, skip, behind)", c);
     printf("rank %d: %d passed, %d failed\n", rank, zs_test_pass, zs_test_fail);
     MPI_Finalize();
     return zs_test_fail ? 1 : 0;
