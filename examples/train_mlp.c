@@ -290,6 +290,10 @@ int main(int argc, char **argv)
         what = "init-from";
         st = zs_import_safetensors(ctx, o.run.init_from);
     }
+    if (st == ZS_ERR_COMM) { /* a peer may be gone or stuck: a clean shutdown could wait for it */
+        ex_die(what, st);
+        ex_abort(ctx, 1);
+    }
     if (st) {
         if (rank == 0)
             ex_die(what, st);

@@ -86,8 +86,8 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
         c->piece = atoll(env);
     zs_comm_hooks_from_env(c);
     st = zs_comm_tags_plan(c);
-    if (!st && opts->mode != ZS_COMM_MPI)
-        st = zs_shm_init(&c->shm, c->comm, opts->fake_node_size);
+    if (!st && opts->mode != ZS_COMM_MPI && !(st = zs_shm_init(&c->shm, c->comm, opts->fake_node_size)))
+        zs_shm_set_timeout(c->shm, c->timeout_s);
     if (st) {
         zs_flight_free(c->flight);
         MPI_Comm_free(&c->comm);

@@ -125,8 +125,11 @@ zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req);
  * another issues something else gets an error naming both. */
 zs_status zs_comm_bcast(struct zs_comm *c, void *buf, int64_t bytes, int32_t root);
 zs_status zs_comm_allgather_bytes(struct zs_comm *c, const void *mine, void *all, int32_t bytes);
-/* Waits for a nonblocking MPI call for at most timeout_s (for exchanges made before a comm exists). */
-zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, const char *what);
+/* Waits for a nonblocking MPI call for at most timeout_s (for exchanges outside the collectives: the
+ * start-up votes, the shared heap's); with live (may be NULL), also until a rank of that node exits. */
+struct zs_shm;
+zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, const char *what,
+                              const struct zs_shm *live);
 /* The flight recorder (runtime/flight.h) of this rank; zs_comm_flight_dump writes it now. */
 struct zs_flight *zs_comm_flight(const struct zs_comm *c);
 void zs_comm_flight_dump(struct zs_comm *c, const char *why);

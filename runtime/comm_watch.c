@@ -221,42 +221,44 @@ zs_status zs_comm_watch(struct zs_comm *c, struct zs_watch *w, struct zs_comm_re
 
 zs_status zs_comm_mpi_wait(struct zs_comm *c, MPI_Request *r, const char *what)
 {
-    struct zs_watch w;
-    int flag = 0;
+    zs_status st = zs_mpi_wait_timeout(r, c->timeout_s, c->rank, what, c->shm);
 
-    zs_watch_start(&w);
-    for (uint32_t spins = 1;; spins++) {
-        int rc = MPI_Test(r, &flag, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS)
-            return zs_comm_mpi_fail(rc, what, -1);
-        if (flag)
-            return ZS_OK;
-        zs_status st = zs_comm_watch(c, &w, NULL, what);
-        if (st)
-            return st; /* the request stays posted: MPI cannot cancel a collective, and the comm is broken */
-        if (spins % 16 == 0)
-            sched_yield();
+    if (st) { /* the request stays posted: MPI cannot cancel a collective */
+        zs_comm_mark_broken(c, st);
+        zs_comm_flight_dump(c, zs_last_error());
+        c->broken_dumped = true;
     }
+    return st;
 }
 
-/* Before the comm exists (the start-up votes): the deadline alone. A nonblocking MPI collective does not
- * tell who has not joined it, so the message cannot name the missing ranks. */
-zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, const char *what)
+/* For the exchanges made outside an operation (the start-up votes, the heap's votes): the deadline, and
+ * with `live` the liveness of the node's ranks. A nonblocking MPI collective does not tell who has not
+ * joined it: the caller adds what it knows of the missing ranks. */
+zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, const char *what,
+                              const struct zs_shm *live)
 {
-    struct zs_watch w;
+    double start = now_s(), live_at = start;
     int flag = 0;
 
-    zs_watch_start(&w);
     for (uint32_t spins = 1;; spins++) {
         int rc = MPI_Test(r, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS)
             return zs_comm_mpi_fail(rc, what, -1);
         if (flag)
             return ZS_OK;
-        if (spins % WATCH_POLLS == 0 && now_s() - w.start >= timeout_s)
-            return zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: %s did not complete in %.1f s (zeroshard.timeout_s "
-                           "/ ZS_TIMEOUT = %g): some rank has not reached it (an MPI collective does not say which)",
-                           rank, what, now_s() - w.start, timeout_s);
+        if (spins % WATCH_POLLS == 0) {
+            double t = now_s();
+            int64_t pid = 0;
+            int32_t dead = live && t - live_at >= WATCH_LIVE_S ? zs_shm_gone(live, &pid) : -1;
+            if (live && t - live_at >= WATCH_LIVE_S)
+                live_at = t;
+            if (dead >= 0)
+                return zs_fail(ZS_ERR_COMM, "comm: rank %d: %s cannot complete: after %.1f s a peer on this node has "
+                               "exited: rank %d (pid %lld)", rank, what, t - start, dead, (long long)pid);
+            if (t - start >= timeout_s)
+                return zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: %s did not complete in %.1f s (zeroshard.timeout_s "
+                               "/ ZS_TIMEOUT = %g)", rank, what, t - start, timeout_s);
+        }
         if (spins % 16 == 0)
             sched_yield();
     }

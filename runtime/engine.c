@@ -90,7 +90,11 @@ static zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *wh
 
     if (zs_comm_opts_from_env(&o, err, sizeof(err)) == 0 && o.timeout_env)
         t = o.timeout_s;
-    return zs_mpi_wait_timeout(r, t, ctx->rank, what);
+    if (!zs_mpi_wait_timeout(r, t, ctx->rank, what, NULL))
+        return ZS_OK;
+    char msg[768];
+    snprintf(msg, sizeof(msg), "%s", zs_last_error());
+    return zs_fail(ZS_ERR_COMM, "%s; some rank has not reached it (an MPI vote does not say which)", msg);
 }
 
 /* The first failing rank's message goes to every rank, so each reports the same line. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "comm.h" /* defines: zs_mpi_wait_timeout, ZS_TIMEOUT_DEFAULT */
 #include "shm.h"
 
 #define ZS_SHM_SEGMENT_MIN (64u << 20)
@@ -38,7 +39,8 @@ struct post_slot {
 struct flags {
     struct post_slot post[ZS_SHM_FLAG_RING];
     uint64_t done[ZS_SHM_FLAG_RING];
-    int64_t pid; /* so a waiting peer can tell a slow rank from a dead one */
+    int64_t pid;    /* so a waiting peer can tell a slow rank from a dead one */
+    uint64_t votes; /* heap votes entered: a timed-out vote names the ranks with fewer */
 };
 
 /* ZS_TEST_SHM_FAULT: which local failure to fake, on which global rank, at which call. */
@@ -57,6 +59,7 @@ struct zs_shm {
     struct flags *mine;
     struct flags **peer_flags;
     int32_t world_rank;
+    double timeout_s;        /* the watchdog's, for the heap's votes */
     enum fault_site fault;
     int64_t fault_at, nalloc, ngrow;
 };
@@ -154,6 +157,7 @@ zs_status zs_shm_init(struct zs_shm **out, MPI_Comm comm, int32_t fake)
 
     if (!s)
         return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
+    s->timeout_s = ZS_TIMEOUT_DEFAULT;
     st = node_layout(s, comm, fake);
     fault_from_env(s);
     if (!st) {
@@ -239,13 +243,31 @@ struct vote {
     int64_t need_lo, need_hi, fit_lo, fit_hi;
 };
 
+/* A vote that timed out: its message, with the local ranks that had not entered vote n. */
+static zs_status vote_missing(const struct zs_shm *s, uint64_t n)
+{
+    char msg[768], who[256] = "";
+    size_t k = 0;
+
+    snprintf(msg, sizeof(msg), "%s", zs_last_error());
+    for (int32_t l = 0; l < s->local_size && k < sizeof(who); l++)
+        if (__atomic_load_n(&s->peer_flags[l]->votes, __ATOMIC_ACQUIRE) < n)
+            k += (size_t)snprintf(who + k, sizeof(who) - k, "%s%d", k ? ", " : "", s->global_of[l]);
+    return zs_fail(ZS_ERR_COMM, "%s; ranks not arrived: %s", msg, who[0] ? who : "none on this node");
+}
+
 static zs_status vote_agree(struct zs_shm *s, bool ok, size_t need, bool fit, struct vote *v)
 {
     int64_t mine[5] = { ok ? INT64_MAX : s->local_rank, (int64_t)need, -(int64_t)need, fit, -(int64_t)fit };
     int64_t all[5];
 
-    if (MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MIN, s->node) != MPI_SUCCESS)
+    uint64_t n = __atomic_add_fetch(&s->mine->votes, 1, __ATOMIC_RELEASE);
+    MPI_Request r;
+
+    if (MPI_Iallreduce(mine, all, 5, MPI_INT64_T, MPI_MIN, s->node, &r) != MPI_SUCCESS)
         return zs_fail(ZS_ERR_COMM, "shared heap: the node's ranks could not agree on an allocation");
+    if (zs_mpi_wait_timeout(&r, s->timeout_s, s->world_rank, "the shared heap's vote on an allocation", s))
+        return vote_missing(s, n); /* the request stays posted: the program is expected to end the job */
     v->refuse = all[0];
     v->need_lo = all[1];
     v->need_hi = -all[2];
@@ -511,4 +533,9 @@ int32_t zs_shm_gone(const struct zs_shm *s, int64_t *pid)
         }
     }
     return -1;
+}
+
+void zs_shm_set_timeout(struct zs_shm *s, double timeout_s)
+{
+    s->timeout_s = timeout_s;
 }

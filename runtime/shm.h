@@ -64,6 +64,7 @@ bool zs_shm_all_done(const struct zs_shm *s, uint64_t seq);
 /* For the watchdog's message: the global ranks of this node that have not posted (finished) seq. */
 int32_t zs_shm_not_posted(const struct zs_shm *s, uint64_t seq, int32_t *out, int32_t max);
 int32_t zs_shm_not_done(const struct zs_shm *s, uint64_t seq, int32_t *out, int32_t max);
+void zs_shm_set_timeout(struct zs_shm *s, double timeout_s);
 /* A local peer whose process has exited (its global rank, and its pid in *pid), or -1. */
 int32_t zs_shm_gone(const struct zs_shm *s, int64_t *pid);
 

@@ -431,8 +431,10 @@ static int run_program(const struct opts *o, int rank, int world)
         st = zs_import_safetensors(r.ctx, o->run.init_from);
     }
     if (st) {
-        if (rank == 0)
+        if (rank == 0 || st == ZS_ERR_COMM)
             ex_die(what, st);
+        if (st == ZS_ERR_COMM) /* a peer may be gone or stuck: a clean shutdown could wait for it */
+            goto out_abort;
         goto out;
     }
     r.B = zs_micro_batch_size(r.ctx);
