@@ -74,6 +74,19 @@ case_die() {
   no_leftovers die
 }
 
+# Open MPI told not to end the job when a process dies (--enable-recovery): the survivors must name the
+# dead rank themselves, from its pid, within a second or two, long before the 20 s timeout.
+case_die_recovery() {
+  local out
+  out=$(timeout -k 5 60 mpirun --enable-recovery -np 3 -x ZS_TIMEOUT=20 -x ZS_TEST_COMM_FAULT=die:20:1 "$MLP" \
+        --config "$tmp/z2.json" --hidden 32 --quiet --steps 10 2>&1)
+  [ $? -eq 124 ] && check fail "die-recovery: the backstop had to end the job"
+  echo "$out" | grep 'zeroshard: error' | head -2
+  [ "$(echo "$out" | grep -c 'rank [02]: operation 2[0-9]* (.*cannot complete: after [0-9.]* s a peer on this node has exited: rank 1 (pid')" -ge 1 ] &&
+    check ok || check fail "die-recovery: no rank named the dead rank 1: $out"
+  no_leftovers die-recovery
+}
+
 # The process ids of a run's ranks (children of mpirun that run the program).
 rank_pids() { pgrep -f -- "^$1 --config $tmp/"; }
 
@@ -167,6 +180,7 @@ preempt_kill() {
 case "$CASE" in
   stop) case_stop ;;
   die) case_die ;;
+  die-recovery) case_die_recovery ;;
   sigusr1) case_sigusr1 ;;
   flight) case_flight ;;
   preempt) preempt_hook mlp mlp_run; preempt_hook gpt gpt_run; preempt_kill ;;
