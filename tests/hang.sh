@@ -183,7 +183,7 @@ case "$CASE" in
   die-recovery) case_die_recovery ;;
   sigusr1) case_sigusr1 ;;
   flight) case_flight ;;
-  preempt) preempt_hook mlp mlp_run; preempt_hook gpt gpt_run; preempt_kill ;;
+  preempt) export ZS_TIMEOUT=15; preempt_hook mlp mlp_run; preempt_hook gpt gpt_run; preempt_kill ;;
   *) echo "hang.sh: unknown case $CASE"; exit 2 ;;
 esac
 finish "hang $CASE"
