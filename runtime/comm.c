@@ -610,7 +610,7 @@ static zs_status gate(struct zs_comm *c, uint64_t span)
             return ZS_OK;
         zs_status st = zs_comm_progress(c);
         if (!st)
-            st = zs_comm_watch(c, &w, o, NULL);
+            st = zs_comm_watch(c, &w, o);
         if (st)
             return st;
         relax(spins);
@@ -925,7 +925,7 @@ zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req)
         st = zs_comm_progress(c);
         if (st || req->stage == ST_DONE)
             break;
-        st = zs_comm_watch(c, &w, req, NULL);
+        st = zs_comm_watch(c, &w, req);
         if (st)
             break;
         relax(spins);

@@ -136,9 +136,9 @@ static inline int piece_tag(const struct zs_comm *c, uint64_t seq, int64_t piece
 
 /* comm_watch.c */
 void zs_watch_start(struct zs_watch *w);
-/* Called on every poll of a wait for q (or, with q NULL, for a blocking helper named `what`): ZS_OK, or
- * ZS_ERR_COMM once the deadline passed or a local peer has exited, with the message set. */
-zs_status zs_comm_watch(struct zs_comm *c, struct zs_watch *w, struct zs_comm_req *q, const char *what);
+/* Called on every poll of a wait for q: ZS_OK, or ZS_ERR_COMM once the deadline passed or a local peer
+ * has exited, with the message set and the comm marked broken. */
+zs_status zs_comm_watch(struct zs_comm *c, struct zs_watch *w, struct zs_comm_req *q);
 /* Waits for a nonblocking MPI call (the blocking helpers) under the watchdog. */
 zs_status zs_comm_mpi_wait(struct zs_comm *c, MPI_Request *r, const char *what);
 void zs_comm_op_text(char *b, size_t n, const struct zs_comm *c, const struct zs_comm_req *q);

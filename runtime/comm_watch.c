@@ -52,33 +52,33 @@ static int32_t header_peer(const struct zs_comm *c, int k)
     return -1;
 }
 
-/* Receives of pairs (receive, send) still open, by peer. Testing completes those that can: harmless,
- * since the progress loop treats a completed (null) request as done. */
+/* The peers of pairs (receive, send) whose receive is still open. Testing completes those that can:
+ * harmless, since the progress loop treats a completed (null) request as done. */
 static int32_t open_receives(const struct zs_comm *c, const struct zs_comm_req *q, MPI_Request *r, int npairs,
-                             bool header, int32_t *out, int32_t n, int32_t max)
+                             int peers, bool header, int32_t *out, int32_t n, int32_t max)
 {
     for (int k = 0; k < npairs && n < max; k++) {
         int flag = 1;
         if (r[2 * k] != MPI_REQUEST_NULL)
             MPI_Test(&r[2 * k], &flag, MPI_STATUS_IGNORE);
         if (!flag)
-            out[n++] = header ? header_peer(c, k) : data_peer(c, q, k % (npairs ? npairs : 1));
+            out[n++] = header ? header_peer(c, k) : data_peer(c, q, k % peers);
     }
     return n;
 }
 
-static int32_t add_unique(int32_t *out, int32_t n, int32_t from, int32_t to)
+/* Keeps the first of each rank (pieces of one peer each leave a receive open). */
+static int32_t unique(int32_t *out, int32_t n)
 {
-    int32_t m = from;
+    int32_t m = 0;
 
-    for (int32_t i = from; i < to; i++) {
+    for (int32_t i = 0; i < n; i++) {
         bool seen = out[i] < 0;
         for (int32_t k = 0; k < m && !seen; k++)
             seen = out[k] == out[i];
         if (!seen)
             out[m++] = out[i];
     }
-    (void)n;
     return m;
 }
 
@@ -96,16 +96,16 @@ static int32_t missing(struct zs_comm *c, struct zs_comm_req *q, int32_t *out, i
         if (q->local_check && !zs_shm_all_posted(c->shm, q->seq))
             return zs_shm_not_posted(c->shm, q->seq, out, max);
         if (q->hreq)
-            n = open_receives(c, q, q->hreq, q->nremote, true, out, 0, max);
+            n = open_receives(c, q, q->hreq, q->nremote, q->nremote, true, out, 0, max);
         return n;
     case ST_RS_RUN:
         *phase = "the reduction's data";
         if (q->shm && !q->posted_seen)
             n = zs_shm_not_posted(c->shm, q->seq, out, max);
-        for (int s = 0; s < ZS_COMM_SLOTS; s++)
+        for (int s = 0; s < ZS_COMM_SLOTS && peers > 0; s++)
             if (q->slot[s].active && q->slot[s].mr)
-                n = add_unique(out, max, 0, open_receives(c, q, q->slot[s].mr, q->slot[s].nmr / 2, false, out, n, max));
-        return n;
+                n = open_receives(c, q, q->slot[s].mr, q->slot[s].nmr / 2, peers, false, out, n, max);
+        return unique(out, n);
     case ST_RS_DRAIN:
         *phase = "peers finishing reading this rank's buffer";
         return zs_shm_not_done(c->shm, q->seq, out, max);
@@ -114,18 +114,9 @@ static int32_t missing(struct zs_comm *c, struct zs_comm_req *q, int32_t *out, i
         *phase = "the gather's data";
         if (q->shm && !q->copied)
             n = zs_shm_not_posted(c->shm, ag_seq, out, max);
-        if (q->agr && peers > 0) {
-            int32_t m = n;
-            for (int k = 0; k < q->nagr / 2 && m < max; k++) {
-                int flag = 1;
-                if (q->agr[2 * k] != MPI_REQUEST_NULL)
-                    MPI_Test(&q->agr[2 * k], &flag, MPI_STATUS_IGNORE);
-                if (!flag)
-                    out[m++] = data_peer(c, q, k % peers);
-            }
-            n = add_unique(out, max, 0, m);
-        }
-        return n;
+        if (q->agr && peers > 0)
+            n = open_receives(c, q, q->agr, q->nagr / 2, peers, false, out, n, max);
+        return unique(out, n);
     case ST_AG_DRAIN:
         *phase = "peers finishing reading this rank's buffer";
         return zs_shm_not_done(c->shm, ag_seq, out, max);
@@ -149,55 +140,41 @@ static void ranks_text(char *b, size_t n, const int32_t *r, int32_t k)
 
 /* ---------------------------------------------------------------- the verdicts */
 
-static zs_status watch_fail(struct zs_comm *c, const char *fmt, const char *op, double waited, const char *who)
+/* After the message is set: a peer may still write into what this rank posted, so the comm is done. */
+static zs_status watch_fail(struct zs_comm *c)
 {
-    char msg[768];
-
-    snprintf(msg, sizeof(msg), fmt, op, waited, who);
-    zs_fail(ZS_ERR_COMM, "comm: rank %d: %s", c->rank, msg);
     zs_comm_mark_broken(c, ZS_ERR_COMM);
     zs_comm_flight_dump(c, zs_last_error());
     c->broken_dumped = true;
     return ZS_ERR_COMM;
 }
 
-static zs_status timed_out(struct zs_comm *c, struct zs_comm_req *q, const char *what, double waited)
+static zs_status timed_out(struct zs_comm *c, struct zs_comm_req *q, double waited)
 {
-    int32_t r[64];
-    const char *phase = "an MPI collective (MPI does not say which rank is missing)";
-    char op[320], who[256], fmt[256];
-    int32_t k = 0;
+    char op[320], who[256] = "none named";
+    const char *phase;
+    int32_t r[64], k;
 
-    if (q) {
-        zs_comm_op_text(op, sizeof(op), c, q);
-        k = missing(c, q, r, 64, &phase);
-    } else {
-        snprintf(op, sizeof(op), "%s", what);
-    }
+    zs_comm_op_text(op, sizeof(op), c, q);
+    k = missing(c, q, r, 64, &phase);
     if (k > 0)
         ranks_text(who, sizeof(who), r, k);
-    else
-        snprintf(who, sizeof(who), "none named");
-    snprintf(fmt, sizeof(fmt), "timeout: %%s did not complete in %%.1f s (zeroshard.timeout_s / ZS_TIMEOUT = %g) "
-             "waiting for %s; ranks not arrived: %%s", c->timeout_s, phase);
-    return watch_fail(c, fmt, op, waited, who);
+    zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: %s did not complete in %.1f s (zeroshard.timeout_s / ZS_TIMEOUT = %g) "
+            "waiting for %s; ranks not arrived: %s", c->rank, op, waited, c->timeout_s, phase, who);
+    return watch_fail(c);
 }
 
-static zs_status peer_gone(struct zs_comm *c, struct zs_comm_req *q, const char *what, double waited, int32_t dead,
-                           int64_t pid)
+static zs_status peer_gone(struct zs_comm *c, struct zs_comm_req *q, double waited, int32_t dead, int64_t pid)
 {
-    char op[320], who[64], fmt[160];
+    char op[320];
 
-    if (q)
-        zs_comm_op_text(op, sizeof(op), c, q);
-    else
-        snprintf(op, sizeof(op), "%s", what);
-    snprintf(who, sizeof(who), "%d (pid %lld)", dead, (long long)pid);
-    snprintf(fmt, sizeof(fmt), "%%s cannot complete: after %%.1f s a peer on this node has exited: rank %%s");
-    return watch_fail(c, fmt, op, waited, who);
+    zs_comm_op_text(op, sizeof(op), c, q);
+    zs_fail(ZS_ERR_COMM, "comm: rank %d: %s cannot complete: after %.1f s a peer on this node has exited: rank %d "
+            "(pid %lld)", c->rank, op, waited, dead, (long long)pid);
+    return watch_fail(c);
 }
 
-zs_status zs_comm_watch(struct zs_comm *c, struct zs_watch *w, struct zs_comm_req *q, const char *what)
+zs_status zs_comm_watch(struct zs_comm *c, struct zs_watch *w, struct zs_comm_req *q)
 {
     double t, waited;
 
@@ -212,10 +189,10 @@ zs_status zs_comm_watch(struct zs_comm *c, struct zs_watch *w, struct zs_comm_re
         int32_t dead = zs_shm_gone(c->shm, &pid);
         w->live_at = t;
         if (dead >= 0)
-            return peer_gone(c, q, what, waited, dead, pid);
+            return peer_gone(c, q, waited, dead, pid);
     }
     if (waited >= c->timeout_s)
-        return timed_out(c, q, what, waited);
+        return timed_out(c, q, waited);
     return ZS_OK;
 }
 

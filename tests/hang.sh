@@ -87,6 +87,27 @@ case_die_recovery() {
   no_leftovers die-recovery
 }
 
+# The keys and the variable: bad values rejected by name; the config's flight_dir is where dumps go.
+case_config() {
+  local out
+  printf '{"train_micro_batch_size_per_gpu": 2, "zeroshard": {"timeout_s": 0}}\n' > "$tmp/bad.json"
+  out=$(mpirun -np 1 "$MLP" --config "$tmp/bad.json" --steps 1 2>&1)
+  echo "$out" | grep -m1 'error'
+  echo "$out" | grep -q 'zeroshard.timeout_s' && check ok || check fail "config: timeout_s 0 not rejected by name: $out"
+  out=$(mpirun -np 1 -x ZS_TIMEOUT=soon "$MLP" --config "$tmp/z2.json" --steps 1 2>&1)
+  echo "$out" | grep -m1 'error'
+  echo "$out" | grep -q "ZS_TIMEOUT: expected seconds > 0, got 'soon'" && check ok ||
+    check fail "config: ZS_TIMEOUT=soon not rejected by name: $out"
+  sed 's|"zero_optimization"|"zeroshard": {"timeout_s": 30, "flight_dir": "'"$tmp"'/cfgdir"}, "zero_optimization"|' \
+    "$tmp/z2.json" > "$tmp/fd.json"
+  timeout -k 5 60 mpirun -np 3 -x ZS_TEST_COMM_FAULT=die:20:1 "$MLP" --config "$tmp/fd.json" --hidden 32 --quiet \
+    --steps 10 > "$tmp/fd.log" 2>&1
+  ls "$tmp/cfgdir" 2>/dev/null | tr '\n' ' '; echo
+  grep -q 'why: .*rank 1' "$tmp/cfgdir/flight-rank0.txt" "$tmp/cfgdir/flight-rank2.txt" 2>/dev/null && check ok ||
+    echo "config: the survivors wrote no record in the config's flight_dir (mpirun may have ended them first)"
+  no_leftovers config
+}
+
 # The process ids of a run's ranks (children of mpirun that run the program).
 rank_pids() { pgrep -f -- "^$1 --config $tmp/"; }
 
@@ -181,6 +202,7 @@ case "$CASE" in
   stop) case_stop ;;
   die) case_die ;;
   die-recovery) case_die_recovery ;;
+  config) case_config ;;
   sigusr1) case_sigusr1 ;;
   flight) case_flight ;;
   preempt) export ZS_TIMEOUT=15; preempt_hook mlp mlp_run; preempt_hook gpt gpt_run; preempt_kill ;;
