@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # hang.sh CASE MLP GPT TEST_HANG ZS_FLIGHT DATA - faults that used to leave ranks waiting forever (issue 14),
 # each ending in one message that names what and who, with no process left behind:
-#   stop     a rank stopped (SIGSTOP) mid-step: the others fail within ZS_TIMEOUT naming it
+#   stop     a rank stopped (SIGSTOP) mid-step (stage 2, and stage 3 where the others wait in the shared
+#            heap's vote): the others fail within ZS_TIMEOUT naming it
 #   die      a rank killed (SIGKILL) mid-step: the others name it within about a second, unless mpirun
 #            ends the job first (Open MPI aborts a job whose process died); either way nothing is left
 #   sigusr1  SIGUSR1 makes waiting ranks write their flight recorder
 #   flight   zs-flight names the divergence (two ranks, different operations at one sequence number) and
 #            the rank that is behind, from the recorders the failures wrote
+#   config   bad timeout_s / ZS_TIMEOUT rejected by name; the config's flight_dir receives the dumps
 #   preempt  SIGTERM: the examples finish the step, save, exit 0; --load continues bit-exactly (by a test
 #            hook that raises SIGTERM at a chosen step, and by a real kill -TERM of every rank)
 set -u
@@ -18,6 +20,7 @@ cat > "$tmp/z2.json" <<JSON
 {"train_batch_size": 24, "gradient_accumulation_steps": 1, "steps_per_print": 0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}, "zero_optimization": {"stage": 2}}
 JSON
+sed 's/"stage": 2}/"stage": 3, "stage3_param_persistence_threshold": 0}/' "$tmp/z2.json" > "$tmp/z3.json"
 cat > "$tmp/g3.json" <<JSON
 {"train_batch_size": 4, "gradient_accumulation_steps": 1, "steps_per_print": 0,
  "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
@@ -43,6 +46,13 @@ mlp() { local np=$1 x=(); shift; while [ "${1:-}" = -x ]; do x+=(-x "$2"); shift
 
 case_stop() {
   local out rc
+  # stage 3, stopped before operation 5: the others wait in the shared heap's vote for the next fetch
+  out=$(timeout -k 5 60 mpirun -np 3 -x ZS_TIMEOUT=3 -x ZS_TEST_COMM_FAULT=stop:5:1 "$MLP" --config "$tmp/z3.json" \
+        --hidden 32 --quiet --steps 10 2>&1)
+  rc=$?
+  echo "$out" | grep -m1 'zeroshard: error'
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$out" | grep -q "rank [02]: timeout: .*ranks not arrived: 1$" && check ok ||
+    check fail "stop (stage 3): rc $rc, no timeout naming rank 1: $out"
   out=$(mlp 3 -x ZS_TIMEOUT=3 -x ZS_FLIGHT_DIR="$tmp/fl" -x ZS_TEST_COMM_FAULT=stop:20:1 --steps 10 2>&1)
   rc=$?
   echo "$out" | grep 'zeroshard: error' | head -2
