@@ -315,16 +315,14 @@ zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
     st = zs_agree(ctx, st);
     if (!st)
         st = zs_agree(ctx, write_rank_file(ctx, tmp, &bytes, &crc));
-    if (ctx->rank == 0) {
-        all_bytes = calloc((size_t)ctx->world, sizeof(*all_bytes));
-        all_crc = calloc((size_t)ctx->world, sizeof(*all_crc));
-    }
-    if (!st) {
-        MPI_Gather(&bytes, 1, MPI_UINT64_T, all_bytes, 1, MPI_UINT64_T, 0, zs_comm_mpi(ctx->comm));
-        MPI_Gather(&crc, 1, MPI_UINT32_T, all_crc, 1, MPI_UINT32_T, 0, zs_comm_mpi(ctx->comm));
+    all_bytes = calloc((size_t)ctx->world, sizeof(*all_bytes));
+    all_crc = calloc((size_t)ctx->world, sizeof(*all_crc));
+    if (!st) /* the sizes and checksums travel by the watched collectives: a rank lost here cannot hang rank 0 */
+        st = zs_agree(ctx, all_bytes && all_crc ? ZS_OK : zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory"));
+    if (!st && !(st = zs_comm_allgather_bytes(ctx->comm, &bytes, all_bytes, (int32_t)sizeof(bytes))) &&
+        !(st = zs_comm_allgather_bytes(ctx->comm, &crc, all_crc, (int32_t)sizeof(crc)))) {
         if (ctx->rank == 0)
-            st = all_bytes && all_crc ? publish(ctx, dir, tag, tmp, all_bytes, all_crc)
-                                      : zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory");
+            st = publish(ctx, dir, tag, tmp, all_bytes, all_crc);
         st = zs_agree(ctx, st);
     }
     free(all_bytes);

@@ -4,6 +4,7 @@
  * MPI point-to-point in pipelined pieces. Progress is explicit: every engine call tests the requests. */
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +14,12 @@
 #include "convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
 #include "copy.h"    /* defines: zs_copy_stream */
 #include "error.h"
+#include "flight.h" /* defines: zs_flight_op_start, zs_flight_op_end, zs_flight_write */
 #include "shm.h"
 
 int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)
 {
-    const char *mode = getenv("ZS_COMM"), *fake = getenv("ZS_FAKE_NODE_SIZE");
+    const char *mode = getenv("ZS_COMM"), *fake = getenv("ZS_FAKE_NODE_SIZE"), *tmo = getenv("ZS_TIMEOUT");
 
     memset(o, 0, sizeof(*o));
     if (mode && *mode) {
@@ -40,6 +42,16 @@ int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)
             return -EINVAL;
         }
         o->fake_node_size = (int32_t)v;
+    }
+    if (tmo && *tmo) {
+        char *end;
+        double v = strtod(tmo, &end);
+        if (*end || !(v > 0) || v > 1e9) {
+            snprintf(err, errlen, "ZS_TIMEOUT: expected seconds > 0, got '%s'", tmo);
+            return -EINVAL;
+        }
+        o->timeout_s = v;
+        o->timeout_env = true;
     }
     return 0;
 }
@@ -67,22 +79,20 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
     MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &flag);
     c->tag_ub = (flag && ub && *ub > 0) ? *ub : 32767;
     c->piece = ZS_COMM_PIECE_DEFAULT;
+    c->timeout_s = opts->timeout_s > 0 ? opts->timeout_s : ZS_TIMEOUT_DEFAULT;
+    c->next_unit = -1;
+    c->flight = zs_flight_new(c->rank, c->size, opts->flight_dir);
     if (env && atoll(env) > 0)
         c->piece = atoll(env);
     zs_comm_hooks_from_env(c);
     st = zs_comm_tags_plan(c);
+    if (!st && opts->mode != ZS_COMM_MPI && !(st = zs_shm_init(&c->shm, c->comm, opts->fake_node_size)))
+        zs_shm_set_timeout(c->shm, c->timeout_s);
     if (st) {
+        zs_flight_free(c->flight);
         MPI_Comm_free(&c->comm);
         free(c);
         return st;
-    }
-    if (opts->mode != ZS_COMM_MPI) {
-        st = zs_shm_init(&c->shm, c->comm, opts->fake_node_size);
-        if (st) {
-            MPI_Comm_free(&c->comm);
-            free(c);
-            return st;
-        }
     }
     for (int32_t j = 0; j < c->size; j++)
         c->nremote += zs_comm_is_remote(c, j);
@@ -114,9 +124,22 @@ void zs_comm_free(struct zs_comm *c)
         free(s);
     }
     zs_shm_free(c->shm);
+    zs_flight_free(c->flight);
     MPI_Comm_free(&c->comm);
     free(c);
 }
+
+struct zs_flight *zs_comm_flight(const struct zs_comm *c)
+{
+    return c ? c->flight : NULL;
+}
+
+void zs_comm_flight_dump(struct zs_comm *c, const char *why)
+{
+    if (c)
+        zs_flight_write(c->flight, why);
+}
+
 
 int32_t zs_comm_rank(const struct zs_comm *c) { return c->rank; }
 int32_t zs_comm_size(const struct zs_comm *c) { return c->size; }
@@ -543,6 +566,11 @@ static void req_retire(struct zs_comm *c, struct zs_comm_req *q)
         *pp = q->next;
         c->in_flight--;
     }
+    zs_flight_op_end(c->flight, q->seq, q->err);
+    if (q->err && !c->broken_dumped) { /* once per failure that broke the comm, else per failed operation */
+        zs_flight_write(c->flight, zs_last_error());
+        c->broken_dumped = c->broken != ZS_OK;
+    }
     if (q->err && !q->clean && !zs_comm_req_quiesce(q)) {
         q->next = c->dead;
         c->dead = q;
@@ -570,14 +598,19 @@ static void req_reap_dead(struct zs_comm *c)
  * one (see ZS_COMM_WINDOW). The active list is in launch order, so the first unfinished is the oldest. */
 static zs_status gate(struct zs_comm *c, uint64_t span)
 {
+    struct zs_watch w;
+
+    zs_watch_start(&w);
     for (uint32_t spins = 1;; spins++) {
-        const struct zs_comm_req *o = c->active;
+        struct zs_comm_req *o = c->active;
 
         while (o && o->stage == ST_DONE)
             o = o->next;
         if (!o || c->seq + span - o->seq <= ZS_COMM_WINDOW)
             return ZS_OK;
         zs_status st = zs_comm_progress(c);
+        if (!st)
+            st = zs_comm_watch(c, &w, o);
         if (st)
             return st;
         relax(spins);
@@ -593,11 +626,17 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     zs_status st;
 
     c->fail_next = false;
+    if (zs_flight_signalled())
+        zs_flight_write(c->flight, "SIGUSR1");
     if (c->broken)
         return zs_comm_broken_fail(c);
     st = gate(c, span);
     if (st)
         return st;
+    if (zs_comm_fault_hit(c, FAULT_STOP, c->seq)) /* a rank that stops (SIGSTOP, a debugger, swapping) */
+        raise(SIGSTOP);
+    if (zs_comm_fault_hit(c, FAULT_DIE, c->seq)) /* kill -9 mid-step */
+        raise(SIGKILL);
     if (zs_comm_fault_hit(c, FAULT_NEW, c->seq))
         return zs_fail(ZS_ERR_NOMEM, "comm: test fault: operation %llu could not be set up (ZS_TEST_COMM_FAULT)",
                        (unsigned long long)c->seq);
@@ -626,7 +665,12 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     c->seq += span;
     q->hdr.seq = q->seq;
     q->hdr.d = (struct zs_shm_desc){ .count = (uint64_t)count, .heap_off = q->hdr.d.heap_off, .kind = kind,
-                                     .dt_in = dt_in, .dt_out = dt_out, .failed = failed };
+                                     .dt_in = dt_in, .dt_out = dt_out, .failed = failed,
+                                     .purpose = c->next_purpose, .unit = c->next_unit, .step = c->step };
+    c->next_purpose = ZS_PURPOSE_NONE;
+    c->next_unit = -1;
+    zs_flight_op_start(c->flight, q->seq, kind, &q->hdr.d,
+                       (uint64_t)count * (uint64_t)c->size * (kind == REQ_AG ? q->esz_out : q->esz_in));
     for (tail = &c->active; *tail; tail = &(*tail)->next)
         ;
     *tail = q; /* oldest first */
@@ -871,13 +915,18 @@ zs_status zs_comm_test(struct zs_comm *c, struct zs_comm_req *req, bool *done)
 zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req)
 {
     zs_status st = ZS_OK;
+    struct zs_watch w;
 
+    zs_watch_start(&w);
     for (uint32_t spins = 1;; spins++) {
         st = req_advance(c, req, false);
         if (st || req->stage == ST_DONE)
             break;
         st = zs_comm_progress(c);
         if (st || req->stage == ST_DONE)
+            break;
+        st = zs_comm_watch(c, &w, req);
+        if (st)
             break;
         relax(spins);
     }
@@ -893,22 +942,43 @@ zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req)
 
 zs_status zs_comm_bcast(struct zs_comm *c, void *buf, int64_t bytes, int32_t root)
 {
-    char *p = buf;
+    char *p = buf, what[96];
 
+    if (c->broken)
+        return zs_comm_broken_fail(c);
     while (bytes > 0) {
         int len = bytes > (1 << 30) ? (1 << 30) : (int)bytes;
-        int rc = MPI_Bcast(p, len, MPI_BYTE, root, c->comm);
+        MPI_Request r;
+        int rc = MPI_Ibcast(p, len, MPI_BYTE, root, c->comm, &r);
         if (rc != MPI_SUCCESS)
             return zs_comm_mpi_fail(rc, "broadcast", root);
+        snprintf(what, sizeof(what), "a broadcast of %d bytes from rank %d", len, root);
+        zs_status st = zs_comm_mpi_wait(c, &r, what);
+        if (st)
+            return st;
         p += len;
         bytes -= len;
     }
     return ZS_OK;
 }
 
+/* Through the checked all-gather, on 4-byte words: every rank's share padded to whole words. */
 zs_status zs_comm_allgather_bytes(struct zs_comm *c, const void *mine, void *all, int32_t bytes)
 {
-    int rc = MPI_Allgather(mine, bytes, MPI_BYTE, all, bytes, MPI_BYTE, c->comm);
+    int64_t words = ((int64_t)bytes + 3) / 4;
+    float *buf = calloc((size_t)(words * c->size), sizeof(float));
+    struct zs_comm_req *q = NULL;
+    zs_status st;
 
-    return rc == MPI_SUCCESS ? ZS_OK : zs_comm_mpi_fail(rc, "all-gather", -1);
+    if (!buf)
+        return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
+    memcpy(buf + (size_t)c->rank * (size_t)words, mine, (size_t)bytes);
+    st = zs_comm_all_gather(c, buf, words, &q);
+    if (!st)
+        st = zs_comm_wait(c, q);
+    for (int32_t r = 0; !st && r < c->size; r++)
+        memcpy((char *)all + (size_t)r * (size_t)bytes, buf + (size_t)r * (size_t)words, (size_t)bytes);
+    if (!c->broken) /* else the network may still write into it: kept, like the request */
+        free(buf);
+    return st;
 }

@@ -21,12 +21,20 @@ struct zs_comm_req;
  * node (zero-copy for buffers from zs_comm_alloc) with MPI point-to-point to ranks on other nodes. */
 enum zs_comm_mode { ZS_COMM_AUTO, ZS_COMM_MPI, ZS_COMM_SHM };
 
+/* Ten minutes, NCCL's default: long enough for a slow checkpoint or a swapped-in unit on one rank, short
+ * enough that a stopped job is noticed the same hour. */
+#define ZS_TIMEOUT_DEFAULT 600.0
+
 struct zs_comm_opts {
     enum zs_comm_mode mode;
     int32_t fake_node_size; /* > 0: pretend every block of this many consecutive ranks is a node */
+    double timeout_s;       /* how long any wait may last (0: ZS_TIMEOUT_DEFAULT) */
+    bool timeout_env;       /* timeout_s came from ZS_TIMEOUT (which overrides the config) */
+    const char *flight_dir; /* the flight recorder's directory (NULL: ZS_FLIGHT_DIR or the default) */
 };
 
-/* Reads ZS_COMM (auto, mpi, shm) and ZS_FAKE_NODE_SIZE; 0, or -EINVAL naming the bad variable in err. */
+/* Reads ZS_COMM (auto, mpi, shm), ZS_FAKE_NODE_SIZE and ZS_TIMEOUT (seconds, > 0); 0, or -EINVAL naming
+ * the bad variable in err. */
 int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen);
 
 /* Collective over parent. opts may be NULL (automatic). */
@@ -72,6 +80,25 @@ zs_status zs_comm_all_gather_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64
 zs_status zs_comm_all_reduce_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64_t count, float scale,
                                 struct zs_comm_req **req);
 
+/* What the engine issued an operation for: carried in its descriptor, compared across ranks before any
+ * data moves, and named in errors and the flight recorder. */
+enum zs_comm_purpose {
+    ZS_PURPOSE_NONE,
+    ZS_PURPOSE_FETCH,   /* stage 3: gathering a unit's parameters */
+    ZS_PURPOSE_GRAD,    /* reducing a unit's gradients */
+    ZS_PURPOSE_GATHER,  /* stages 1-2: the step's gather of updated parameters */
+    ZS_PURPOSE_NORM,    /* the step's gradient-norm exchange */
+    ZS_PURPOSE_SETUP,   /* start-up exchanges */
+    ZS_PURPOSE_PREEMPT, /* the vote on stopping (zs_preempt_requested) */
+    ZS_PURPOSE_PROGRAM, /* the program's own sums (zs_allreduce_sum) */
+};
+const char *zs_comm_purpose_name(int32_t p);
+
+/* The next operation launched is for `what` on `unit` (-1: none). The step is sticky: every operation
+ * from now on carries it, so ranks at different micro-steps disagree at their next operation. */
+void zs_comm_label_next(struct zs_comm *c, enum zs_comm_purpose what, int32_t unit);
+void zs_comm_set_step(struct zs_comm *c, int64_t step);
+
 /* This rank cannot take part in the next operation it launches (say its input could not be read): the
  * operation still takes its place in the call order and tells every peer, no data moves, and its wait
  * returns an error on every rank instead of leaving the peers waiting. */
@@ -83,14 +110,28 @@ void zs_comm_fail_next(struct zs_comm *c);
  * after data was posted leaves the comm unusable (later calls say why); nothing the network or a peer
  * may still write is freed. */
 
+/* Every wait (zs_comm_wait, the window, the blocking helpers) ends after opts.timeout_s with ZS_ERR_COMM
+ * and one message naming the operation, how long it waited and the ranks that had not arrived; and
+ * sooner, naming the rank, when a peer on this node has exited. The comm is unusable afterwards. */
+
 /* Advances every outstanding request of c (explicit progress: the engine calls this from its API). */
 zs_status zs_comm_progress(struct zs_comm *c);
 zs_status zs_comm_test(struct zs_comm *c, struct zs_comm_req *req, bool *done);
 /* Completes and frees req. */
 zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req);
 
-/* Blocking helpers for set-up and statistics. */
+/* Blocking helpers for set-up and statistics, under the watchdog. allgather_bytes is an operation like
+ * the others (checked across ranks, labelled with zs_comm_label_next), so a rank that reaches it while
+ * another issues something else gets an error naming both. */
 zs_status zs_comm_bcast(struct zs_comm *c, void *buf, int64_t bytes, int32_t root);
 zs_status zs_comm_allgather_bytes(struct zs_comm *c, const void *mine, void *all, int32_t bytes);
+/* Waits for a nonblocking MPI call for at most timeout_s (for exchanges outside the collectives: the
+ * start-up votes, the shared heap's); with live (may be NULL), also until a rank of that node exits. */
+struct zs_shm;
+zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, const char *what,
+                              const struct zs_shm *live);
+/* The flight recorder (runtime/flight.h) of this rank; zs_comm_flight_dump writes it now. */
+struct zs_flight *zs_comm_flight(const struct zs_comm *c);
+void zs_comm_flight_dump(struct zs_comm *c, const char *why);
 
 #endif /* ZS_COMM_H */

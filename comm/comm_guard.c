@@ -3,6 +3,7 @@
  * failure after data was posted cancels what it can, frees nothing still pending and marks the comm
  * unusable; and the test hooks that start the collectives in states a short test cannot otherwise reach. */
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +49,8 @@ void zs_comm_hooks_from_env(struct zs_comm *c)
             c->fault[n].site = !strcmp(site, "new")      ? FAULT_NEW
                              : !strcmp(site, "attach")   ? FAULT_ATTACH
                              : !strcmp(site, "progress") ? FAULT_PROGRESS
+                             : !strcmp(site, "stop")     ? FAULT_STOP
+                             : !strcmp(site, "die")      ? FAULT_DIE
                                                          : FAULT_NONE;
             c->fault[n++].seq = at;
             c->faults = true;
@@ -93,22 +96,55 @@ static const char *dtype_name(int32_t t)
     return t == ZS_DTYPE_FP32 ? "fp32" : t == ZS_DTYPE_BF16 ? "bf16" : t == ZS_DTYPE_FP16 ? "fp16" : "?";
 }
 
+const char *zs_comm_purpose_name(int32_t p)
+{
+    static const char *const names[] = {"-", "fetch", "grad", "gather", "norm", "setup", "preempt", "program"};
+
+    return p >= 0 && p < (int32_t)(sizeof(names) / sizeof(names[0])) ? names[p] : "?";
+}
+
+void zs_comm_label_next(struct zs_comm *c, enum zs_comm_purpose what, int32_t unit)
+{
+    c->next_purpose = (int32_t)what;
+    c->next_unit = unit;
+}
+
+void zs_comm_set_step(struct zs_comm *c, int64_t step)
+{
+    c->step = step;
+}
+
+/* "all-gather (fetch of unit 5) of 1024 fp32 at micro-step 3 on a plain buffer" */
 static void desc_text(char *b, size_t n, const struct zs_shm_desc *d)
 {
-    char where[64] = "a plain buffer";
+    char where[64] = "a plain buffer", why[48] = "";
 
     if (d->heap_off != UINT64_MAX)
         snprintf(where, sizeof(where), "a shared-heap buffer at offset %llu:%llu",
                  (unsigned long long)(d->heap_off >> 48), (unsigned long long)(d->heap_off & ((1ull << 48) - 1)));
-    snprintf(b, n, "%s of %llu %s%s%s on %s", zs_comm_kind_name(d->kind), (unsigned long long)d->count,
-             dtype_name(d->dt_in), d->dt_out != d->dt_in ? " to " : "", d->dt_out != d->dt_in ? dtype_name(d->dt_out) : "",
-             where);
+    if (d->purpose && d->unit >= 0)
+        snprintf(why, sizeof(why), " (%s of unit %d)", zs_comm_purpose_name(d->purpose), d->unit);
+    else if (d->purpose)
+        snprintf(why, sizeof(why), " (%s)", zs_comm_purpose_name(d->purpose));
+    snprintf(b, n, "%s%s of %llu %s%s%s at micro-step %lld on %s", zs_comm_kind_name(d->kind), why,
+             (unsigned long long)d->count, dtype_name(d->dt_in), d->dt_out != d->dt_in ? " to " : "",
+             d->dt_out != d->dt_in ? dtype_name(d->dt_out) : "", (long long)d->step, where);
+}
+
+void zs_comm_op_text(char *b, size_t n, const struct zs_comm *c, const struct zs_comm_req *q)
+{
+    char t[256];
+
+    desc_text(t, sizeof(t), &q->hdr.d);
+    snprintf(b, n, "operation %llu (%s, %llu bytes)", (unsigned long long)q->seq, t,
+             (unsigned long long)(q->hdr.d.count * (uint64_t)c->size * (q->kind == REQ_AG ? q->esz_out : q->esz_in)));
 }
 
 /* Local peers also compare where the buffer is: zero copy reads a peer's buffer at the same offset. */
 static bool desc_same(const struct zs_shm_desc *a, const struct zs_shm_desc *b, bool heap)
 {
     return a->kind == b->kind && a->count == b->count && a->dt_in == b->dt_in && a->dt_out == b->dt_out &&
+           a->purpose == b->purpose && a->unit == b->unit && a->step == b->step &&
            (!heap || a->heap_off == b->heap_off) && !a->failed && !b->failed;
 }
 
@@ -116,7 +152,7 @@ static bool desc_same(const struct zs_shm_desc *a, const struct zs_shm_desc *b, 
 static void mismatch_text(char *b, size_t n, uint64_t seq, int32_t me, const struct zs_shm_desc *mine, int32_t peer,
                           const struct zs_shm_desc *theirs)
 {
-    char t1[128], t2[128];
+    char t1[256], t2[256];
 
     desc_text(t1, sizeof(t1), mine);
     desc_text(t2, sizeof(t2), theirs);
@@ -148,7 +184,7 @@ static void check_local(struct zs_comm *c, struct zs_comm_req *q)
 static zs_status local_fail(struct zs_comm *c, struct zs_comm_req *q)
 {
     const struct zs_shm_desc *d = &q->hdr.d;
-    char msg[512];
+    char msg[768];
 
     if (q->bad_peer != c->rank)
         d = zs_shm_peer_desc(c->shm, q->seq, zs_shm_local_index(c->shm, q->bad_peer));
@@ -163,7 +199,7 @@ bool zs_comm_is_remote(const struct zs_comm *c, int32_t j)
 
 static zs_status check_remote(struct zs_comm *c, struct zs_comm_req *q)
 {
-    char msg[512] = "";
+    char msg[768] = "";
 
     for (int32_t j = 0, i = 0; j < c->size && !msg[0]; j++) {
         const struct op_header *h = &q->hdr_in[i];
@@ -275,7 +311,7 @@ bool zs_comm_req_quiesce(struct zs_comm_req *q)
 
 zs_status zs_comm_broken_fail(const struct zs_comm *c)
 {
-    return zs_fail(c->broken, "comm: unusable after an earlier failure (%s)", c->broken_why);
+    return zs_fail(c->broken, "%s", c->broken_why); /* the first failure is the one worth reading */
 }
 
 void zs_comm_mark_broken(struct zs_comm *c, zs_status st)

@@ -78,8 +78,9 @@ struct zs_comm_req {
 
 /* ZS_TEST_COMM_FAULT=SITE:SEQ:RANK[,...]: test hook making operation SEQ fail on global rank RANK at
  * SITE: "new" (before anything is set up), "attach" (finding peers' copies of the buffer) or
- * "progress" (the first advance after its data was posted, as a failing MPI call would). */
-enum fault_site { FAULT_NONE, FAULT_NEW, FAULT_ATTACH, FAULT_PROGRESS };
+ * "progress" (the first advance after its data was posted, as a failing MPI call would); or, for the
+ * watchdog's tests, stop the rank there with SIGSTOP ("stop") or kill it with SIGKILL ("die"). */
+enum fault_site { FAULT_NONE, FAULT_NEW, FAULT_ATTACH, FAULT_PROGRESS, FAULT_STOP, FAULT_DIE };
 #define ZS_COMM_FAULTS 4
 
 struct comm_fault {
@@ -96,7 +97,8 @@ struct zs_comm {
     int32_t in_flight;
     bool fail_next;        /* zs_comm_fail_next: publish the next operation as failed */
     zs_status broken;      /* an operation failed after posting data: its peers cannot be trusted to match */
-    char broken_why[320];
+    char broken_why[1024];
+    bool broken_dumped;    /* the flight recorder was written for that failure */
     struct comm_fault fault[ZS_COMM_FAULTS];
     bool faults;           /* any test fault planted on this rank */
     int32_t nremote;       /* ranks reached only by MPI (not on this rank's node) */
@@ -106,6 +108,16 @@ struct zs_comm {
     struct zs_comm_req *dead; /* failed with sends or receives still pending: kept, never freed */
     struct zs_shm *shm;    /* NULL with the MPI backend */
     char desc[160];
+    double timeout_s;      /* the watchdog's deadline for any one wait */
+    int32_t next_purpose, next_unit; /* zs_comm_label_next, for the next operation only */
+    int64_t step;          /* zs_comm_set_step */
+    struct zs_flight *flight; /* this rank's flight recorder (NULL: none) */
+};
+
+/* One wait's watchdog: when it began, when the peers' liveness was last checked. */
+struct zs_watch {
+    double start, live_at;
+    uint32_t polls;
 };
 
 /* Operations in flight differ modulo ZS_COMM_WINDOW, so their blocks never overlap; an operation and
@@ -121,6 +133,15 @@ static inline int piece_tag(const struct zs_comm *c, uint64_t seq, int64_t piece
 {
     return header_tag(c, seq) + 1 + (int)((uint64_t)piece % (uint64_t)(c->tag_pieces - 1));
 }
+
+/* comm_watch.c */
+void zs_watch_start(struct zs_watch *w);
+/* Called on every poll of a wait for q: ZS_OK, or ZS_ERR_COMM once the deadline passed or a local peer
+ * has exited, with the message set and the comm marked broken. */
+zs_status zs_comm_watch(struct zs_comm *c, struct zs_watch *w, struct zs_comm_req *q);
+/* Waits for a nonblocking MPI call (the blocking helpers) under the watchdog. */
+zs_status zs_comm_mpi_wait(struct zs_comm *c, MPI_Request *r, const char *what);
+void zs_comm_op_text(char *b, size_t n, const struct zs_comm *c, const struct zs_comm_req *q);
 
 /* comm_guard.c */
 zs_status zs_comm_mpi_fail(int rc, const char *what, int peer);

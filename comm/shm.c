@@ -5,8 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include "error.h"
+#include "comm.h" /* defines: zs_mpi_wait_timeout, ZS_TIMEOUT_DEFAULT */
 #include "shm.h"
 
 #define ZS_SHM_SEGMENT_MIN (64u << 20)
@@ -35,6 +39,8 @@ struct post_slot {
 struct flags {
     struct post_slot post[ZS_SHM_FLAG_RING];
     uint64_t done[ZS_SHM_FLAG_RING];
+    int64_t pid;    /* so a waiting peer can tell a slow rank from a dead one */
+    uint64_t votes; /* heap votes entered: a timed-out vote names the ranks with fewer */
 };
 
 /* ZS_TEST_SHM_FAULT: which local failure to fake, on which global rank, at which call. */
@@ -44,6 +50,7 @@ struct zs_shm {
     MPI_Comm node;
     int32_t local_rank, local_size, nodes;
     int32_t *local_of;       /* global rank -> local index or -1 */
+    int32_t *global_of;      /* local index -> global rank */
     struct segment *segs;
     int32_t nsegs;
     uint64_t heap_bytes;
@@ -52,6 +59,7 @@ struct zs_shm {
     struct flags *mine;
     struct flags **peer_flags;
     int32_t world_rank;
+    double timeout_s;        /* the watchdog's, for the heap's votes */
     enum fault_site fault;
     int64_t fault_at, nalloc, ngrow;
 };
@@ -108,13 +116,13 @@ static zs_status node_layout(struct zs_shm *s, MPI_Comm comm, int32_t fake)
         s->local_of[g] = -1;
     for (int i = 0; i < s->local_size; i++)
         s->local_of[globals[i]] = i;
+    s->global_of = globals;
     /* Count nodes: the lowest global rank of each node is its leader. */
     int leader = globals[0], is_leader = rank == leader;
     MPI_Allreduce(&is_leader, &s->nodes, 1, MPI_INT, MPI_SUM, comm);
     MPI_Group_free(&world_group);
     MPI_Group_free(&node_group);
     free(locals);
-    free(globals);
     free(node_of_rank);
     return ZS_OK;
 }
@@ -149,6 +157,7 @@ zs_status zs_shm_init(struct zs_shm **out, MPI_Comm comm, int32_t fake)
 
     if (!s)
         return zs_fail(ZS_ERR_NOMEM, "comm: out of memory");
+    s->timeout_s = ZS_TIMEOUT_DEFAULT;
     st = node_layout(s, comm, fake);
     fault_from_env(s);
     if (!st) {
@@ -159,6 +168,7 @@ zs_status zs_shm_init(struct zs_shm **out, MPI_Comm comm, int32_t fake)
     if (!st) {
         s->mine = align64(s->flag_base);
         memset(s->mine, 0, sizeof(*s->mine));
+        s->mine->pid = (int64_t)getpid();
         st = map_window(s, s->flag_win, s->flag_base, &peers);
         for (int32_t l = 0; !st && l < s->local_size; l++) /* the same page offset in every process */
             peers[l] = (char *)align64(peers[l]);
@@ -201,6 +211,7 @@ void zs_shm_free(struct zs_shm *s)
     if (s->node != MPI_COMM_NULL && s->node)
         MPI_Comm_free(&s->node);
     free(s->local_of);
+    free(s->global_of);
     free(s);
 }
 
@@ -232,13 +243,31 @@ struct vote {
     int64_t need_lo, need_hi, fit_lo, fit_hi;
 };
 
+/* A vote that timed out: its message, with the local ranks that had not entered vote n. */
+static zs_status vote_missing(const struct zs_shm *s, uint64_t n)
+{
+    char msg[768], who[256] = "";
+    size_t k = 0;
+
+    snprintf(msg, sizeof(msg), "%s", zs_last_error());
+    for (int32_t l = 0; l < s->local_size && k < sizeof(who); l++)
+        if (__atomic_load_n(&s->peer_flags[l]->votes, __ATOMIC_ACQUIRE) < n)
+            k += (size_t)snprintf(who + k, sizeof(who) - k, "%s%d", k ? ", " : "", s->global_of[l]);
+    return zs_fail(ZS_ERR_COMM, "%s; ranks not arrived: %s", msg, who[0] ? who : "none on this node");
+}
+
 static zs_status vote_agree(struct zs_shm *s, bool ok, size_t need, bool fit, struct vote *v)
 {
     int64_t mine[5] = { ok ? INT64_MAX : s->local_rank, (int64_t)need, -(int64_t)need, fit, -(int64_t)fit };
     int64_t all[5];
 
-    if (MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MIN, s->node) != MPI_SUCCESS)
+    uint64_t n = __atomic_add_fetch(&s->mine->votes, 1, __ATOMIC_RELEASE);
+    MPI_Request r;
+
+    if (MPI_Iallreduce(mine, all, 5, MPI_INT64_T, MPI_MIN, s->node, &r) != MPI_SUCCESS)
         return zs_fail(ZS_ERR_COMM, "shared heap: the node's ranks could not agree on an allocation");
+    if (zs_mpi_wait_timeout(&r, s->timeout_s, s->world_rank, "the shared heap's vote on an allocation", s))
+        return vote_missing(s, n); /* the request stays posted: the program is expected to end the job */
     v->refuse = all[0];
     v->need_lo = all[1];
     v->need_hi = -all[2];
@@ -463,4 +492,50 @@ bool zs_shm_all_done(const struct zs_shm *s, uint64_t seq)
         if (__atomic_load_n(&s->peer_flags[l]->done[seq % ZS_SHM_FLAG_RING], __ATOMIC_ACQUIRE) < seq + 1)
             return false;
     return true;
+}
+
+/* ---------------------------------------------------------------- who is missing */
+
+static int32_t not_flagged(const struct zs_shm *s, uint64_t seq, bool done, int32_t *out, int32_t max)
+{
+    int32_t n = 0;
+
+    for (int32_t l = 0; l < s->local_size && n < max; l++) {
+        const struct flags *f = s->peer_flags[l];
+        uint64_t v = done ? __atomic_load_n(&f->done[seq % ZS_SHM_FLAG_RING], __ATOMIC_ACQUIRE)
+                          : __atomic_load_n(&f->post[seq % ZS_SHM_FLAG_RING].posted, __ATOMIC_ACQUIRE);
+        if (v < seq + 1)
+            out[n++] = s->global_of[l];
+    }
+    return n;
+}
+
+int32_t zs_shm_not_posted(const struct zs_shm *s, uint64_t seq, int32_t *out, int32_t max)
+{
+    return not_flagged(s, seq, false, out, max);
+}
+
+int32_t zs_shm_not_done(const struct zs_shm *s, uint64_t seq, int32_t *out, int32_t max)
+{
+    return not_flagged(s, seq, true, out, max);
+}
+
+/* A process that is gone cannot be waited for. kill(pid, 0) is enough on one node: every rank of a
+ * node shares its pid namespace (the shared window needs one machine), and mpirun's daemon reaps its
+ * children at once, so a dead rank does not linger as a zombie with a live pid. */
+int32_t zs_shm_gone(const struct zs_shm *s, int64_t *pid)
+{
+    for (int32_t l = 0; l < s->local_size; l++) {
+        int64_t p = s->peer_flags[l]->pid;
+        if (l != s->local_rank && p > 0 && kill((pid_t)p, 0) != 0 && errno == ESRCH) {
+            *pid = p;
+            return s->global_of[l];
+        }
+    }
+    return -1;
+}
+
+void zs_shm_set_timeout(struct zs_shm *s, double timeout_s)
+{
+    s->timeout_s = timeout_s;
 }

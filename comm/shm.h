@@ -22,6 +22,8 @@ struct zs_shm_desc {
     uint64_t heap_off; /* where the buffer sits in the heap (zs_shm_offset), or UINT64_MAX: a plain buffer */
     int32_t kind, dt_in, dt_out;
     int32_t failed;    /* this rank could not take part: every rank ends the operation with an error */
+    int32_t purpose, unit; /* what the engine issued it for (enum zs_comm_purpose) and which unit, or -1 */
+    int64_t step;      /* the engine's micro-step when it was issued: a rank that skipped zs_step differs */
 };
 
 struct zs_shm;
@@ -59,5 +61,11 @@ const struct zs_shm_desc *zs_shm_peer_desc(const struct zs_shm *s, uint64_t seq,
 bool zs_shm_all_posted(const struct zs_shm *s, uint64_t seq);
 void zs_shm_done(struct zs_shm *s, uint64_t seq);
 bool zs_shm_all_done(const struct zs_shm *s, uint64_t seq);
+/* For the watchdog's message: the global ranks of this node that have not posted (finished) seq. */
+int32_t zs_shm_not_posted(const struct zs_shm *s, uint64_t seq, int32_t *out, int32_t max);
+int32_t zs_shm_not_done(const struct zs_shm *s, uint64_t seq, int32_t *out, int32_t max);
+void zs_shm_set_timeout(struct zs_shm *s, double timeout_s);
+/* A local peer whose process has exited (its global rank, and its pid in *pid), or -1. */
+int32_t zs_shm_gone(const struct zs_shm *s, int64_t *pid);
 
 #endif /* ZS_SHM_H */

@@ -150,10 +150,52 @@ zs_auto_values ex_auto_values(const struct ex_run_opts *o)
                             .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
 }
 
+static char last_failure[1200];
+
 int ex_die(const char *what, zs_status st)
 {
-    fprintf(stderr, "zeroshard: error: %s: %s\n", what, zs_last_error());
+    snprintf(last_failure, sizeof(last_failure), "%s: %s", what, zs_last_error());
+    fprintf(stderr, "zeroshard: error: %s\n", last_failure);
     return st ? (int)st : 1;
+}
+
+void ex_abort(zs_ctx *ctx, int rc)
+{
+    if (ctx)
+        zs_flight_dump(ctx, last_failure[0] ? last_failure : "the program failed");
+    MPI_Abort(MPI_COMM_WORLD, rc ? rc : 1);
+}
+
+void ex_preempt_enable(zs_ctx *ctx, const struct ex_run_opts *o)
+{
+    if (o->save_dir && zs_preempt_enable(ctx))
+        fprintf(stderr, "zeroshard: warning: %s\n", zs_last_error());
+}
+
+bool ex_preempted(zs_ctx *ctx, const struct ex_run_opts *o, bool saved, int rank, int *rc)
+{
+    zs_step_stats s;
+    zs_status st;
+    int stop = 0;
+
+    if (!o->save_dir)
+        return false;
+    if ((st = zs_preempt_requested(ctx, &stop))) {
+        *rc = ex_die("preemption vote", st);
+        return true;
+    }
+    if (!stop)
+        return false;
+    if (!saved && (st = zs_checkpoint_save(ctx, o->save_dir))) {
+        *rc = ex_die("save", st);
+        return true;
+    }
+    zs_stats(ctx, &s);
+    if (rank == 0)
+        printf("preempted: stopped after step %lld, checkpoint in %s (resume with --load %s)\n",
+               (long long)s.global_step, o->save_dir, o->save_dir);
+    fflush(stdout);
+    return true;
 }
 
 /* ---------------------------------------------------------------- 16-bit values */

@@ -3,6 +3,7 @@
 #ifndef ZS_EXAMPLES_COMMON_H
 #define ZS_EXAMPLES_COMMON_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "zeroshard.h"
@@ -49,6 +50,14 @@ int cli_parse(int argc, char **argv, const struct cli_flag *flags, int nflags, c
 
 /* Prints "zeroshard: error: WHAT: <last error>" and returns a non-zero exit code for st. */
 int ex_die(const char *what, zs_status st);
+/* Ends the job after a failure on this rank: its flight recorder is written (with ex_die's last
+ * message), then MPI_Abort, since the other ranks may be waiting in a collective. */
+void ex_abort(zs_ctx *ctx, int rc);
+/* With --save-dir: SIGTERM (preemption) stops the run after the step in progress. */
+void ex_preempt_enable(zs_ctx *ctx, const struct ex_run_opts *o);
+/* After each step: true when the ranks agreed to stop; the checkpoint is then saved to --save-dir
+ * (unless this step saved already) and *rc is set on failure. */
+bool ex_preempted(zs_ctx *ctx, const struct ex_run_opts *o, bool saved, int rank, int *rc);
 
 float ex_h2f(zs_dtype dt, uint16_t h);
 uint16_t ex_f2h(zs_dtype dt, float f);

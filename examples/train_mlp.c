@@ -290,6 +290,10 @@ int main(int argc, char **argv)
         what = "init-from";
         st = zs_import_safetensors(ctx, o.run.init_from);
     }
+    if (st == ZS_ERR_COMM) { /* a peer may be gone or stuck: a clean shutdown could wait for it */
+        ex_die(what, st);
+        ex_abort(ctx, 1);
+    }
     if (st) {
         if (rank == 0)
             ex_die(what, st);
@@ -326,7 +330,9 @@ int main(int argc, char **argv)
     }
 
     zs_step_stats at;
+    bool preempted = false;
     zs_stats(ctx, &at);
+    ex_preempt_enable(ctx, &o.run);
     /* --steps N trains until global step N: a run resumed from a checkpoint carries on where it stopped,
      * drawing the same samples the uninterrupted run would have. */
     for (int64_t step = at.global_step; step < o.run.steps && !rc; step++) {
@@ -342,7 +348,11 @@ int main(int argc, char **argv)
         }
         if (rc)
             break;
-        MPI_Allreduce(&sum, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        all = sum; /* summed under the watchdog: a rank that stopped cannot hang this one here */
+        if ((st = zs_allreduce_sum(ctx, &all, 1))) {
+            rc = ex_die("loss", st);
+            break;
+        }
         zs_step_stats s;
         zs_stats(ctx, &s);
         if (rank == 0)
@@ -351,11 +361,15 @@ int main(int argc, char **argv)
                    s.clip_coef, s.loss_scale, s.skipped ? " skipped" : "");
         fflush(stdout);
         bool last = step + 1 == o.run.steps;
-        if (o.run.save_dir && ((o.run.save_every && s.global_step % o.run.save_every == 0) || last) &&
-            (st = zs_checkpoint_save(ctx, o.run.save_dir)))
+        bool save = o.run.save_dir && ((o.run.save_every && s.global_step % o.run.save_every == 0) || last);
+        if (save && (st = zs_checkpoint_save(ctx, o.run.save_dir)))
             rc = ex_die("save", st);
+        if (!rc && ex_preempted(ctx, &o.run, save, rank, &rc)) {
+            preempted = true;
+            break;
+        }
     }
-    if (!rc) {
+    if (!rc && !preempted) {
         uint64_t h;
         st = ex_params_hash(ctx, &h, o.run.dump, rank);
         if (st)
@@ -375,7 +389,7 @@ int main(int argc, char **argv)
     free(m.l);
     free(m.init);
     if (rc)
-        MPI_Abort(MPI_COMM_WORLD, rc);
+        ex_abort(ctx, rc);
     zs_finalize(ctx);
     MPI_Finalize();
     return 0;

@@ -183,6 +183,28 @@ zs_status zs_grad_ready(zs_ctx *ctx, int32_t unit);
  * rank's shard and makes updated parameters visible again. */
 zs_status zs_step(zs_ctx *ctx);
 
+/* ---------------------------------------------------------------- faults and preemption */
+/* Every wait on other ranks ends after zeroshard.timeout_s (ZS_TIMEOUT overrides; default 600 s) with
+ * ZS_ERR_COMM and a message naming the operation, the wait and the ranks that had not arrived, and
+ * within a second when a rank on this node has exited. The context cannot continue after that: print
+ * the message and end the job (MPI_Abort). */
+
+/* Writes this rank's flight recorder (its last few hundred collectives and engine calls) to
+ * <dir>/flight-rank<R>.txt, `why` in its header (dir: zeroshard.flight_dir, ZS_FLIGHT_DIR, else
+ * /tmp/zeroshard-flight-<job id>). The library does this itself on a timeout, a failed collective and
+ * SIGUSR1; a program calls it on its own errors. Not collective. tools/zs_flight.c lines the files up. */
+zs_status zs_flight_dump(zs_ctx *ctx, const char *why);
+
+/* Preemption (what Slurm and Kubernetes send before killing a job): after zs_preempt_enable, SIGTERM
+ * only sets a flag (the handler does nothing else), and zs_preempt_requested, collective, sets *stop
+ * on every rank when any rank has received it, so that all ranks stop after the same step. The program
+ * then saves a checkpoint and exits 0. Without zs_preempt_enable, SIGTERM keeps its default effect. */
+zs_status zs_preempt_enable(zs_ctx *ctx);
+zs_status zs_preempt_requested(zs_ctx *ctx, int *stop);
+/* Collective: each of values[0..n) becomes its sum over the ranks, added in rank order (the same bits
+ * on every rank and every run), under the watchdog, e.g. for a program's loss. */
+zs_status zs_allreduce_sum(zs_ctx *ctx, double *values, int32_t n);
+
 /* ---------------------------------------------------------------- queries */
 int32_t zs_world_size(const zs_ctx *ctx);
 int32_t zs_rank(const zs_ctx *ctx);

@@ -294,7 +294,7 @@ int zs_cfg_parse_zero(parser *p, struct zs_config *cfg, json_t *root)
 
 /* DeepSpeed skips top-level keys it does not know, so one file serves both runtimes. */
 static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", "comm", "fake_node_size",
-                                       "device_memory", "device", NULL};
+                                       "device_memory", "device", "timeout_s", "flight_dir", NULL};
 static const char *const comm_backends[] = {"auto", "mpi", "shm", NULL};
 static const char *const cpu_kernels[] = {"auto", "scalar", "avx2", "avx512", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
@@ -302,7 +302,7 @@ static const char *const devices[] = {"cpu", "cuda", NULL};
 int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
 {
     struct zs_cpu_config *c = &cfg->cpu;
-    const char *kernel, *comm, *device;
+    const char *kernel, *comm, *device, *flight;
     json_t *sec;
 
     if (zs_cfg_get_obj(p, root, "", "zeroshard", &sec) ||
@@ -313,8 +313,15 @@ int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
         zs_cfg_get_str(p, sec, "zeroshard", "comm", &comm) ||
         zs_cfg_get_int(p, sec, "zeroshard", "fake_node_size", &(struct zs_cfg_spec){ZS_GE(0)}, &c->fake_node_size) ||
         zs_cfg_get_int(p, sec, "zeroshard", "device_memory", &(struct zs_cfg_spec){ZS_GE(0)}, &c->device_memory) ||
-        zs_cfg_get_str(p, sec, "zeroshard", "device", &device))
+        zs_cfg_get_str(p, sec, "zeroshard", "device", &device) ||
+        zs_cfg_get_num(p, sec, "zeroshard", "timeout_s", &(struct zs_cfg_spec){ZS_IN_OC(0, 1e9), .def = 600, .no_auto = true},
+                       &c->timeout_s) ||
+        zs_cfg_get_str(p, sec, "zeroshard", "flight_dir", &flight))
         return -EINVAL;
+    if (flight && strlen(flight) >= sizeof(c->flight_dir))
+        return zs_cfg_fail(p, "zeroshard", "flight_dir", "longer than %zu bytes", sizeof(c->flight_dir) - 1);
+    if (flight)
+        memcpy(c->flight_dir, flight, strlen(flight) + 1);
     if (!comm)
         comm = "auto";
     if (!zs_cfg_in_list(comm, comm_backends))

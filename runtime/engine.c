@@ -79,14 +79,34 @@ const char *zs_optim_name(int t)
     return t >= 0 && t < (int)(sizeof(names) / sizeof(names[0])) ? names[t] : "?";
 }
 
+/* The votes are MPI's nonblocking collectives under the watchdog's deadline: before the comm exists the
+ * config's timeout (or ZS_TIMEOUT, or the default when this rank's config did not parse). */
+static zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what)
+{
+    struct zs_comm_opts o;
+    char err[256];
+    double t = ctx->cfg.cpu.timeout_s > 0 ? ctx->cfg.cpu.timeout_s : ZS_TIMEOUT_DEFAULT;
+
+    if (zs_comm_opts_from_env(&o, err, sizeof(err)) == 0 && o.timeout_env)
+        t = o.timeout_s;
+    if (!zs_mpi_wait_timeout(r, t, ctx->rank, what, NULL))
+        return ZS_OK;
+    char msg[768];
+    snprintf(msg, sizeof(msg), "%s", zs_last_error());
+    return zs_fail(ZS_ERR_COMM, "%s; some rank has not reached it (an MPI vote does not say which)", msg);
+}
+
 /* The first failing rank's message goes to every rank, so each reports the same line. */
 static zs_status share_error(struct zs_ctx *ctx, int32_t r, zs_status code)
 {
     char msg[1024];
 
     snprintf(msg, sizeof(msg), "%s", zs_last_error());
-    if (MPI_Bcast(msg, sizeof(msg), MPI_BYTE, r, ctx->parent) != MPI_SUCCESS)
+    MPI_Request q;
+    if (MPI_Ibcast(msg, sizeof(msg), MPI_BYTE, r, ctx->parent, &q) != MPI_SUCCESS)
         return zs_fail(ZS_ERR_COMM, "broadcast of rank %d's error failed", r);
+    if (zs_vote_wait(ctx, &q, "the broadcast of a rank's error"))
+        return ZS_ERR_COMM;
     msg[sizeof(msg) - 1] = '\0';
     if (r == 0)
         return zs_fail(code, "%s", msg);
@@ -100,8 +120,11 @@ zs_status zs_agree(struct zs_ctx *ctx, zs_status local)
 
     if (!all)
         return zs_fail(ZS_ERR_NOMEM, "out of memory");
-    if (MPI_Allgather(&mine, 1, MPI_INT32_T, all, 1, MPI_INT32_T, ctx->parent) != MPI_SUCCESS)
+    MPI_Request q;
+    if (MPI_Iallgather(&mine, 1, MPI_INT32_T, all, 1, MPI_INT32_T, ctx->parent, &q) != MPI_SUCCESS)
         st = zs_fail(ZS_ERR_COMM, "all-gather of the ranks' status failed");
+    else
+        st = zs_vote_wait(ctx, &q, "the vote on every rank's status");
     for (int32_t r = 0; !st && r < ctx->world; r++)
         if (all[r]) {
             st = share_error(ctx, r, (zs_status)all[r]);
@@ -133,8 +156,10 @@ static zs_status agree_on_config(struct zs_ctx *ctx, zs_status local)
     all = calloc((size_t)ctx->world, sizeof(*all));
     if (!all)
         return zs_fail(ZS_ERR_NOMEM, "init: out of memory");
-    st = MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, ctx->parent) == MPI_SUCCESS
-             ? ZS_OK : zs_fail(ZS_ERR_COMM, "init: all-gather of the config summaries failed");
+    MPI_Request q;
+    st = MPI_Iallgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, ctx->parent, &q) == MPI_SUCCESS
+             ? zs_vote_wait(ctx, &q, "init: the vote on the config")
+             : zs_fail(ZS_ERR_COMM, "init: all-gather of the config summaries failed");
     if (st) {
         free(all);
         return st;
@@ -327,6 +352,9 @@ static zs_status start_comm(struct zs_ctx *ctx)
                                                                                                         : ZS_COMM_AUTO;
     if (co.fake_node_size == 0)
         co.fake_node_size = (int32_t)ctx->cfg.cpu.fake_node_size;
+    if (!co.timeout_env)
+        co.timeout_s = ctx->cfg.cpu.timeout_s;
+    co.flight_dir = ctx->cfg.cpu.flight_dir;
     return zs_comm_init(&ctx->comm, ctx->parent, &co);
 }
 

@@ -14,6 +14,7 @@
 #include "partition.h" /* defines: struct zs_partition */
 #include "threads.h"   /* defines: struct zs_pool */
 #include "zeroshard.h"
+#include "flight.h"    /* defines: zs_flight_call */
 
 /* PARAMS: working parameters (dtype pdt); GRADS: gradients; MASTER: fp32 masters of 16-bit parameters;
  * OPTIM: optimizer moments; BUFFERS: the gradient bucket; SWAP: NVMe swap slots and read-ahead (in the
@@ -202,5 +203,19 @@ void zs_scaler_init(struct zs_ctx *ctx); /* the loss scale fp16's config starts 
 float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n);
 /* The working parameters (ctx->pdt) of the same elements. */
 void *zs_unit_working(struct zs_ctx *ctx, int32_t u);
+
+/* The next collective's label (what it is for, which unit, this micro-step): compared across ranks
+ * before its data moves, so ranks that drifted apart fail naming both operations. */
+static inline void zs_label(struct zs_ctx *ctx, enum zs_comm_purpose what, int32_t unit)
+{
+    zs_comm_set_step(ctx->comm, ctx->micro_step);
+    zs_comm_label_next(ctx->comm, what, unit);
+}
+
+/* An engine call, for the flight recorder. */
+static inline void zs_note(struct zs_ctx *ctx, const char *call, int32_t unit)
+{
+    zs_flight_call(zs_comm_flight(ctx->comm), call, unit, ctx->micro_step);
+}
 
 #endif /* ZS_ENGINE_H */

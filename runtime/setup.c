@@ -43,6 +43,7 @@ static zs_status agree_on_registration(struct zs_ctx *ctx)
     all = calloc((size_t)ctx->world, sizeof(*all));
     if (!all)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
+    zs_label(ctx, ZS_PURPOSE_SETUP, -1);
     st = zs_comm_allgather_bytes(ctx->comm, &mine, all, (int32_t)sizeof(mine));
     if (st) {
         free(all);

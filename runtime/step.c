@@ -99,6 +99,7 @@ static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm, bool *overfl
     all = malloc((size_t)ctx->world * sizeof(double));
     if (!all)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
+    zs_label(ctx, ZS_PURPOSE_NORM, -1);
     st = zs_comm_allgather_bytes(ctx->comm, &mine, all, (int32_t)sizeof(double));
     *overflow = false;
     for (int32_t r = 0; !st && r < ctx->world; r++) {
@@ -263,9 +264,12 @@ static zs_status gather_updated(struct zs_ctx *ctx)
     reqs = calloc((size_t)ctx->nunits, sizeof(*reqs));
     if (!reqs)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
-    for (int32_t u = 0; u < ctx->nunits && !st; u++)
-        if (!ctx->units[u].sharded)
-            st = zs_comm_all_gather_dt(ctx->comm, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
+    for (int32_t u = 0; u < ctx->nunits && !st; u++) {
+        if (ctx->units[u].sharded)
+            continue;
+        zs_label(ctx, ZS_PURPOSE_GATHER, u);
+        st = zs_comm_all_gather_dt(ctx->comm, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
+    }
     for (int32_t u = 0; u < ctx->nunits; u++) {
         if (!reqs[u])
             continue;
@@ -398,6 +402,7 @@ zs_status zs_step(zs_ctx *ctx)
             return zs_fail(ZS_ERR_INVALID,
                            "zs_step: unit '%s' had no zs_grad_ready in this micro-batch (every unit needs one)",
                            ctx->units[u].name);
+    zs_note(ctx, "zs_step", -1);
     ctx->stats.stepped = 0;
     ctx->stats.micro_step = ++ctx->micro_step;
     if (ctx->micro_step % ctx->cfg.grad_accum_steps != 0)

@@ -70,11 +70,14 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
          * gather still goes out, marked failed, so that it ends with an error on every rank and the
          * block stays allocated on every rank alike (released by the usual wait and drop). */
         zs_comm_fail_next(ctx->comm);
+        zs_label(ctx, ZS_PURPOSE_FETCH, u);
         if (!zs_comm_all_gather_dt(ctx->comm, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
             un->gather = ZS_GATHER_PENDING;
     }
-    if (!st)
+    if (!st) {
+        zs_label(ctx, ZS_PURPOSE_FETCH, u);
         st = zs_comm_all_gather_dt(ctx->comm, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
+    }
     if (st && un->gather == ZS_GATHER_PENDING) {
         zs_error_prefix("fetch unit '%s'", un->name);
         return st;
@@ -97,7 +100,11 @@ static zs_status gather_wait(struct zs_ctx *ctx, struct zs_unit *un)
         return ZS_OK;
     st = zs_comm_wait(ctx->comm, un->gather_req);
     un->gather_req = NULL;
-    if (st) {
+    if (st) { /* the request is gone and the copy is not the unit: dropped here, on every rank alike */
+        zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));
+        un->gathered = NULL;
+        un->gather = ZS_GATHER_NONE;
+        un->prefetched = false;
         zs_error_prefix("gather unit '%s'", un->name);
         return st;
     }
@@ -287,6 +294,7 @@ zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data)
     if (unit < 0 || unit >= ctx->nunits)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_fetch: no unit %d", unit);
     struct timespec t0, t1;
+    zs_note(ctx, "zs_unit_fetch", unit);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     st = zs_grads_progress(ctx);
     if (!st)
@@ -304,6 +312,7 @@ zs_status zs_unit_release(zs_ctx *ctx, int32_t unit)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_release: call zs_setup first");
     if (unit < 0 || unit >= ctx->nunits)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_release: no unit %d", unit);
+    zs_note(ctx, "zs_unit_release", unit);
     return zs_release_unit(ctx, unit);
 }
 

@@ -111,6 +111,7 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
                 b[i] *= ctx->pre_scale;
             zs_cvt_from_f32(zs_at(g, i0, ctx->psz), (int)ctx->pdt, b, k);
         }
+    zs_label(ctx, ZS_PURPOSE_GRAD, u);
     if (ctx->cfg.zero.stage == 0 || (ctx->cfg.zero.stage == 1 && !ctx->cfg.zero.reduce_scatter))
         st = zs_comm_all_reduce_dt(ctx->comm, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else if (ctx->cfg.zero.stage == 1)

@@ -221,6 +221,7 @@ struct run {
     int32_t *in, *tg;
     int64_t B, gas;
     int rank, world;
+    bool preempted; /* SIGTERM: stopped after a step, checkpoint saved */
 };
 
 /* The mean loss over val_batches global batches of fixed held-out sequences. Collective. */
@@ -236,7 +237,10 @@ static int validate(struct run *r, const struct opts *o, double *loss)
             return rc;
         sum += l;
     }
-    MPI_Allreduce(&sum, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    all = sum;
+    zs_status st = zs_allreduce_sum(r->ctx, &all, 1);
+    if (st)
+        return (int)st;
     *loss = all / (double)(per * r->world);
     return 0;
 }
@@ -307,7 +311,10 @@ static int train_step(struct run *r, const struct opts *o, int64_t step, double 
             return rc;
         sum += l;
     }
-    MPI_Allreduce(&sum, loss, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    *loss = sum; /* under the watchdog, like every other exchange */
+    zs_status st = zs_allreduce_sum(r->ctx, loss, 1);
+    if (st)
+        return (int)st;
     *loss /= (double)(r->gas * r->world);
     return 0;
 }
@@ -374,9 +381,13 @@ static int train(struct run *r, const struct opts *o)
             break;
         }
         report_step(r, o, metrics, loss, secs, val);
-        if (o->run.save_dir && ((o->run.save_every && s.global_step % o->run.save_every == 0) || last) &&
-            (rc = (int)zs_checkpoint_save(r->ctx, o->run.save_dir)))
+        bool save = o->run.save_dir && ((o->run.save_every && s.global_step % o->run.save_every == 0) || last);
+        if (save && (rc = (int)zs_checkpoint_save(r->ctx, o->run.save_dir)))
             ex_die("save", (zs_status)rc);
+        if (!rc && ex_preempted(r->ctx, &o->run, save, r->rank, &rc)) {
+            r->preempted = true;
+            break;
+        }
     }
     if (metrics)
         fclose(metrics);
@@ -420,8 +431,10 @@ static int run_program(const struct opts *o, int rank, int world)
         st = zs_import_safetensors(r.ctx, o->run.init_from);
     }
     if (st) {
-        if (rank == 0)
+        if (rank == 0 || st == ZS_ERR_COMM)
             ex_die(what, st);
+        if (st == ZS_ERR_COMM) /* a peer may be gone or stuck: a clean shutdown could wait for it */
+            goto out_abort;
         goto out;
     }
     r.B = zs_micro_batch_size(r.ctx);
@@ -455,7 +468,14 @@ static int run_program(const struct opts *o, int rank, int world)
                (long long)cfg.ctx, o->recompute ? ", recompute" : "", (long long)r.data.len, r.data.files,
                (long long)r.data.train_len, (long long)(r.data.len - r.data.train_len), gpt_data_entropy(&r.data),
                gpt_data_entropy(&r.data) / log(2.0));
-    if (train(&r, o) || (o->sample && sample_text(&r, o)))
+    ex_preempt_enable(r.ctx, &o->run);
+    if (train(&r, o))
+        goto out_abort;
+    if (r.preempted) { /* saved: the relaunch with --load carries on from here */
+        rc = 0;
+        goto out;
+    }
+    if (o->sample && sample_text(&r, o))
         goto out_abort;
     uint64_t h;
     if ((st = ex_params_hash(r.ctx, &h, o->run.dump, rank))) {
@@ -480,7 +500,7 @@ out:
     gpt_layout_free(&lay);
     gpt_data_free(&r.data);
     if (rc < 0) /* a failure on one rank mid-training leaves the others in a collective */
-        MPI_Abort(MPI_COMM_WORLD, 1);
+        ex_abort(r.ctx, 1);
     zs_finalize(r.ctx);
     return rc;
 }
