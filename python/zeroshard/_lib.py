@@ -141,6 +141,38 @@ def lib():
                   "ZEROSHARD_PREFIX=P" + ("; tried: " + ", ".join(tried) if tried else ""))
 
 
+_own_mpi = False
+
+
+def init_mpi():
+    """Initialises MPI here rather than in zs_init, so that zs_finalize (which finalises an MPI it started)
+    leaves it up: one process can then create and destroy several engines (the tests do). Finalised at
+    exit, after the engines."""
+    global _own_mpi
+    lib()
+    if _mpi is None:
+        return
+    flag = ctypes.c_int(0)
+    _mpi.MPI_Initialized(ctypes.byref(flag))
+    if flag.value:
+        return
+    provided = ctypes.c_int(0)
+    if _mpi.MPI_Init_thread(None, None, ctypes.c_int(1), ctypes.byref(provided)) != 0:  # MPI_THREAD_FUNNELED
+        raise ZsError("zeroshard: MPI_Init_thread failed")
+    _own_mpi = True
+
+
+def finalize_mpi():
+    global _own_mpi
+    if not _own_mpi:
+        return
+    flag = ctypes.c_int(0)
+    _mpi.MPI_Finalized(ctypes.byref(flag))
+    if not flag.value:
+        _mpi.MPI_Finalize()
+    _own_mpi = False
+
+
 def check(status, what):
     if status != ZS_OK:
         msg = _lib.zs_last_error()

@@ -116,6 +116,7 @@ class ZeroShardEngine:
         self.stage = _stage_of(self.config)
         self.module = model
         self.ctx = ctypes.c_void_p()
+        L.init_mpi()
         opts = L.InitOpts(config_json=text.encode(), quiet=0)
         if auto_values:
             for k, v in auto_values.items():
@@ -126,6 +127,11 @@ class ZeroShardEngine:
         self.world_size = self.lib.zs_world_size(self.ctx)
         self.local_rank = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
         self.device = torch.device("cpu")
+        # zs_init bound this thread to the rank's share of the node's cores; torch's intra-op threads,
+        # started later, inherit that binding, so more of them than the share would only contend.
+        share = len(os.sched_getaffinity(0))
+        if torch.get_num_threads() > share:
+            torch.set_num_threads(share)
         self._register(model, nn)
         self._micro_backward = False
         self._hooks = []
@@ -430,3 +436,4 @@ def _finalize_all():
             e.destroy()
         except Exception:   # exiting anyway; MPI may already be gone
             pass
+    L.finalize_mpi()
