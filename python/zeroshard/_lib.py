@@ -96,6 +96,7 @@ def _declare(lib):
         "zs_grad_ready": [P, c.c_int32],
         "zs_step": [P],
         "zs_stats": [P, c.POINTER(StepStats)],
+        "zs_param_info": [P, c.c_int32, P, P, P, c.POINTER(c.c_int64)],
     }
     for name, args in sigs.items():
         f = getattr(lib, name)

@@ -11,10 +11,10 @@ How the module maps onto the C API (include/zeroshard.h):
   weight.t()) are saved as (unit, size, stride, offset) through saved_tensors_hooks and rebuilt from the
   unit, fetched again on first use in backward; without this, autograd would keep the gathered buffer alive
   (or read a freed one).
-- gradients: a post-accumulate-grad hook per parameter adds its gradient into the unit's gradient buffer
-  (zs_grad_buffer, a view again) and drops torch's copy; when the unit's last parameter has its gradient,
-  zs_grad_ready starts the unit's reduction while backward goes on. Units with a parameter that got no
-  gradient are handed over (with zeros for it) when loss.backward() returns.
+- gradients: a post-accumulate-grad hook per parameter takes torch's gradient (and drops it from .grad);
+  when the unit's last parameter has its gradient, they are added into the unit's gradient buffer
+  (zs_grad_buffer, viewed in place) and zs_grad_ready starts the unit's reduction while backward goes on.
+  Units with a parameter that got no gradient are handed over (zeros for it) when loss.backward() returns.
 """
 import atexit
 import ctypes
@@ -53,7 +53,7 @@ class _Unit:
         self.refs = 0           # forward fetches outstanding (nested modules, tied parameters)
         self.ptr = None         # the fetched buffer's address while fetched (stage 3) / for good (0-2)
         self.flat = None
-        self.gflat = None       # this micro-batch's gradient buffer view
+        self.pending = []       # (parameter, gradient) of this micro-batch, until the unit's last one
         self.ngot = 0
         self.handed = False
         self.bw_held = False    # fetched by backward (a saved tensor needed it)
@@ -145,7 +145,7 @@ class ZeroShardEngine:
     # ------------------------------------------------------------------ set-up
     def _register(self, model, nn):
         torch = self._torch
-        plan, names, blocks, off = _unit_plan(model, nn)
+        plan, names, blocks, first_block = _unit_plan(model, nn)
         if not plan:
             raise ValueError("zeroshard.initialize: the model has no parameters")
         self.units, self._pinfo, self._poff = [], {}, {}
@@ -168,18 +168,23 @@ class ZeroShardEngine:
                         f"parameter '{names[id(p)]}'")
                 dims = (ctypes.c_int64 * max(p.dim(), 1))(*(p.shape or (1,)))
                 L.check(lib.zs_param_shape(ctx, pid, max(p.dim(), 1), dims), f"shape of '{names[id(p)]}'")
-                unit.params.append((p, unit.numel, p.numel(), tuple(p.shape)))
+                unit.params.append((p, pid.value, p.numel(), tuple(p.shape)))
                 self._pinfo[p] = unit
-                self._poff[p] = (unit.numel, p.numel())
-                unit.numel += p.numel()
                 unit.nreq += 1
             self.units.append(unit)
         L.check(lib.zs_setup(ctx), "zs_setup")
+        for unit in self.units:   # where each parameter sits in its unit's buffer (the library aligns them)
+            for i, (p, pid, n, shape) in enumerate(unit.params):
+                off = ctypes.c_int64()
+                L.check(lib.zs_param_info(ctx, pid, None, None, None, ctypes.byref(off)), "zs_param_info")
+                unit.params[i] = (p, off.value, n, shape)
+                self._poff[p] = (off.value, n)
+                unit.numel = max(unit.numel, off.value + n)
         del keep
         self.dtype = {0: torch.float32, 1: torch.bfloat16, 2: torch.float16}[lib.zs_param_dtype(ctx)]
         self._esize = torch.empty(0, dtype=self.dtype).element_size()
         self._names = names
-        self._blocks = [(b, self.units[i + off].idx) for i, (_, b) in enumerate(blocks)]
+        self._blocks = [(b, self.units[i + first_block].idx) for i, (_, b) in enumerate(blocks)]
         self._live = {}   # buffer address -> unit, for the units fetched now (stage 3's saved tensors)
         self._empty = torch.empty(0, dtype=self.dtype)
         for u in self.units:   # torch's own copies go; the parameters become views of ZeroShard's buffers
@@ -275,23 +280,25 @@ class ZeroShardEngine:
         if u.handed:
             raise RuntimeError(f"zeroshard: a gradient for unit '{u.name}' arrived after its gradients were handed "
                                "over in this micro-batch: backward ran twice without engine.step() between")
-        off, n = self._poff[p]
-        if u.gflat is None:
-            ptr = ctypes.c_void_p()
-            L.check(self.lib.zs_grad_buffer(self.ctx, u.idx, ctypes.byref(ptr)), f"gradient buffer of '{u.name}'")
-            u.gflat = self._view(ptr.value, u.numel)
-        u.gflat[off:off + n].add_(p.grad.reshape(-1))
+        u.pending.append((p, p.grad))
         p.grad = None
         u.ngot += 1
         if u.ngot == u.nreq:
             self._hand(u)
 
     def _hand(self, u):
-        if u.gflat is None:   # no parameter of the unit got a gradient: its buffer stays as zeros
-            ptr = ctypes.c_void_p()
-            L.check(self.lib.zs_grad_buffer(self.ctx, u.idx, ctypes.byref(ptr)), f"gradient buffer of '{u.name}'")
+        """The unit's gradients go into its buffer only once all of them are here: at stages 2-3 the buffer is
+        a slot of the reduction bucket, which the library reuses once its reductions are launched, so a slot
+        must not stay open while other units take theirs (a unit whose last gradient comes late, such as a
+        tied embedding or a parameter unused in this step, would otherwise be overwritten)."""
+        ptr = ctypes.c_void_p()
+        L.check(self.lib.zs_grad_buffer(self.ctx, u.idx, ctypes.byref(ptr)), f"gradient buffer of '{u.name}'")
+        g = self._view(ptr.value, u.numel)
+        for p, grad in u.pending:
+            off, n = self._poff[p]
+            g[off:off + n].add_(grad.reshape(-1))
         L.check(self.lib.zs_grad_ready(self.ctx, u.idx), f"gradients of unit '{u.name}'")
-        u.handed, u.gflat = True, None
+        u.handed, u.pending = True, []
         if u.bw_held:
             u.bw_held = False
             self._release(u)
@@ -327,7 +334,7 @@ class ZeroShardEngine:
         L.check(self.lib.zs_step(self.ctx), "zs_step")
         self._micro_backward = False
         for u in self.units:
-            u.handed, u.ngot, u.gflat = False, 0, None
+            u.handed, u.ngot, u.pending = False, 0, []
 
     def stats(self):
         s = L.StepStats()
