@@ -177,4 +177,5 @@ def finalize_mpi():
 def check(status, what):
     if status != ZS_OK:
         msg = _lib.zs_last_error()
-        raise ZsError(f"zeroshard: {what}: " + (msg.decode(errors="replace") if msg else f"status {status}"))
+        text = msg.decode(errors="replace") if msg else f"status {status}"
+        raise ZsError(f"zeroshard: {text}" if text.startswith(what.split()[0] + ":") else f"zeroshard: {what}: {text}")
