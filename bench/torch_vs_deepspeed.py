@@ -57,10 +57,19 @@ def run(backend, cfg_path, a, tmp, tag, port):
                f"-x MASTER_PORT={port} bash -c '{inner}'")
     print("$ " + cmd, flush=True)
     p = subprocess.run(cmd, shell=True, env=env, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"torch_vs_deepspeed: {backend} {tag} failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     rss = [float(m) for m in re.findall(r"^rank \d+ peak_rss_mib ([\d.]+)", p.stdout, re.M)]
-    rows = [json.loads(l) for l in open(metrics)]
+    rows = [json.loads(l) for l in open(metrics)] if os.path.exists(metrics) else []
+    if p.returncode != 0:
+        # DeepSpeed 0.19's stage 3 on the CPU accelerator aborts at interpreter exit ("terminate called
+        # without an active exception") after the script has finished; a run that finished every step and
+        # printed every rank's RSS is counted, and the exit is reported
+        if len(rows) == a.steps and len(rss) == a.ranks:
+            print(f"  ({backend} {tag}: exit {p.returncode} after the last step: "
+                  f"{(p.stdout + p.stderr).count('terminate called without an active exception')} x 'terminate "
+                  "called without an active exception' at exit)", flush=True)
+        else:
+            sys.exit(f"torch_vs_deepspeed: {backend} {tag} failed (exit {p.returncode}):\n{p.stdout[-3000:]}\n"
+                     f"{p.stderr[-3000:]}")
     return {"times": [r["time"] for r in rows[DROP:]], "loss": rows[-1]["loss"], "rss": max(rss),
             "losses": [r["loss"] for r in rows]}
 
