@@ -122,9 +122,28 @@ def train_zs(cfg, steps, with_skip=False, engine_out=None, start=0, save_at=None
             engine.save_checkpoint(save_dir)
             if engine_out is not None:
                 engine_out["saved"] = params_of(engine)
+    check_storage(engine, cfg)
     out = params_of(engine)
     engine.destroy()
     return out, r
+
+
+def check_storage(engine, cfg):
+    """Stage 3: between steps every parameter is empty (no storage held in torch). Stages 0-2: every
+    parameter is a view of its unit's buffer in ZeroShard (zero-copy), at the library's offset."""
+    params = list(engine.module.parameters())
+    if cfg["zero_optimization"]["stage"] == 3:
+        held = [n for n, p in engine.module.named_parameters() if p.numel() != 0]
+        if held:
+            fail(f"stage 3: parameters hold storage between steps: {held[:3]}")
+        return
+    for u in engine.units:
+        for p, off, n, _ in u.params:
+            if p.data_ptr() != u.ptr + off * p.element_size():
+                fail(f"parameter of unit '{u.name}' is not a view of ZeroShard's buffer")
+                return
+    if not params:
+        fail("no parameters")
 
 
 def train_torch(steps, global_n, accum=1, with_skip=False, dtype=None):

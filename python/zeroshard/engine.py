@@ -326,6 +326,10 @@ class ZeroShardEngine:
         for u in reversed(self.units):
             if not u.handed:
                 self._hand(u)
+        for u in self.units:   # a saved tensor unpacked after its unit was handed over fetched it again
+            if u.bw_held:
+                u.bw_held = False
+                self._release(u)
         return loss
 
     def step(self):
