@@ -18,6 +18,10 @@ case $MODE in
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     $run 2 python3 "$here/torch_api.py" ckpt-save "$tmp" && $run 1 python3 "$here/torch_api.py" ckpt-load "$tmp" ;;
+  export)
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    $run 2 python3 "$here/torch_api.py" export "$tmp" ;;
   misuse) python3 "$here/torch_api.py" misuse ;;   # no mpirun: a world of one
   install)
     # pip install ./python (into a scratch target) + cmake --install (into a scratch prefix): the installed

@@ -421,6 +421,50 @@ class ZeroShardEngine:
         client = self._torch.load(cs, weights_only=False) if os.path.exists(cs) else {}
         return os.path.join(load_dir, tag or f"global_step{step}"), client
 
+    def save_16bit_model(self, save_dir, save_filename="model.safetensors", exclude_frozen_parameters=False):
+        """DeepSpeed's name: the full parameters in the training dtype, each under its first name (a tied
+        one once), as safetensors written by rank 0. Collective: at stage 3 every rank gathers one unit at a
+        time, so no rank ever holds more than one gathered unit beyond its shards."""
+        if not str(save_filename).endswith(".safetensors"):
+            raise NotImplementedError(f"zeroshard: save_16bit_model '{save_filename}': only .safetensors is "
+                                      "written (zs-ckpt export converts checkpoints too)")
+        if self._micro_backward:
+            raise RuntimeError("zeroshard: save_16bit_model between engine.backward() and engine.step()")
+        tag = {self._torch.float32: "F32", self._torch.bfloat16: "BF16", self._torch.float16: "F16"}[self.dtype]
+        header, pos = {}, 0
+        for u in self.units:
+            for p, _, n, shape in u.params:
+                header[self._names[id(p)]] = {"dtype": tag, "shape": list(shape),
+                                              "data_offsets": [pos, pos + n * self._esize]}
+                pos += n * self._esize
+        text = json.dumps(header, separators=(",", ":")).encode()
+        text += b" " * (-len(text) % 8)   # the data starts 8-byte aligned
+        path = os.path.join(save_dir, save_filename)
+        f = None
+        if self.global_rank == 0:
+            os.makedirs(save_dir, exist_ok=True)
+            f = open(path + ".tmp", "wb")
+            f.write(len(text).to_bytes(8, "little") + text)
+        try:
+            for u in self.units:
+                self._acquire(u)
+                try:
+                    if f:
+                        for p, off, n, _ in u.params:
+                            f.write(memoryview(u.flat[off:off + n].view(self._torch.uint8).numpy()))
+                finally:
+                    self._release(u)
+            if f:
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()
+                f = None
+                os.replace(path + ".tmp", path)
+        finally:
+            if f:
+                f.close()
+        return True
+
     def load_safetensors(self, path):
         """Sets the parameters from a safetensors file (before training), names as in the module."""
         L.check(self.lib.zs_import_safetensors(self.ctx, os.fspath(path).encode()), f"import of '{path}'")
