@@ -1,7 +1,7 @@
 """torch_api.py - checks of the PyTorch front end (python/zeroshard) against plain PyTorch; torch_api.sh runs
 it under mpirun. Modes (each rank runs the same mode; rank 0 prints the verdict, exit 1 on a mismatch):
 
-  stages    2 ranks: stages 0-3 x offload none/cpu (and fp16/bf16 at stages 0 and 3) train the same model
+  stages    2 ranks: stages 0-3 x offload none/cpu, stage 3 with NVMe (and fp16/bf16 at stages 0 and 3) train the same model
             20 steps; every fp32 run must give bit-identical parameters, each 16-bit dtype the same bits at
             stage 0 and 3; fp32 must match single-process PyTorch (torch.optim.AdamW, clipping, same global
             batch) within PARAM_ATOL, the 16-bit runs within their own tolerances.
@@ -82,6 +82,8 @@ def config(stage, offload=None, dtype=None, micro=2, accum=1, offload_param=None
     z = {"stage": stage, "reduce_bucket_size": 200, "stage3_param_persistence_threshold": 0}
     if offload:
         z["offload_optimizer"] = {"device": offload}
+        if offload == "nvme":   # the run's own directory (torch_api.sh gives it; the library makes rank dirs)
+            z["offload_optimizer"]["nvme_path"] = os.environ.get("TORCH_API_NVME", "/var/tmp")
     if offload_param:
         z["offload_param"] = {"device": offload_param}
     c = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accum, "gradient_clipping": 1.0,
@@ -188,7 +190,8 @@ def mode_stages():
     runs = [("stage0", config(0))]
     for st in (1, 2, 3):
         runs += [(f"stage{st}", config(st)), (f"stage{st} offload_optimizer cpu", config(st, "cpu"))]
-    runs += [("stage3 offload_optimizer+param cpu", config(3, "cpu", offload_param="cpu"))]
+    runs += [("stage3 offload_optimizer+param cpu", config(3, "cpu", offload_param="cpu")),
+             ("stage3 offload_optimizer nvme", config(3, "nvme"))]
     results = {}
     rank = 0
     for name, cfg in runs:

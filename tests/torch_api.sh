@@ -13,7 +13,12 @@ export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBD
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 run="mpirun --oversubscribe -np"
 case $MODE in
-  stages|semantics) $run 2 python3 "$here/torch_api.py" "$MODE" ;;
+  stages)
+    # NVMe offload's swap files go under the build tree (on disk, where O_DIRECT works), in a scratch dir
+    export TORCH_API_NVME=$(mktemp -d "$LIBDIR/torch_api_nvme.XXXX")
+    trap 'rm -rf "$TORCH_API_NVME"' EXIT
+    $run 2 -x TORCH_API_NVME python3 "$here/torch_api.py" stages ;;
+  semantics) $run 2 python3 "$here/torch_api.py" semantics ;;
   ckpt)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
