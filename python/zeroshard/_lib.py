@@ -1,0 +1,181 @@
+"""ctypes binding of libzeroshard's C API (include/zeroshard.h).
+
+The library is looked for, in order: $ZEROSHARD_LIB (the .so itself or its directory), $ZEROSHARD_PREFIX/lib*,
+the build trees of the source checkout this package sits in (python/zeroshard -> ../../build*), the
+dynamic loader's search path (LD_LIBRARY_PATH, ldconfig), and the usual install prefixes.
+"""
+import ctypes
+import ctypes.util
+import glob
+import os
+
+ZS_OK = 0
+DTYPES = {0: "fp32", 1: "bf16", 2: "fp16"}
+
+
+class ZsError(RuntimeError):
+    """A ZeroShard call failed; the message is the library's zs_last_error()."""
+
+
+class AutoValues(ctypes.Structure):
+    _fields_ = [("micro_batch_size", ctypes.c_int64), ("grad_accum_steps", ctypes.c_int64),
+                ("lr", ctypes.c_double), ("total_num_steps", ctypes.c_int64),
+                ("warmup_num_steps", ctypes.c_int64), ("gradient_clipping", ctypes.c_double),
+                ("beta1", ctypes.c_double), ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
+                ("weight_decay", ctypes.c_double)]
+
+
+class InitOpts(ctypes.Structure):
+    # MPI_Comm is a pointer in Open MPI and an int in MPICH: a pointer-sized slot covers both; zero (with
+    # use_comm 0) means MPI_COMM_WORLD.
+    _fields_ = [("config_path", ctypes.c_char_p), ("config_json", ctypes.c_char_p),
+                ("comm", ctypes.c_void_p), ("use_comm", ctypes.c_int), ("auto_values", AutoValues),
+                ("quiet", ctypes.c_int)]
+
+
+class StepStats(ctypes.Structure):
+    _fields_ = [("global_step", ctypes.c_int64), ("micro_step", ctypes.c_int64), ("stepped", ctypes.c_int32),
+                ("skipped", ctypes.c_int32), ("lr", ctypes.c_double), ("grad_norm", ctypes.c_double),
+                ("clip_coef", ctypes.c_double), ("loss_scale", ctypes.c_double),
+                ("time_fetch", ctypes.c_double), ("time_reduce", ctypes.c_double),
+                ("time_optimizer", ctypes.c_double), ("time_gather", ctypes.c_double),
+                ("time_swap", ctypes.c_double)]
+
+
+def _candidates():
+    env = os.environ.get("ZEROSHARD_LIB")
+    if env:
+        yield os.path.join(env, "libzeroshard.so") if os.path.isdir(env) else env
+    prefix = os.environ.get("ZEROSHARD_PREFIX")
+    if prefix:
+        yield from sorted(glob.glob(os.path.join(prefix, "lib*", "libzeroshard.so*")))
+        yield from sorted(glob.glob(os.path.join(prefix, "lib", "*", "libzeroshard.so*")))
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    yield from sorted(glob.glob(os.path.join(src, "build*", "libzeroshard.so")))
+    found = ctypes.util.find_library("zeroshard")
+    if found:
+        yield found
+    for p in ("/usr/local", "/opt/zeroshard", "/usr"):
+        yield from sorted(glob.glob(os.path.join(p, "lib*", "libzeroshard.so*")))
+        yield from sorted(glob.glob(os.path.join(p, "lib", "*", "libzeroshard.so*")))
+
+
+def _load_mpi_global():
+    """Open MPI loads its components (mca_*.so) with dlopen, and they resolve MPI's symbols from the global
+    namespace. ctypes loads libraries RTLD_LOCAL, so libmpi pulled in as libzeroshard's dependency would be
+    invisible to them and MPI_Init fails ("undefined symbol: ompi_..."). Loading libmpi first with
+    RTLD_GLOBAL puts its symbols there. Harmless for MPICH."""
+    names = ["libmpi.so.40", "libmpi.so.12", "libmpi.so"]
+    found = ctypes.util.find_library("mpi")
+    if found:
+        names.insert(0, found)
+    for n in names:
+        try:
+            return ctypes.CDLL(n, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+    return None  # the library's own dependency will bring whatever MPI it was linked with
+
+
+def _declare(lib):
+    c = ctypes
+    P = c.c_void_p
+    sigs = {
+        "zs_init": [c.POINTER(P), c.POINTER(InitOpts)],
+        "zs_finalize": [P],
+        "zs_unit_add": [P, c.c_char_p, c.POINTER(c.c_int32)],
+        "zs_param_add": [P, c.c_int32, c.c_char_p, c.c_int64, P, c.POINTER(c.c_int32)],
+        "zs_param_shape": [P, c.c_int32, c.c_int32, c.POINTER(c.c_int64)],
+        "zs_setup": [P],
+        "zs_checkpoint_save": [P, c.c_char_p],
+        "zs_checkpoint_load": [P, c.c_char_p],
+        "zs_import_safetensors": [P, c.c_char_p],
+        "zs_unit_fetch": [P, c.c_int32, c.POINTER(P)],
+        "zs_unit_release": [P, c.c_int32],
+        "zs_grad_buffer": [P, c.c_int32, c.POINTER(P)],
+        "zs_grad_ready": [P, c.c_int32],
+        "zs_step": [P],
+        "zs_stats": [P, c.POINTER(StepStats)],
+        "zs_param_info": [P, c.c_int32, P, P, P, c.POINTER(c.c_int64)],
+    }
+    for name, args in sigs.items():
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = c.c_int
+    for name in ("zs_world_size", "zs_rank", "zs_param_dtype", "zs_unit_count", "zs_param_count"):
+        getattr(lib, name).argtypes = [P]
+        getattr(lib, name).restype = c.c_int32
+    for name in ("zs_grad_accum_steps", "zs_micro_batch_size"):
+        getattr(lib, name).argtypes = [P]
+        getattr(lib, name).restype = c.c_int64
+    lib.zs_last_error.restype = c.c_char_p
+    lib.zs_last_error.argtypes = []
+
+
+_lib = None
+_mpi = None
+
+
+def lib():
+    """The loaded library (loaded on first use, so `import zeroshard` works without it)."""
+    global _lib, _mpi
+    if _lib is not None:
+        return _lib
+    tried = []
+    for path in _candidates():
+        if not os.path.sep in path and not path.startswith("lib"):
+            continue
+        if os.path.sep in path and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        _mpi = _load_mpi_global()
+        try:
+            handle = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+            continue
+        _declare(handle)
+        _lib = handle
+        return _lib
+    raise ZsError("zeroshard: libzeroshard.so not found; build it (bash tools/build.sh build) or install it "
+                  "(cmake --install build --prefix P) and set ZEROSHARD_LIB=/path/to/libzeroshard.so or "
+                  "ZEROSHARD_PREFIX=P" + ("; tried: " + ", ".join(tried) if tried else ""))
+
+
+_own_mpi = False
+
+
+def init_mpi():
+    """Initialises MPI here rather than in zs_init, so that zs_finalize (which finalises an MPI it started)
+    leaves it up: one process can then create and destroy several engines (the tests do). Finalised at
+    exit, after the engines."""
+    global _own_mpi
+    lib()
+    if _mpi is None:
+        return
+    flag = ctypes.c_int(0)
+    _mpi.MPI_Initialized(ctypes.byref(flag))
+    if flag.value:
+        return
+    provided = ctypes.c_int(0)
+    if _mpi.MPI_Init_thread(None, None, ctypes.c_int(1), ctypes.byref(provided)) != 0:  # MPI_THREAD_FUNNELED
+        raise ZsError("zeroshard: MPI_Init_thread failed")
+    _own_mpi = True
+
+
+def finalize_mpi():
+    global _own_mpi
+    if not _own_mpi:
+        return
+    flag = ctypes.c_int(0)
+    _mpi.MPI_Finalized(ctypes.byref(flag))
+    if not flag.value:
+        _mpi.MPI_Finalize()
+    _own_mpi = False
+
+
+def check(status, what):
+    if status != ZS_OK:
+        msg = _lib.zs_last_error()
+        text = msg.decode(errors="replace") if msg else f"status {status}"
+        raise ZsError(f"zeroshard: {text}" if text.startswith(what.split()[0] + ":") else f"zeroshard: {what}: {text}")
