@@ -131,6 +131,54 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
     return zs_grads_progress(ctx);
 }
 
+/* Bytes a unit's slot in the bucket takes: the staging, then (fp32 reduction of 16-bit gradients) room
+ * for this rank's reduced part; in place in the staging otherwise. */
+static int64_t slot_bytes(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    int64_t need = un->part.padded * (int64_t)ctx->psz;
+
+    if (ctx->cdt != ctx->pdt)
+        need += un->part.shard * (int64_t)ctx->csz;
+    return (need + 63) / 64 * 64;
+}
+
+/* The first offset at or after `at` where `need` bytes overlap no open slot. A unit between zs_grad_get
+ * and zs_grad_ready keeps its slot when the bucket restarts; placing the next unit over it would sum
+ * two units' gradients into one buffer without a word. Every rank makes the same calls, so every rank
+ * finds the same offset. */
+static int64_t slot_place(const struct zs_ctx *ctx, int64_t at, int64_t need)
+{
+    bool moved = true;
+
+    while (moved) {
+        moved = false;
+        for (int32_t u = 0; u < ctx->nunits; u++) {
+            const struct zs_unit *o = &ctx->units[u];
+            int64_t off = o->grad_state == ZS_GRAD_OPEN ? (char *)o->grad - (char *)ctx->arena : 0;
+            if (o->grad_state == ZS_GRAD_OPEN && at < off + slot_bytes(ctx, o) && off < at + need) {
+                at = off + slot_bytes(ctx, o);
+                moved = true;
+            }
+        }
+    }
+    return at;
+}
+
+static zs_status open_slots_fail(const struct zs_ctx *ctx, const struct zs_unit *un, int64_t need)
+{
+    const char *open = "?";
+
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        if (ctx->units[u].grad_state == ZS_GRAD_OPEN) {
+            open = ctx->units[u].name;
+            break;
+        }
+    return zs_fail(ZS_ERR_INVALID, "zs_grad_get: unit '%s' needs %lld bytes of the reduction bucket "
+                   "(zero_optimization.reduce_bucket_size, %lld bytes here), but units still between zs_grad_get "
+                   "and zs_grad_ready hold its free room (first: '%s'); hand them over sooner or raise "
+                   "reduce_bucket_size", un->name, (long long)need, (long long)ctx->arena_cap, open);
+}
+
 zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad)
 {
     struct zs_unit *un = &ctx->units[u];
@@ -151,17 +199,17 @@ zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad)
         /* The bucket restarts only here and at the step, never when reductions happen to finish: every
          * rank must place a unit's staging buffer at the same offset, because peers on the node read it
          * there. */
-        /* the staging, then (fp32 reduction of 16-bit gradients) room for this rank's reduced part;
-         * in place in the staging otherwise */
         int64_t stage_b = un->part.padded * (int64_t)ctx->psz;
-        int64_t need = stage_b + (ctx->cdt != ctx->pdt ? un->part.shard * (int64_t)ctx->csz : 0);
-        need = (need + 63) / 64 * 64;
-        if (ctx->arena_used + need > ctx->arena_cap) {
+        int64_t need = slot_bytes(ctx, un), at = slot_place(ctx, ctx->arena_used, need);
+        if (at + need > ctx->arena_cap) {
             st = zs_grads_flush(ctx); /* the bucket is full: its reductions must land before reuse */
             if (st)
                 return st;
-            ctx->arena_used = 0;
+            at = slot_place(ctx, 0, need);
+            if (at + need > ctx->arena_cap)
+                return open_slots_fail(ctx, un, need);
         }
+        ctx->arena_used = at;
         un->grad = ctx->arena + ctx->arena_used;
         un->reduced = ctx->cdt != ctx->pdt ? ctx->arena + ctx->arena_used + stage_b
                                            : zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
