@@ -146,6 +146,51 @@ static void fold_grad(const struct wide *wd, void *g16, const float *g, int64_t 
         h[i] = ex_f2h(wd->dt, ex_h2f(wd->dt, h[i]) + g[i]);
 }
 
+/* A layer's backward begins: its unit fetched, its fp32 weights (widened if 16-bit) in *w, and the fp32
+ * arrays its gradient is added into: the gradient buffer itself (fp32) or zeroed scratch (16-bit). */
+struct grad_view {
+    void *gp;
+    const float *w;
+    float *gw, *gb;
+    int64_t woff, boff;
+};
+
+static zs_status grad_begin(zs_ctx *ctx, const struct layer *L, const struct wide *wd, struct grad_view *v)
+{
+    zs_status st;
+    void *wp;
+
+    if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
+        (st = zs_grad_buffer(ctx, L->unit, &v->gp)) || (st = zs_param_info(ctx, L->w, NULL, NULL, NULL, &v->woff)) ||
+        (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &v->boff)))
+        return st;
+    v->w = widen(wd, wp, L->in * L->out, wd->w);
+    if (wd->dt == ZS_DTYPE_FP32) { /* straight into the buffer */
+        v->gw = (float *)v->gp + v->woff;
+        v->gb = (float *)v->gp + v->boff;
+    } else {
+        v->gw = wd->gw;
+        v->gb = wd->gb;
+        memset(v->gw, 0, (size_t)(L->in * L->out) * sizeof(float));
+        memset(v->gb, 0, (size_t)L->out * sizeof(float));
+    }
+    return ZS_OK;
+}
+
+/* ... and ends: a 16-bit gradient rounded into the buffer, the unit handed over and released. */
+static zs_status grad_end(zs_ctx *ctx, const struct layer *L, const struct wide *wd, const struct grad_view *v)
+{
+    zs_status st;
+
+    if (wd->dt != ZS_DTYPE_FP32) {
+        fold_grad(wd, (uint16_t *)v->gp + v->woff, v->gw, L->in * L->out);
+        fold_grad(wd, (uint16_t *)v->gp + v->boff, v->gb, L->out);
+    }
+    if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
+        return st;
+    return ZS_OK;
+}
+
 /* Softmax cross-entropy of B rows of logits z: the batch mean loss, and into dlog its gradient times lscale
  * (fp16: backward runs on loss x scale; 1 otherwise). On the host for --device cuda too: the GPU's expf and
  * logf round differently from the C library's. */
@@ -205,24 +250,11 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
     *loss = softmax_xent(acts[m->nlayers], labels, B, lscale, dlog);
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct layer *L = &m->l[i];
-        void *wp, *gp;
-        float *g, *gw, *gb;
-        int64_t woff, boff;
-        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
-            (st = zs_grad_buffer(ctx, L->unit, &gp)) || (st = zs_param_info(ctx, L->w, NULL, NULL, NULL, &woff)) ||
-            (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &boff)))
+        struct grad_view v;
+        if ((st = grad_begin(ctx, L, wd, &v)))
             return st;
-        const float *w = widen(wd, wp, L->in * L->out, wd->w);
-        if (wd->dt == ZS_DTYPE_FP32) { /* straight into the buffer */
-            g = gp;
-            gw = g + woff;
-            gb = g + boff;
-        } else {
-            gw = wd->gw;
-            gb = wd->gb;
-            memset(gw, 0, (size_t)(L->in * L->out) * sizeof(float));
-            memset(gb, 0, (size_t)L->out * sizeof(float));
-        }
+        const float *w = v.w;
+        float *gw = v.gw, *gb = v.gb;
         for (int64_t k = 0; k < B; k++) {
             const float *x = acts[i] + k * L->in, *dy = dlog + k * L->out;
             float *dx = dbuf + k * L->in;
@@ -239,11 +271,7 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
             }
         }
         memcpy(dlog, dbuf, (size_t)(B * L->in) * sizeof(float));
-        if (wd->dt != ZS_DTYPE_FP32) {
-            fold_grad(wd, (uint16_t *)gp + woff, gw, L->in * L->out);
-            fold_grad(wd, (uint16_t *)gp + boff, gb, L->out);
-        }
-        if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
+        if ((st = grad_end(ctx, L, wd, &v)))
             return st;
     }
     return ZS_OK;
@@ -284,29 +312,12 @@ static zs_status micro_batch_gpu(zs_ctx *ctx, const struct model *m, const struc
         return ZS_ERR_UNSUPPORTED;
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct layer *L = &m->l[i];
-        void *wp, *gp;
-        float *gw, *gb;
-        int64_t woff, boff;
-        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
-            (st = zs_grad_buffer(ctx, L->unit, &gp)) || (st = zs_param_info(ctx, L->w, NULL, NULL, NULL, &woff)) ||
-            (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &boff)))
+        struct grad_view v;
+        if ((st = grad_begin(ctx, L, wd, &v)))
             return st;
-        if (wd->dt == ZS_DTYPE_FP32) { /* the buffer itself: the kernels add into what it holds */
-            gw = (float *)gp + woff;
-            gb = (float *)gp + boff;
-        } else {
-            gw = wd->gw;
-            gb = wd->gb;
-            memset(gw, 0, (size_t)(L->in * L->out) * sizeof(float));
-            memset(gb, 0, (size_t)L->out * sizeof(float));
-        }
-        if (mlp_gpu_backward(g, i, widen(wd, wp, L->in * L->out, wd->w), gw, gb, L->in, L->out, i > 0))
+        if (mlp_gpu_backward(g, i, v.w, v.gw, v.gb, L->in, L->out, i > 0))
             return ZS_ERR_UNSUPPORTED;
-        if (wd->dt != ZS_DTYPE_FP32) {
-            fold_grad(wd, (uint16_t *)gp + woff, gw, L->in * L->out);
-            fold_grad(wd, (uint16_t *)gp + boff, gb, L->out);
-        }
-        if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
+        if ((st = grad_end(ctx, L, wd, &v)))
             return st;
     }
     return ZS_OK;
