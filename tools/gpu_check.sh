@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gpu_check.sh [BUILD_DIR] - the GPU checks of issue 13, for a machine with a GPU: builds the CUDA backend
-# (ZS_CUDA=ON) and prints one summary line per check. Meant to finish in a few minutes on one GPU; each
+# (ZS_CUDA=ON) and prints one summary line per check. Meant to finish within 5 minutes on one GPU; each
 # step has its own timeout. Exits 1 if a check that ran failed, 77 if no GPU is visible.
 set -u
 cd "$(dirname "$0")/.."
