@@ -19,7 +19,7 @@ line "gpu" "$gpus visible: $(nvidia-smi -L | head -1)"
 
 t0=$(date +%s)
 if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZS_CUDA=ON -DZS_WERROR=ON &&
-       cmake --build "$dir" -j "$(nproc)" --target test_device test_nccl zs-bench zs-train-mlp; } > "$log" 2>&1; then
+       cmake --build "$dir" -j "$(nproc)" --target test_device test_nccl test_staged zs-bench zs-train-mlp; } > "$log" 2>&1; then
   line "build (ZS_CUDA=ON, -Werror)" "FAIL (see $log)"
   exit 1
 fi
@@ -45,6 +45,15 @@ for n in 1 2; do
     *) line "nccl np$n" "FAIL rc $rc ($(echo "$out" | grep -m1 FAIL))"; fail=1 ;;
   esac
 done
+
+# host-staged collectives on GPU buffers (2 ranks sharing the one GPU, which NCCL refuses) = comm/comm.c's bits
+out=$(timeout 120 mpirun --oversubscribe -np 2 "$dir/tests/test_staged" cuda 2>&1); rc=$?
+echo "$out" >> "$log"
+case $rc in
+  0) line "host-staged np2 on one GPU" "PASS ($(echo "$out" | tail -1))" ;;
+  77) line "host-staged np2 on one GPU" "SKIP ($(echo "$out" | grep -m1 SKIP))" ;;
+  *) line "host-staged np2 on one GPU" "FAIL rc $rc ($(echo "$out" | grep -m1 FAIL))"; fail=1 ;;
+esac
 
 # the fused AdamW kernel's bandwidth against cudaMemcpy D2D in the same run (goal >= 0.90)
 out=$(timeout 120 "$dir/zs-bench" device --device cuda --size 256M --reps 20 2>&1); rc=$?
