@@ -146,6 +146,21 @@ static void fold_grad(const struct wide *wd, void *g16, const float *g, int64_t 
         h[i] = ex_f2h(wd->dt, ex_h2f(wd->dt, h[i]) + g[i]);
 }
 
+/* A layer's forward begins: its unit fetched, its weights and biases as fp32 (widened if 16-bit). */
+static zs_status layer_begin(zs_ctx *ctx, const struct layer *L, const struct wide *wd, const float **w,
+                             const float **b)
+{
+    zs_status st;
+    void *wp, *bp;
+
+    if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
+        (st = zs_param_data(ctx, L->b, &bp)))
+        return st;
+    *w = widen(wd, wp, L->in * L->out, wd->w);
+    *b = widen(wd, bp, L->out, wd->b);
+    return ZS_OK;
+}
+
 /* A layer's backward begins: its unit fetched, its fp32 weights (widened if 16-bit) in *w, and the fp32
  * arrays its gradient is added into: the gradient buffer itself (fp32) or zeroed scratch (16-bit). */
 struct grad_view {
@@ -229,11 +244,9 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
         sample(o->run.seed, first + (uint64_t)k, acts[0] + k * IN_DIM, &labels[k]);
     for (int i = 0; i < m->nlayers; i++) {
         const struct layer *L = &m->l[i];
-        void *wp, *bp;
-        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
-            (st = zs_param_data(ctx, L->b, &bp)))
+        const float *w, *b;
+        if ((st = layer_begin(ctx, L, wd, &w, &b)))
             return st;
-        const float *w = widen(wd, wp, L->in * L->out, wd->w), *b = widen(wd, bp, L->out, wd->b);
         for (int64_t k = 0; k < B; k++) {
             const float *x = acts[i] + k * L->in;
             float *y = acts[i + 1] + k * L->out;
@@ -295,12 +308,10 @@ static zs_status micro_batch_gpu(zs_ctx *ctx, const struct model *m, const struc
         return ZS_ERR_UNSUPPORTED;
     for (int i = 0; i < m->nlayers; i++) {
         const struct layer *L = &m->l[i];
-        void *wp, *bp;
-        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
-            (st = zs_param_data(ctx, L->b, &bp)))
+        const float *w, *b;
+        if ((st = layer_begin(ctx, L, wd, &w, &b)))
             return st;
-        if (mlp_gpu_forward(g, i, widen(wd, wp, L->in * L->out, wd->w), widen(wd, bp, L->out, wd->b), L->in,
-                            L->out, i < m->nlayers - 1))
+        if (mlp_gpu_forward(g, i, w, b, L->in, L->out, i < m->nlayers - 1))
             return ZS_ERR_UNSUPPORTED;
         if ((st = zs_unit_release(ctx, L->unit)))
             return st;
