@@ -74,6 +74,7 @@ struct zs_device {
     int32_t ordinal;          /* the GPU this rank drives; 0 on the CPU */
     struct zs_pool *pool;     /* CPU: the optimizer's threads (borrowed) */
     enum zs_kpath kpath;      /* CPU: the kernel path */
+    struct zs_dev_stream *compute; /* CUDA: the stream the program computes on (zs_cuda_stream) */
     void *priv;               /* the backend's own state */
 };
 

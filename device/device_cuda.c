@@ -32,11 +32,18 @@ static zs_status cuda_open(struct zs_device *d, int32_t local_rank, int32_t loca
         return zs_fail(ZS_ERR_UNSUPPORTED, "no CUDA device visible (cudaGetDeviceCount found 0)");
     d->ordinal = local_rank % n;
     e = cudaSetDevice(d->ordinal);
-    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaSetDevice");
+    if (e != cudaSuccess)
+        return cuda_fail(e, "cudaSetDevice");
+    /* the program's kernels and the engine's copies meet on this one stream */
+    e = cudaStreamCreateWithFlags((cudaStream_t *)&d->compute, cudaStreamNonBlocking);
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaStreamCreateWithFlags (compute stream)");
 }
 
 static void cuda_close(struct zs_device *d)
 {
+    if (d->compute)
+        cudaStreamDestroy((cudaStream_t)d->compute);
+    d->compute = NULL;
 }
 
 static void *cuda_alloc(struct zs_device *d, size_t bytes)

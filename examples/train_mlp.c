@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include "common.h"
+#include "mlp_gpu.h"
 #include "splitmix.h" /* defines: ex_splitmix64 */
 #include "zeroshard.h"
 
@@ -20,6 +21,7 @@
 struct opts {
     struct ex_run_opts run;
     int64_t hidden, layers;
+    const char *device, *gemm; /* --device cpu|cuda, --gemm exact|cublas */
 };
 
 struct layer {
@@ -144,6 +146,87 @@ static void fold_grad(const struct wide *wd, void *g16, const float *g, int64_t 
         h[i] = ex_f2h(wd->dt, ex_h2f(wd->dt, h[i]) + g[i]);
 }
 
+/* A layer's forward begins: its unit fetched, its weights and biases as fp32 (widened if 16-bit). */
+static zs_status layer_begin(zs_ctx *ctx, const struct layer *L, const struct wide *wd, const float **w,
+                             const float **b)
+{
+    zs_status st;
+    void *wp, *bp;
+
+    if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
+        (st = zs_param_data(ctx, L->b, &bp)))
+        return st;
+    *w = widen(wd, wp, L->in * L->out, wd->w);
+    *b = widen(wd, bp, L->out, wd->b);
+    return ZS_OK;
+}
+
+/* A layer's backward begins: its unit fetched, its fp32 weights (widened if 16-bit) in *w, and the fp32
+ * arrays its gradient is added into: the gradient buffer itself (fp32) or zeroed scratch (16-bit). */
+struct grad_view {
+    void *gp;
+    const float *w;
+    float *gw, *gb;
+    int64_t woff, boff;
+};
+
+static zs_status grad_begin(zs_ctx *ctx, const struct layer *L, const struct wide *wd, struct grad_view *v)
+{
+    zs_status st;
+    void *wp;
+
+    if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
+        (st = zs_grad_buffer(ctx, L->unit, &v->gp)) || (st = zs_param_info(ctx, L->w, NULL, NULL, NULL, &v->woff)) ||
+        (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &v->boff)))
+        return st;
+    v->w = widen(wd, wp, L->in * L->out, wd->w);
+    if (wd->dt == ZS_DTYPE_FP32) { /* straight into the buffer */
+        v->gw = (float *)v->gp + v->woff;
+        v->gb = (float *)v->gp + v->boff;
+    } else {
+        v->gw = wd->gw;
+        v->gb = wd->gb;
+        memset(v->gw, 0, (size_t)(L->in * L->out) * sizeof(float));
+        memset(v->gb, 0, (size_t)L->out * sizeof(float));
+    }
+    return ZS_OK;
+}
+
+/* ... and ends: a 16-bit gradient rounded into the buffer, the unit handed over and released. */
+static zs_status grad_end(zs_ctx *ctx, const struct layer *L, const struct wide *wd, const struct grad_view *v)
+{
+    zs_status st;
+
+    if (wd->dt != ZS_DTYPE_FP32) {
+        fold_grad(wd, (uint16_t *)v->gp + v->woff, v->gw, L->in * L->out);
+        fold_grad(wd, (uint16_t *)v->gp + v->boff, v->gb, L->out);
+    }
+    if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
+        return st;
+    return ZS_OK;
+}
+
+/* Softmax cross-entropy of B rows of logits z: the batch mean loss, and into dlog its gradient times lscale
+ * (fp16: backward runs on loss x scale; 1 otherwise). On the host for --device cuda too: the GPU's expf and
+ * logf round differently from the C library's. */
+static double softmax_xent(const float *logits, const int *labels, int64_t B, float lscale, float *dlog)
+{
+    double total = 0.0;
+
+    for (int64_t k = 0; k < B; k++) {
+        const float *z = logits + k * CLASSES;
+        float mx = z[0], sum = 0.0f;
+        for (int c = 1; c < CLASSES; c++)
+            mx = z[c] > mx ? z[c] : mx;
+        for (int c = 0; c < CLASSES; c++)
+            sum += expf(z[c] - mx);
+        total += (double)(logf(sum) + mx - z[labels[k]]);
+        for (int c = 0; c < CLASSES; c++)
+            dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)B * lscale;
+    }
+    return total / (double)B;
+}
+
 /* One micro-batch: forward through fetched units, loss, backward in reverse unit order.
  * acts[i] holds layer i's input for the whole batch. Returns the mean loss. */
 static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct opts *o, uint64_t first,
@@ -151,7 +234,6 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
 {
     zs_status st;
     int labels[4096];
-    double total = 0.0;
     zs_step_stats ss;
     float lscale;
 
@@ -162,11 +244,9 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
         sample(o->run.seed, first + (uint64_t)k, acts[0] + k * IN_DIM, &labels[k]);
     for (int i = 0; i < m->nlayers; i++) {
         const struct layer *L = &m->l[i];
-        void *wp, *bp;
-        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
-            (st = zs_param_data(ctx, L->b, &bp)))
+        const float *w, *b;
+        if ((st = layer_begin(ctx, L, wd, &w, &b)))
             return st;
-        const float *w = widen(wd, wp, L->in * L->out, wd->w), *b = widen(wd, bp, L->out, wd->b);
         for (int64_t k = 0; k < B; k++) {
             const float *x = acts[i] + k * L->in;
             float *y = acts[i + 1] + k * L->out;
@@ -180,38 +260,14 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
         if ((st = zs_unit_release(ctx, L->unit)))
             return st;
     }
-    for (int64_t k = 0; k < B; k++) { /* softmax cross-entropy, gradient of the batch mean */
-        const float *z = acts[m->nlayers] + k * CLASSES;
-        float mx = z[0], sum = 0.0f;
-        for (int c = 1; c < CLASSES; c++)
-            mx = z[c] > mx ? z[c] : mx;
-        for (int c = 0; c < CLASSES; c++)
-            sum += expf(z[c] - mx);
-        total += (double)(logf(sum) + mx - z[labels[k]]);
-        for (int c = 0; c < CLASSES; c++)
-            dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)B * lscale;
-    }
-    *loss = total / (double)B;
+    *loss = softmax_xent(acts[m->nlayers], labels, B, lscale, dlog);
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct layer *L = &m->l[i];
-        void *wp, *gp;
-        float *g, *gw, *gb;
-        int64_t woff, boff;
-        if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
-            (st = zs_grad_buffer(ctx, L->unit, &gp)) || (st = zs_param_info(ctx, L->w, NULL, NULL, NULL, &woff)) ||
-            (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &boff)))
+        struct grad_view v;
+        if ((st = grad_begin(ctx, L, wd, &v)))
             return st;
-        const float *w = widen(wd, wp, L->in * L->out, wd->w);
-        if (wd->dt == ZS_DTYPE_FP32) { /* straight into the buffer */
-            g = gp;
-            gw = g + woff;
-            gb = g + boff;
-        } else {
-            gw = wd->gw;
-            gb = wd->gb;
-            memset(gw, 0, (size_t)(L->in * L->out) * sizeof(float));
-            memset(gb, 0, (size_t)L->out * sizeof(float));
-        }
+        const float *w = v.w;
+        float *gw = v.gw, *gb = v.gb;
         for (int64_t k = 0; k < B; k++) {
             const float *x = acts[i] + k * L->in, *dy = dlog + k * L->out;
             float *dx = dbuf + k * L->in;
@@ -228,14 +284,71 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
             }
         }
         memcpy(dlog, dbuf, (size_t)(B * L->in) * sizeof(float));
-        if (wd->dt != ZS_DTYPE_FP32) {
-            fold_grad(wd, (uint16_t *)gp + woff, gw, L->in * L->out);
-            fold_grad(wd, (uint16_t *)gp + boff, gb, L->out);
-        }
-        if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
+        if ((st = grad_end(ctx, L, wd, &v)))
             return st;
     }
     return ZS_OK;
+}
+
+/* The same micro-batch with the layers' products on the GPU (mlp_gpu.h): ZeroShard's buffers stay on the
+ * host, each fetched layer goes up, each gradient comes back down and is handed over as on the CPU. The
+ * loss runs on the host (softmax_xent). Fails with ZS_ERR_UNSUPPORTED and mlp_gpu_error set on a CUDA error. */
+static zs_status micro_batch_gpu(zs_ctx *ctx, const struct model *m, const struct opts *o, uint64_t first,
+                                 int64_t B, float **acts, float *dlog, const struct wide *wd, struct mlp_gpu *g,
+                                 double *loss)
+{
+    zs_status st;
+    int labels[4096];
+    zs_step_stats ss;
+
+    zs_stats(ctx, &ss);
+    for (int64_t k = 0; k < B; k++)
+        sample(o->run.seed, first + (uint64_t)k, acts[0] + k * IN_DIM, &labels[k]);
+    if (mlp_gpu_put_act(g, 0, acts[0], B * IN_DIM))
+        return ZS_ERR_UNSUPPORTED;
+    for (int i = 0; i < m->nlayers; i++) {
+        const struct layer *L = &m->l[i];
+        const float *w, *b;
+        if ((st = layer_begin(ctx, L, wd, &w, &b)))
+            return st;
+        if (mlp_gpu_forward(g, i, w, b, L->in, L->out, i < m->nlayers - 1))
+            return ZS_ERR_UNSUPPORTED;
+        if ((st = zs_unit_release(ctx, L->unit)))
+            return st;
+    }
+    if (mlp_gpu_get_act(g, m->nlayers, acts[m->nlayers], B * CLASSES))
+        return ZS_ERR_UNSUPPORTED;
+    *loss = softmax_xent(acts[m->nlayers], labels, B, (float)ss.loss_scale, dlog);
+    if (mlp_gpu_put_dy(g, dlog, B * CLASSES))
+        return ZS_ERR_UNSUPPORTED;
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        const struct layer *L = &m->l[i];
+        struct grad_view v;
+        if ((st = grad_begin(ctx, L, wd, &v)))
+            return st;
+        if (mlp_gpu_backward(g, i, v.w, v.gw, v.gb, L->in, L->out, i > 0))
+            return ZS_ERR_UNSUPPORTED;
+        if ((st = grad_end(ctx, L, wd, &v)))
+            return st;
+    }
+    return ZS_OK;
+}
+
+/* --device cuda: the GPU of this node-local rank, or NULL with the reason printed (rank 0). */
+static struct mlp_gpu *open_gpu(const struct opts *o, const struct model *m, int64_t B, int rank)
+{
+    MPI_Comm node;
+    int local = 0;
+    char err[256];
+    struct mlp_gpu *g;
+
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    g = mlp_gpu_open(local, m->nlayers, B, m->max_width, !strcmp(o->gemm, "cublas"), err, sizeof(err));
+    if (!g)
+        fprintf(stderr, "zeroshard: error: rank %d: --device cuda: %s\n", rank, err);
+    return g;
 }
 
 static const char usage[] = "usage: mpirun -np N zs-train-mlp --config FILE [options]\n"
@@ -243,10 +356,13 @@ static const char usage[] = "usage: mpirun -np N zs-train-mlp --config FILE [opt
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){.run = {.steps = 20, .seed = 1, .micro = 8, .lr = 1e-3}, .hidden = 64, .layers = 2};
+    *o = (struct opts){.run = {.steps = 20, .seed = 1, .micro = 8, .lr = 1e-3}, .hidden = 64, .layers = 2,
+                       .device = "cpu", .gemm = "exact"};
     const struct cli_flag own[] = {
         {"--hidden", CLI_INT, &o->hidden, "hidden width (default 64)"},
         {"--layers", CLI_INT, &o->layers, "hidden layers (default 2)"},
+        {"--device", CLI_STR, &o->device, "cpu or cuda: where the layers' products run (default cpu)"},
+        {"--gemm", CLI_STR, &o->gemm, "with --device cuda: exact (the CPU's bits) or cublas (default exact)"},
     };
     int rc = ex_parse(argc, argv, &o->run, own, (int)(sizeof(own) / sizeof(own[0])), usage);
 
@@ -254,6 +370,14 @@ static int parse_args(int argc, char **argv, struct opts *o)
         return rc;
     if (o->hidden < 1 || o->layers < 0) {
         fprintf(stderr, "zeroshard: error: --hidden must be positive and --layers non-negative\n");
+        return -1;
+    }
+    if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda")) {
+        fprintf(stderr, "zeroshard: error: --device: expected cpu or cuda, got \"%s\"\n", o->device);
+        return -1;
+    }
+    if (strcmp(o->gemm, "exact") && strcmp(o->gemm, "cublas")) {
+        fprintf(stderr, "zeroshard: error: --gemm: expected exact or cublas, got \"%s\"\n", o->gemm);
         return -1;
     }
     return 0;
@@ -329,6 +453,17 @@ int main(int argc, char **argv)
         wd.gb = malloc((size_t)m.max_width * sizeof(float));
     }
 
+    struct mlp_gpu *gpu = NULL;
+    bool agreed = false; /* every rank knows rc: no abort needed */
+    if (!strcmp(o.device, "cuda")) { /* every rank opens its GPU, or none goes on */
+        int ok, all_ok;
+        gpu = open_gpu(&o, &m, B, rank);
+        ok = gpu != NULL;
+        MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!all_ok)
+            rc = 1, agreed = true;
+    }
+
     zs_step_stats at;
     bool preempted = false;
     zs_stats(ctx, &at);
@@ -339,10 +474,14 @@ int main(int argc, char **argv)
         double sum = 0.0, loss, all = 0.0, t0 = MPI_Wtime();
         for (int64_t mb = 0; mb < gas && !rc; mb++) {
             uint64_t first = (uint64_t)(((step * gas + mb) * world + rank) * B);
-            st = micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &wd, &loss);
+            st = gpu ? micro_batch_gpu(ctx, &m, &o, first, B, acts, dlog, &wd, gpu, &loss)
+                     : micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &wd, &loss);
             if (!st)
                 st = zs_step(ctx);
-            if (st)
+            if (st && gpu && mlp_gpu_error(gpu)[0]) {
+                fprintf(stderr, "zeroshard: error: rank %d: --device cuda: %s\n", rank, mlp_gpu_error(gpu));
+                rc = 1;
+            } else if (st)
                 rc = ex_die("train", st);
             sum += loss;
         }
@@ -386,11 +525,12 @@ int main(int argc, char **argv)
     free(wd.gw);
     free(wd.b);
     free(wd.gb);
+    mlp_gpu_close(gpu);
     free(m.l);
     free(m.init);
-    if (rc)
+    if (rc && !agreed)
         ex_abort(ctx, rc);
     zs_finalize(ctx);
     MPI_Finalize();
-    return 0;
+    return rc ? 1 : 0;
 }

@@ -214,6 +214,9 @@ int32_t zs_param_count(const zs_ctx *ctx);
 int32_t zs_unit_count(const zs_ctx *ctx);
 zs_dtype zs_param_dtype(const zs_ctx *ctx);
 zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out);
+/* The CUDA stream (a cudaStream_t) the engine orders its work after, for the program's kernels, when
+ * zeroshard.device is "cuda". Otherwise ZS_ERR_UNSUPPORTED naming the key, and *stream is NULL. */
+zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream);
 zs_status zs_stats(const zs_ctx *ctx, zs_step_stats *out);
 int64_t zs_grad_accum_steps(const zs_ctx *ctx);
 int64_t zs_micro_batch_size(const zs_ctx *ctx);

@@ -338,6 +338,19 @@ static zs_status start_device(struct zs_ctx *ctx)
                    "kernels are (issue 13)");
 }
 
+zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream)
+{
+    if (stream)
+        *stream = NULL;
+    if (!ctx || !stream)
+        return zs_fail(ZS_ERR_INVALID, "zs_cuda_stream: NULL %s", ctx ? "stream" : "context");
+    if (ctx->dev.kind != ZS_DEV_CUDA || !ctx->dev.compute)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "zs_cuda_stream: zeroshard.device is \"%s\", not \"cuda\"",
+                       ctx->cfg.cpu.device);
+    *stream = ctx->dev.compute;
+    return ZS_OK;
+}
+
 /* The collective backend: ZS_COMM / ZS_FAKE_NODE_SIZE in the environment, else the zeroshard section,
  * else automatic (shared memory inside a node, MPI between nodes). Collective over the parent. */
 static zs_status start_comm(struct zs_ctx *ctx)

@@ -230,6 +230,8 @@ int main(int argc, char **argv)
         zs_pool_free(pool);
         return none ? 77 : 1;
     }
+    /* the program's stream (zs_cuda_stream): the GPU opens one, the CPU has none */
+    CHECK((dev.compute != NULL) == (dev.kind == ZS_DEV_CUDA), "%s: compute stream %p", name, (void *)dev.compute);
     t_memory_streams();
     for (int opt = 0; opt < ZS_KOPT_COUNT; opt++)
         for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)

@@ -94,6 +94,9 @@ static void test_misuse(void)
           zs_last_error());
     CHECK(zs_unit_release(ctx, u) == ZS_ERR_INVALID && strstr(zs_last_error(), "not fetched"), "%s", zs_last_error());
     CHECK(zs_unit_fetch(ctx, 9, NULL) == ZS_ERR_INVALID && strstr(zs_last_error(), "no unit 9"), "%s", zs_last_error());
+    void *stream = &stream;
+    CHECK(zs_cuda_stream(ctx, &stream) == ZS_ERR_UNSUPPORTED && !stream &&
+          strstr(zs_last_error(), "zeroshard.device is \"cpu\""), "zs_cuda_stream on the CPU: %s", zs_last_error());
     zs_finalize(ctx);
 }
 
