@@ -144,8 +144,25 @@ static void fold_grad(const struct wide *wd, void *g16, const float *g, int64_t 
         h[i] = ex_f2h(wd->dt, ex_h2f(wd->dt, h[i]) + g[i]);
 }
 
+/* Layer L's weight and bias gradients of rows [k0, k1), added into gw and gb. */
+static void weight_grads(const struct layer *L, const float *act, const float *dlog, int64_t k0, int64_t k1,
+                         float *gw, float *gb)
+{
+    for (int64_t k = k0; k < k1; k++) {
+        const float *x = act + k * L->in, *dy = dlog + k * L->out;
+        for (int64_t r = 0; r < L->out; r++) {
+            gb[r] += dy[r];
+            for (int64_t c = 0; c < L->in; c++)
+                gw[r * L->in + c] += dy[r] * x[c];
+        }
+    }
+}
+
 /* One micro-batch: forward through fetched units, loss, backward in reverse unit order.
- * acts[i] holds layer i's input for the whole batch. Returns the mean loss. */
+ * acts[i] holds layer i's input for the whole batch. Returns the mean loss. With
+ * zeroshard.deterministic the weight gradients come per micro-shard (ms rows, each the mean over its
+ * rows), each handed over by zs_grad_deposit, so no sum here depends on how many rows this rank has;
+ * otherwise ms = B and the deposit does nothing. */
 static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct opts *o, uint64_t first,
                              int64_t B, float **acts, float *dlog, float *dbuf, const struct wide *wd, double *loss)
 {
@@ -154,6 +171,7 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
     double total = 0.0;
     zs_step_stats ss;
     float lscale;
+    int64_t ms = zs_micro_shard_size(ctx) ? zs_micro_shard_size(ctx) : B;
 
     zs_stats(ctx, &ss);
     lscale = (float)ss.loss_scale; /* fp16: backward runs on loss x scale; 1 otherwise */
@@ -189,7 +207,7 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
             sum += expf(z[c] - mx);
         total += (double)(logf(sum) + mx - z[labels[k]]);
         for (int c = 0; c < CLASSES; c++)
-            dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)B * lscale;
+            dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)ms * lscale;
     }
     *loss = total / (double)B;
     for (int i = m->nlayers - 1; i >= 0; i--) {
@@ -202,24 +220,28 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
             (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &boff)))
             return st;
         const float *w = widen(wd, wp, L->in * L->out, wd->w);
-        if (wd->dt == ZS_DTYPE_FP32) { /* straight into the buffer */
-            g = gp;
-            gw = g + woff;
-            gb = g + boff;
-        } else {
-            gw = wd->gw;
-            gb = wd->gb;
-            memset(gw, 0, (size_t)(L->in * L->out) * sizeof(float));
-            memset(gb, 0, (size_t)L->out * sizeof(float));
+        for (int64_t k0 = 0; k0 < B; k0 += ms) {
+            if (wd->dt == ZS_DTYPE_FP32) { /* straight into the buffer */
+                g = gp;
+                gw = g + woff;
+                gb = g + boff;
+            } else {
+                gw = wd->gw;
+                gb = wd->gb;
+                memset(gw, 0, (size_t)(L->in * L->out) * sizeof(float));
+                memset(gb, 0, (size_t)L->out * sizeof(float));
+            }
+            weight_grads(L, acts[i], dlog, k0, k0 + ms, gw, gb);
+            if (wd->dt != ZS_DTYPE_FP32) {
+                fold_grad(wd, (uint16_t *)gp + woff, gw, L->in * L->out);
+                fold_grad(wd, (uint16_t *)gp + boff, gb, L->out);
+            }
+            if ((st = zs_grad_deposit(ctx, L->unit)))
+                return st;
         }
         for (int64_t k = 0; k < B; k++) {
             const float *x = acts[i] + k * L->in, *dy = dlog + k * L->out;
             float *dx = dbuf + k * L->in;
-            for (int64_t r = 0; r < L->out; r++) {
-                gb[r] += dy[r];
-                for (int64_t c = 0; c < L->in; c++)
-                    gw[r * L->in + c] += dy[r] * x[c];
-            }
             for (int64_t c = 0; c < L->in; c++) {
                 float s = 0.0f;
                 for (int64_t r = 0; r < L->out; r++)
@@ -228,10 +250,6 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
             }
         }
         memcpy(dlog, dbuf, (size_t)(B * L->in) * sizeof(float));
-        if (wd->dt != ZS_DTYPE_FP32) {
-            fold_grad(wd, (uint16_t *)gp + woff, gw, L->in * L->out);
-            fold_grad(wd, (uint16_t *)gp + boff, gb, L->out);
-        }
         if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
             return st;
     }

@@ -76,6 +76,8 @@ struct zs_cpu_config {
     char comm[8];       /* collective backend: "auto", "mpi" or "shm" */
     int64_t fake_node_size; /* > 0: treat blocks of this many consecutive ranks as nodes (testing) */
     int64_t device_memory;  /* bytes of "device" memory per rank the CPU backend allows; 0 = no limit */
+    bool deterministic;     /* "world_size_invariant": exact gradient sums (sharding/exact.c) */
+    int64_t micro_shard_size; /* deterministic mode: samples per micro-shard, the unit of the data split */
 };
 
 struct zs_config {

@@ -1,0 +1,314 @@
+/* exact.c - zeroshard.deterministic "world_size_invariant": gradients summed exactly, so that the sum
+ * over micro-shards, micro-batches and ranks has the same bits whatever the order and grouping, hence
+ * whatever the number of ranks.
+ *
+ * Each gradient value is an fp32 x = M * 2^(s - 149) with M below 2^24 and s >= 0 (16-bit gradients are
+ * widened first, exactly). Think of |x| * 2^149 as an integer of up to 277 bits cut into bands of 32
+ * bits; band b holds bits [32b, 32b + 32). A unit keeps, per element, XK int64 counters for the top XK
+ * bands below the unit's top band T (the band of its largest value so far): counter k adds the band
+ * T - k pieces of every value, with their sign. A piece is below 2^32, so a counter absorbs 2^31 values
+ * before it could overflow. Pieces below band T - XK + 1 are dropped, and which are dropped depends only
+ * on T, the band of the largest magnitude of the whole window - a maximum, independent of order. A rank
+ * whose T rises shifts its counters (the lowest drop out, exactly the pieces a rank that knew the final
+ * T from the start would have dropped). At the boundary the ranks agree on each unit's T, align their
+ * counters to it, and sum them with an integer all-reduce: integer addition is associative, so any MPI
+ * algorithm gives the same bits. Every rank then rounds the whole exact sum once (one division by the
+ * global micro-shard count) and computes the norm over all of it in element order, so the norm is
+ * world-size independent too; each rank keeps its shard of the result for the optimizer.
+ *
+ * The precision kept: 3 bands below the largest value's band, at least 64 bits below its leading bit,
+ * so a dropped remainder is below n * 2^-64 of the largest value (n summands). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <mpi.h>
+
+#include "engine.h"
+#include "error.h"
+#include "convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
+
+#define XK 3        /* counters per element */
+#define XW 32       /* bits per band */
+#define XBIAS 149   /* 2^-149, fp32's least subnormal, is bit 0 */
+
+/* Band of the highest bit a value with these magnitude bits (sign cleared) can have. */
+static int32_t top_band(uint32_t bits)
+{
+    uint32_t e = bits >> 23;
+    uint32_t s = e ? e - 1 : 0;
+
+    return (int32_t)((s + 23) / XW);
+}
+
+/* Drops counters below the new top: counter k becomes counter k - by. */
+static void shift_down(int64_t *acc, int64_t n, int32_t by)
+{
+    if (by <= 0)
+        return;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t *a = acc + i * XK;
+        for (int32_t k = XK - 1; k >= 0; k--)
+            a[k] = k >= by ? a[k - by] : 0;
+    }
+}
+
+/* acc += the band pieces of the n fp32 values x, for top band T. */
+static void deposit_f32(int64_t *acc, const float *x, int64_t n, int32_t T)
+{
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof(u));
+        uint32_t bits = u & 0x7fffffffu, e = bits >> 23;
+        if (!bits)
+            continue;
+        uint64_t m = (bits & 0x7fffffu) | (e ? 0x800000u : 0u);
+        uint32_t s = e ? e - 1 : 0;
+        uint64_t v = m << (s % XW);
+        int64_t lo = (int64_t)(v & 0xffffffffu), hi = (int64_t)(v >> XW);
+        int32_t k = T - (int32_t)(s / XW); /* counter of the low piece; the high one is k - 1 */
+        int64_t *a = acc + i * XK;
+        if (u >> 31) {
+            lo = -lo;
+            hi = -hi;
+        }
+        if (k >= 0 && k < XK)
+            a[k] += lo;
+        if (k >= 1 && k - 1 < XK)
+            a[k - 1] += hi;
+    }
+}
+
+/* Widens a chunk of the program's buffer to fp32 (exact for bf16 and fp16). */
+static const float *chunk_f32(const struct zs_ctx *ctx, void *buf, int64_t i0, int64_t k, float *tmp)
+{
+    if (ctx->pdt == ZS_DTYPE_FP32)
+        return (const float *)zs_at(buf, i0, 4);
+    zs_cvt_to_f32(tmp, zs_at(buf, i0, 2), (int)ctx->pdt, k);
+    return tmp;
+}
+
+zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+    int64_t n = un->part.padded;
+    int64_t *acc = ctx->xacc + un->xoff * XK;
+    uint32_t mx = 0;
+    float tmp[256];
+
+    if (un->grad_state != ZS_GRAD_OPEN)
+        return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: unit '%s': call zs_grad_buffer first in this micro-batch",
+                       un->name);
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t k = n - i0 < 256 ? n - i0 : 256;
+        const float *x = chunk_f32(ctx, un->grad, i0, k, tmp);
+        for (int64_t i = 0; i < k; i++) {
+            uint32_t b;
+            memcpy(&b, &x[i], sizeof(b));
+            b &= 0x7fffffffu;
+            mx = b > mx ? b : mx;
+        }
+    }
+    un->xdeposits++;
+    if (mx >= 0x7f800000u) { /* Inf or NaN: the window's result for this unit is not finite */
+        un->xbad = true;
+    } else if (mx) {
+        int32_t t = top_band(mx);
+        if (un->xtop < 0)
+            un->xtop = t;
+        if (t > un->xtop) {
+            shift_down(acc, n, t - un->xtop);
+            un->xtop = t;
+        }
+        for (int64_t i0 = 0; i0 < n; i0 += 256) {
+            int64_t k = n - i0 < 256 ? n - i0 : 256;
+            deposit_f32(acc + i0 * XK, chunk_f32(ctx, un->grad, i0, k, tmp), k, un->xtop);
+        }
+    }
+    memset(un->grad, 0, (size_t)n * ctx->psz);
+    return ZS_OK;
+}
+
+/* At zs_grad_ready: every micro-shard must have been deposited, and nothing added since the last one. */
+zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+    int64_t per = ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size;
+    int64_t want = per * (ctx->micro_step % ctx->cfg.grad_accum_steps + 1);
+    const unsigned char *g = un->grad;
+
+    for (size_t i = 0; i < (size_t)un->part.padded * ctx->psz; i++)
+        if (g[i])
+            return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: unit '%s': gradient added after the last zs_grad_deposit "
+                           "(zeroshard.deterministic: deposit every micro-shard)", un->name);
+    if (un->xdeposits != want)
+        return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: unit '%s': %lld micro-shard gradients deposited in this window, "
+                       "expected %lld (train_micro_batch_size_per_gpu %lld / zeroshard.micro_shard_size %lld per "
+                       "micro-batch)", un->name, (long long)un->xdeposits, (long long)want,
+                       (long long)ctx->cfg.micro_batch_size, (long long)ctx->cfg.cpu.micro_shard_size);
+    return ZS_OK;
+}
+
+/* One element's exact sum, divided by the micro-shard count: a function of the exact value alone. */
+static double exact_value(const int64_t *a, int32_t T, double count)
+{
+    __int128 v = ((__int128)a[0] << (2 * XW)) + ((__int128)a[1] << XW) + (__int128)a[2];
+
+    if (v == 0)
+        return 0.0;
+    return ldexp((double)v, XW * (T - (XK - 1)) - XBIAS) / count;
+}
+
+/* Rounds unit u's exact sums to dt, storing elements [begin, end) at out (element begin first); returns
+ * the squares of all of them, as the optimizer will read them, summed in element order. */
+static double round_unit(struct zs_ctx *ctx, int32_t u, int32_t T, bool bad, double count, zs_dtype dt, void *out,
+                         int64_t begin, int64_t end)
+{
+    struct zs_unit *un = &ctx->units[u];
+    const int64_t *acc = ctx->xacc + un->xoff * XK;
+    size_t esz = zs_dtype_bytes(dt);
+    double sq = 0.0;
+    float f[256];
+    uint16_t h[256];
+
+    for (int64_t i0 = 0; i0 < un->part.padded; i0 += 256) {
+        int64_t k = un->part.padded - i0 < 256 ? un->part.padded - i0 : 256;
+        int64_t lo = begin > i0 ? begin : i0, hi = end < i0 + k ? end : i0 + k;
+        const void *src = f;
+        for (int64_t i = 0; i < k; i++)
+            f[i] = bad ? INFINITY : T < 0 ? 0.0f : (float)exact_value(acc + (i0 + i) * XK, T, count);
+        if (dt != ZS_DTYPE_FP32) { /* what the optimizer reads: rounded once more, to 16 bits */
+            zs_cvt_from_f32(h, (int)dt, f, k);
+            zs_cvt_to_f32(f, h, (int)dt, k);
+            src = h;
+        }
+        for (int64_t i = 0; i < k; i++)
+            sq += (double)f[i] * (double)f[i];
+        if (lo < hi)
+            memcpy(zs_at(out, lo - begin, esz), (const char *)src + (size_t)(lo - i0) * esz, (size_t)(hi - lo) * esz);
+    }
+    return sq;
+}
+
+/* In-place integer sum across ranks, in pieces MPI's int counts can name. */
+static int allreduce_big(int64_t *x, int64_t n, MPI_Comm mc)
+{
+    int rc = MPI_SUCCESS;
+
+    for (int64_t i0 = 0; rc == MPI_SUCCESS && i0 < n; i0 += 1 << 28) {
+        int64_t k = n - i0 < (1 << 28) ? n - i0 : (1 << 28);
+        rc = MPI_Allreduce(MPI_IN_PLACE, x + i0, (int)k, MPI_INT64_T, MPI_SUM, mc);
+    }
+    return rc;
+}
+
+/* Collective, at the boundary: agrees on each unit's top band and on any non-finite value, sums the
+ * counters across ranks, and leaves this rank's part of the rounded result where the optimizer reads
+ * it (the whole gradient at stage 0). *sumsq: the squares of the whole result, in unit and element order. */
+zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
+{
+    int32_t n = ctx->nunits, *agreed = malloc((size_t)n * 2 * sizeof(int32_t));
+    MPI_Comm mc = zs_comm_mpi(ctx->comm);
+    /* the window's micro-shards (train_batch_size / micro_shard_size): DeepSpeed's 1/(N * accumulation) */
+    double count = (double)(ctx->world * ctx->cfg.grad_accum_steps *
+                            (ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size));
+    int rc;
+
+    if (!agreed)
+        return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
+    for (int32_t u = 0; u < n; u++) {
+        agreed[u] = ctx->units[u].xtop;
+        agreed[n + u] = ctx->units[u].xbad;
+    }
+    rc = MPI_Allreduce(MPI_IN_PLACE, agreed, 2 * n, MPI_INT32_T, MPI_MAX, mc);
+    for (int32_t u = 0; !rc && u < n; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        if (un->xtop >= 0)
+            shift_down(ctx->xacc + un->xoff * XK, un->part.padded, agreed[u] - un->xtop);
+        un->xtop = agreed[u];
+    }
+    if (!rc)
+        rc = allreduce_big(ctx->xacc, ctx->xnumel * XK, mc);
+    if (rc) {
+        free(agreed);
+        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic gradient sum: MPI error %d", rc);
+    }
+    *sumsq = 0.0;
+    for (int32_t u = 0; u < n; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        bool whole = ctx->cfg.zero.stage == 0;
+        int64_t b = whole ? 0 : zs_partition_begin(&un->part, ctx->rank);
+        void *out = ctx->cfg.zero.stage >= 2 ? un->grad_shard : ctx->cfg.zero.stage == 1 ? zs_at(un->grad, b, ctx->psz)
+                                                                                      : un->grad;
+        *sumsq += round_unit(ctx, u, agreed[u], agreed[n + u] != 0, count, ctx->gdt, out, b,
+                             whole ? un->part.padded : b + un->part.shard);
+    }
+    free(agreed);
+    return ZS_OK;
+}
+
+/* A new window: the counters restart (the program's buffers were zeroed by each deposit). */
+void zs_exact_zero(struct zs_ctx *ctx)
+{
+    memset(ctx->xacc, 0, (size_t)ctx->xnumel * XK * sizeof(int64_t));
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        ctx->units[u].xtop = -1;
+        ctx->units[u].xbad = false;
+        ctx->units[u].xdeposits = 0;
+    }
+}
+
+zs_status zs_exact_setup(struct zs_ctx *ctx)
+{
+    int64_t off = 0;
+
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        un->xoff = off;
+        off += un->part.padded;
+        if (ctx->cfg.zero.stage >= 2) { /* the program's buffer: persistent and whole, no bucket */
+            un->grad = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)un->part.padded * ctx->psz);
+            if (!un->grad)
+                return ctx->over_budget ? ZS_ERR_NOMEM
+                                        : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for unit '%s''s gradients",
+                                                  un->name);
+        }
+    }
+    ctx->xnumel = off;
+    ctx->xacc = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off * XK * sizeof(int64_t));
+    if (!ctx->xacc)
+        return ctx->over_budget ? ZS_ERR_NOMEM
+                                : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for %lld exact gradient counters",
+                                          (long long)off * XK);
+    zs_exact_zero(ctx);
+    return ZS_OK;
+}
+
+void zs_exact_free(struct zs_ctx *ctx)
+{
+    if (!ctx->xacc)
+        return;
+    if (ctx->cfg.zero.stage >= 2)
+        for (int32_t u = 0; u < ctx->nunits; u++)
+            zs_mem_free(ctx, ZS_MEM_GRADS, ctx->units[u].grad, (uint64_t)ctx->units[u].part.padded * ctx->psz);
+    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xacc, (uint64_t)ctx->xnumel * XK * sizeof(int64_t));
+    ctx->xacc = NULL;
+}
+
+/* ---------------------------------------------------------------- public API */
+
+zs_status zs_grad_deposit(zs_ctx *ctx, int32_t unit)
+{
+    if (!ctx || !ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: call zs_setup first");
+    if (unit < 0 || unit >= ctx->nunits)
+        return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: no unit %d", unit);
+    if (!ctx->cfg.cpu.deterministic) /* the buffer keeps summing, as it always has */
+        return ZS_OK;
+    return zs_exact_deposit(ctx, unit);
+}
+
+int64_t zs_micro_shard_size(const zs_ctx *ctx)
+{
+    return ctx && ctx->cfg.cpu.deterministic ? ctx->cfg.cpu.micro_shard_size : 0;
+}
