@@ -164,7 +164,8 @@ static void weight_grads(const struct layer *L, const float *act, const float *d
  * rows), each handed over by zs_grad_deposit, so no sum here depends on how many rows this rank has;
  * otherwise ms = B and the deposit does nothing. */
 static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct opts *o, uint64_t first,
-                             int64_t B, float **acts, float *dlog, float *dbuf, const struct wide *wd, double *loss)
+                             int64_t B, float **acts, float *dlog, float *dbuf, const struct wide *wd, double *loss,
+                             double *shard_loss)
 {
     zs_status st;
     int labels[4096];
@@ -198,7 +199,9 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
         if ((st = zs_unit_release(ctx, L->unit)))
             return st;
     }
-    for (int64_t k = 0; k < B; k++) { /* softmax cross-entropy, gradient of the batch mean */
+    for (int64_t k = 0; k < B; k++) { /* softmax cross-entropy, gradient of the (micro-shard's) mean */
+        if (k % ms == 0)
+            shard_loss[k / ms] = 0.0;
         const float *z = acts[m->nlayers] + k * CLASSES;
         float mx = z[0], sum = 0.0f;
         for (int c = 1; c < CLASSES; c++)
@@ -206,6 +209,7 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
         for (int c = 0; c < CLASSES; c++)
             sum += expf(z[c] - mx);
         total += (double)(logf(sum) + mx - z[labels[k]]);
+        shard_loss[k / ms] += (double)(logf(sum) + mx - z[labels[k]]) / (double)ms;
         for (int c = 0; c < CLASSES; c++)
             dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)ms * lscale;
     }
@@ -321,6 +325,7 @@ int main(int argc, char **argv)
         ex_print_memory(ctx, rank, world);
 
     int64_t B = zs_micro_batch_size(ctx), gas = zs_grad_accum_steps(ctx);
+    int64_t per = zs_micro_shard_size(ctx) ? B / zs_micro_shard_size(ctx) : 1; /* micro-shards a micro-batch */
     if (B > 4096) {
         if (rank == 0)
             fprintf(stderr, "zeroshard: error: train_micro_batch_size_per_gpu %lld is above this example's 4096\n",
@@ -332,6 +337,7 @@ int main(int argc, char **argv)
     float **acts = calloc((size_t)m.nlayers + 1, sizeof(float *));
     float *dlog = malloc((size_t)(B * m.max_width) * sizeof(float));
     float *dbuf = malloc((size_t)(B * m.max_width) * sizeof(float));
+    double *shard_loss = malloc((size_t)(gas * per) * sizeof(double));
     for (int i = 0; i <= m.nlayers; i++)
         acts[i] = malloc((size_t)(B * m.max_width) * sizeof(float));
     struct wide wd = {.dt = zs_param_dtype(ctx)};
@@ -351,7 +357,7 @@ int main(int argc, char **argv)
         double sum = 0.0, loss, all = 0.0, t0 = MPI_Wtime();
         for (int64_t mb = 0; mb < gas && !rc; mb++) {
             uint64_t first = (uint64_t)(((step * gas + mb) * world + rank) * B);
-            st = micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &wd, &loss);
+            st = micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &wd, &loss, shard_loss + mb * per);
             if (!st)
                 st = zs_step(ctx);
             if (st)
@@ -361,11 +367,14 @@ int main(int argc, char **argv)
         if (rc)
             break;
         MPI_Allreduce(&sum, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        double mean = all / (double)(world * gas);
+        if (zs_micro_shard_size(ctx)) /* the world-size-independent mean, in the global micro-shard order */
+            mean = ex_det_loss(shard_loss, gas, per, world);
         zs_step_stats s;
         zs_stats(ctx, &s);
         if (rank == 0)
             printf("step %lld loss %.6f lr %.6g grad_norm %.6f time %.3fs clip_coef %.6g loss_scale %g%s\n",
-                   (long long)s.global_step, all / (double)(world * gas), s.lr, s.grad_norm, MPI_Wtime() - t0,
+                   (long long)s.global_step, mean, s.lr, s.grad_norm, MPI_Wtime() - t0,
                    s.clip_coef, s.loss_scale, s.skipped ? " skipped" : "");
         fflush(stdout);
         bool last = step + 1 == o.run.steps;
@@ -386,6 +395,7 @@ int main(int argc, char **argv)
     free(acts);
     free(dlog);
     free(dbuf);
+    free(shard_loss);
     free(wd.w);
     free(wd.gw);
     free(wd.b);
