@@ -1,11 +1,11 @@
 """det_bench.py - the cost of zeroshard.deterministic "world_size_invariant" on the transformer benchmark's
 model (bench/gpt_bench.py: 6 layers, width 384, 6 heads, context 256, global batch 8): zs-train-gpt at 2
 ranks in the normal mode and in deterministic mode (micro_shard_size 4, one micro-shard per micro-batch at
-2 ranks, and 1, one forward/backward per sequence), at stages 0 and 3, fp32, interleaved rep by rep; the
+2 ranks, and with --shard1 also 1, one forward/backward per sequence), at stages 0 and 3, fp32, interleaved rep by rep; the
 first step of each run is discarded. Prints the median step time (min-max), the slowdown against the
 normal mode of the same stage, each rank's peak RSS and the bytes of gradients each rank hands to the
 collectives per step (from zs_memory's element count) and the gradient bytes zs_memory reports. A benchmark: nothing is asserted.
-Usage: python3 bench/det_bench.py [--build build] [--steps 5] [--reps 2]
+Usage: python3 bench/det_bench.py [--build build] [--steps 5] [--reps 2] [--shard1]
 """
 import argparse
 import json
@@ -56,11 +56,12 @@ def main():
     ap.add_argument("--data", default=os.path.join(HERE, "..", "tests", "data", "parity.txt"))
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--shard1", action="store_true", help="also micro_shard_size 1 (a pass per sequence)")
     for flag, default in (("--layers", 6), ("--dim", 384), ("--heads", 6), ("--ctx", 256)):
         ap.add_argument(flag, type=int, default=default)
     a = ap.parse_args()
     a.build, a.data = os.path.abspath(a.build), os.path.abspath(a.data)
-    keys = [(s, m) for s in (0, 3) for m in (0, 4, 1)]
+    keys = [(s, m) for s in (0, 3) for m in [0, 4] + ([1] if a.shard1 else [])]
     res = {k: {"time": [], "rss_kb": [], "grads": 0} for k in keys}
     numel = 0
     print(f"command: python3 bench/det_bench.py --steps {a.steps} --reps {a.reps}; 2 ranks, fp32, batch 8, "

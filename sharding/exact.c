@@ -149,62 +149,74 @@ zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
     return ZS_OK;
 }
 
-/* One element's exact sum, divided by the micro-shard count: a function of the exact value alone. */
-static double exact_value(const int64_t *a, int32_t T, double count)
-{
-    __int128 v = ((__int128)a[0] << (2 * XW)) + ((__int128)a[1] << XW) + (__int128)a[2];
+/* The norm's squares, exactly: a square of an fp32 value is a double with at most 48 significant bits,
+ * between 2^-298 and 2^256. Cut at fixed bit positions (bit 0 = 2^-350) into 32-bit bands, each band's
+ * pieces summed in a uint64 (all positive; 2^32 squares per rank before one could wrap), the sum over all
+ * elements and ranks is exact whatever the shard ranges. */
+#define SQ_BANDS 22 /* bands 0-17 hold a square's top bit, two more its lower pieces */
+#define SQ_BIAS 350
 
-    if (v == 0)
-        return 0.0;
-    return ldexp((double)v, XW * (T - (XK - 1)) - XBIAS) / count;
+static void sumsq_add(uint64_t *c, float f)
+{
+    double q = (double)f * (double)f;
+    uint64_t u, m;
+    uint32_t e;
+
+    if (q == 0.0)
+        return;
+    memcpy(&u, &q, sizeof(u));
+    e = (uint32_t)(u >> 52);
+    m = ((u & 0xfffffffffffffULL) | 0x10000000000000ULL) >> 5; /* the 5 low bits are zero: 48 significant */
+    int32_t s = (int32_t)e - 1075 + SQ_BIAS + 5;                /* bit position of m's lowest bit, >= 0 */
+    unsigned __int128 v = (unsigned __int128)m << (s % 32);
+    int32_t b = s / 32;
+    c[b] += (uint64_t)(v & 0xffffffffu);
+    c[b + 1] += (uint64_t)((v >> 32) & 0xffffffffu);
+    c[b + 2] += (uint64_t)(v >> 64);
 }
 
-/* Rounds unit u's exact sums to dt, storing elements [begin, end) at out (element begin first); returns
- * the squares of all of them, as the optimizer will read them, summed in element order. */
-static double round_unit(struct zs_ctx *ctx, int32_t u, int32_t T, bool bad, double count, zs_dtype dt, void *out,
-                         int64_t begin, int64_t end)
+static double sumsq_value(const uint64_t *c)
 {
-    struct zs_unit *un = &ctx->units[u];
-    const int64_t *acc = ctx->xacc + un->xoff * XK;
+    double t = 0.0;
+
+    for (int32_t b = SQ_BANDS - 1; b >= 0; b--) /* a function of the summed counters alone */
+        t += ldexp((double)c[b], 32 * b - SQ_BIAS);
+    return t;
+}
+
+/* Rounds the n exact sums at acc (top band T) to dt at out, adding the squares of the values the
+ * optimizer will read to the norm's counters. */
+static void round_range(const int64_t *acc, int64_t n, int32_t T, bool bad, double count, zs_dtype dt, void *out,
+                        uint64_t *sq)
+{
     size_t esz = zs_dtype_bytes(dt);
-    double sq = 0.0;
+    double scale = T < 0 ? 0.0 : ldexp(1.0, XW * (T - (XK - 1)) - XBIAS); /* a power of two: exact */
     float f[256];
     uint16_t h[256];
 
-    for (int64_t i0 = 0; i0 < un->part.padded; i0 += 256) {
-        int64_t k = un->part.padded - i0 < 256 ? un->part.padded - i0 : 256;
-        int64_t lo = begin > i0 ? begin : i0, hi = end < i0 + k ? end : i0 + k;
-        const void *src = f;
-        for (int64_t i = 0; i < k; i++)
-            f[i] = bad ? INFINITY : T < 0 ? 0.0f : (float)exact_value(acc + (i0 + i) * XK, T, count);
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t k = n - i0 < 256 ? n - i0 : 256;
+        for (int64_t i = 0; i < k; i++) {
+            const int64_t *a = acc + (i0 + i) * XK;
+            __int128 v = ((__int128)a[0] << (2 * XW)) + ((__int128)a[1] << XW) + (__int128)a[2];
+            f[i] = bad ? INFINITY : (float)((double)v * scale / count);
+        }
         if (dt != ZS_DTYPE_FP32) { /* what the optimizer reads: rounded once more, to 16 bits */
             zs_cvt_from_f32(h, (int)dt, f, k);
             zs_cvt_to_f32(f, h, (int)dt, k);
-            src = h;
+            memcpy(zs_at(out, i0, esz), h, (size_t)k * esz);
+        } else {
+            memcpy(zs_at(out, i0, esz), f, (size_t)k * esz);
         }
-        for (int64_t i = 0; i < k; i++)
-            sq += (double)f[i] * (double)f[i];
-        if (lo < hi)
-            memcpy(zs_at(out, lo - begin, esz), (const char *)src + (size_t)(lo - i0) * esz, (size_t)(hi - lo) * esz);
+        for (int64_t i = 0; i < k && !bad; i++)
+            sumsq_add(sq, f[i]);
     }
-    return sq;
 }
 
-/* In-place integer sum across ranks, in pieces MPI's int counts can name. */
-static int allreduce_big(int64_t *x, int64_t n, MPI_Comm mc)
-{
-    int rc = MPI_SUCCESS;
-
-    for (int64_t i0 = 0; rc == MPI_SUCCESS && i0 < n; i0 += 1 << 28) {
-        int64_t k = n - i0 < (1 << 28) ? n - i0 : (1 << 28);
-        rc = MPI_Allreduce(MPI_IN_PLACE, x + i0, (int)k, MPI_INT64_T, MPI_SUM, mc);
-    }
-    return rc;
-}
-
-/* Collective, at the boundary: agrees on each unit's top band and on any non-finite value, sums the
- * counters across ranks, and leaves this rank's part of the rounded result where the optimizer reads
- * it (the whole gradient at stage 0). *sumsq: the squares of the whole result, in unit and element order. */
+/* Collective, at the boundary: agrees on each unit's top band and on any non-finite value, aligns the
+ * counters, reduce-scatters them (integer sums: any MPI algorithm gives the same bits), and rounds this
+ * rank's part where the optimizer reads it (all-gathered at stage 0, whose optimizer reads everything).
+ * *sumsq: the exact sum of the squares of the whole result, rounded once; INFINITY if not finite. */
 zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
 {
     int32_t n = ctx->nunits, *agreed = malloc((size_t)n * 2 * sizeof(int32_t));
@@ -212,6 +224,8 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
     /* the window's micro-shards (train_batch_size / micro_shard_size): DeepSpeed's 1/(N * accumulation) */
     double count = (double)(ctx->world * ctx->cfg.grad_accum_steps *
                             (ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size));
+    uint64_t sq[SQ_BANDS] = {0};
+    bool any_bad = false;
     int rc;
 
     if (!agreed)
@@ -223,27 +237,31 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
     rc = MPI_Allreduce(MPI_IN_PLACE, agreed, 2 * n, MPI_INT32_T, MPI_MAX, mc);
     for (int32_t u = 0; !rc && u < n; u++) {
         struct zs_unit *un = &ctx->units[u];
+        int64_t *acc = ctx->xacc + un->xoff * XK, b = zs_partition_begin(&un->part, ctx->rank);
+        void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
         if (un->xtop >= 0)
-            shift_down(ctx->xacc + un->xoff * XK, un->part.padded, agreed[u] - un->xtop);
+            shift_down(acc, un->part.padded, agreed[u] - un->xtop);
         un->xtop = agreed[u];
+        any_bad |= agreed[n + u] != 0;
+        if (un->part.shard * XK > INT32_MAX) {
+            free(agreed);
+            return zs_fail(ZS_ERR_UNSUPPORTED, "zs_step: deterministic mode: unit '%s' has %lld elements per shard, "
+                           "more than MPI can count in one piece", un->name, (long long)un->part.shard);
+        }
+        /* this rank's sums land at the start of its counters */
+        rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, acc, (int)(un->part.shard * XK), MPI_INT64_T, MPI_SUM, mc);
+        if (!rc)
+            round_range(acc, un->part.shard, agreed[u], agreed[n + u] != 0, count, ctx->gdt, g, sq);
+        if (!rc && ctx->cfg.zero.stage == 0)
+            rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad, (int)(un->part.shard * (int64_t)ctx->psz),
+                               MPI_BYTE, mc);
     }
     if (!rc)
-        rc = allreduce_big(ctx->xacc, ctx->xnumel * XK, mc);
-    if (rc) {
-        free(agreed);
-        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic gradient sum: MPI error %d", rc);
-    }
-    *sumsq = 0.0;
-    for (int32_t u = 0; u < n; u++) {
-        struct zs_unit *un = &ctx->units[u];
-        bool whole = ctx->cfg.zero.stage == 0;
-        int64_t b = whole ? 0 : zs_partition_begin(&un->part, ctx->rank);
-        void *out = ctx->cfg.zero.stage >= 2 ? un->grad_shard : ctx->cfg.zero.stage == 1 ? zs_at(un->grad, b, ctx->psz)
-                                                                                      : un->grad;
-        *sumsq += round_unit(ctx, u, agreed[u], agreed[n + u] != 0, count, ctx->gdt, out, b,
-                             whole ? un->part.padded : b + un->part.shard);
-    }
+        rc = MPI_Allreduce(MPI_IN_PLACE, sq, SQ_BANDS, MPI_UINT64_T, MPI_SUM, mc);
     free(agreed);
+    if (rc)
+        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic gradient sum: MPI error %d", rc);
+    *sumsq = any_bad ? INFINITY : sumsq_value(sq);
     return ZS_OK;
 }
 
