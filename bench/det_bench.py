@@ -11,14 +11,12 @@ import argparse
 import json
 import os
 import re
-import shlex
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from gpt_bench import MPI_ENV, med, model_flags  # noqa: E402
+from gpt_bench import launch_zs, med  # noqa: E402
 
 
 def config(path, stage, shard):
@@ -34,16 +32,9 @@ def config(path, stage, shard):
 
 
 def run(a, tmp, stage, shard):
-    cfg, metrics = f"{tmp}/s{stage}_{shard}.json", f"{tmp}/m.jsonl"
+    cfg = f"{tmp}/s{stage}_{shard}.json"
     config(cfg, stage, shard)
-    cmd = ["mpirun", "--oversubscribe", "-np", "2", "/usr/bin/time", "-f", "peak_rss_kb %M", f"{a.build}/zs-train-gpt",
-           "--config", cfg, "--data", a.data, *model_flags(a), "--steps", str(a.steps), "--val-every", "0",
-           "--val-batches", "1", "--sample", "0", "--quiet", "--metrics", metrics, "--memory-json"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **MPI_ENV})
-    if p.returncode:
-        sys.exit(f"det_bench: failed ({p.returncode}): {shlex.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-    with open(metrics) as f:
-        steps = [json.loads(line) for line in f][1:]
+    p, steps = launch_zs(a, tmp, cfg, 2, ["--memory-json"])
     grads = [int(x) for x in re.findall(r'"grads": (\d+)', p.stdout)]
     numel = [int(x) for x in re.findall(r'"numel": (\d+)', p.stdout)]
     return {"time": [s["time"] for s in steps], "rss_kb": [int(x) for x in re.findall(r"peak_rss_kb (\d+)", p.stderr)],

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # det_world.sh KIND TRAIN [DATA] - zeroshard.deterministic "world_size_invariant" on an example (KIND mlp
 # or gpt): at 1, 2, 3 and 4 ranks, stages 0 and 3, fp32 and bf16, with gradient accumulation and active
-# clipping, 20 steps give one params-hash (and one loss line per step); a stage-3 run saved at 4 ranks
+# clipping, 20 steps give one params-hash (and one loss line per step), which stages 1 and 2 and stage 3
+# with optimizer and parameters offloaded to pinned host memory give too (at 3 ranks); a stage-3 run saved at 4 ranks
 # and resumed at 2 finishes with the hash of 4 ranks straight and of 1 rank straight; an unknown mode and a
 # micro-shard size that does not divide the micro-batch are rejected naming the key.
 set -u
@@ -12,12 +13,12 @@ KIND=$1 TRAIN=$2 DATA=${3:-}
 # 1-4 takes a whole number of micro-shards per micro-batch (12, 6, 4, 3 samples).
 if [ "$KIND" = mlp ]; then clip=0.05 lr=0.01; else clip=0.3 lr=0.003; fi
 det='"deterministic": "world_size_invariant", "micro_shard_size": 1'
-cfg() { # cfg NAME STAGE [EXTRA_TOP_KEYS] [ZEROSHARD_KEYS]
+cfg() { # cfg NAME STAGE [EXTRA_TOP_KEYS] [ZEROSHARD_KEYS] [EXTRA_ZERO_KEYS]
   cat > "$tmp/$1.json" <<JSON
 {
   "train_batch_size": 24, "gradient_accumulation_steps": 2, "gradient_clipping": $clip, "steps_per_print": 0, ${3:-}
   "optimizer": {"type": "AdamW", "params": {"lr": $lr, "weight_decay": 0.01}},
-  "zero_optimization": {"stage": $2, "reduce_bucket_size": 500, "stage3_param_persistence_threshold": 0},
+  "zero_optimization": {"stage": $2, "reduce_bucket_size": 500, "stage3_param_persistence_threshold": 0 ${5:-}},
   "zeroshard": {${4:-$det}}
 }
 JSON
@@ -53,6 +54,15 @@ for name in s0 s3 b0 b3; do
   norm=$(awk '/^step 20 / {print $8}' "$tmp/$name.1.out")
   awk -v g="$norm" -v c="$clip" 'BEGIN {exit !(g + 0 > c + 0)}' && r=ok || r=bad
   echo "$KIND $name: last grad_norm $norm, clipping at $clip $r"; check $r "$KIND $name: clipping not active"
+done
+
+# the other stages and offload to pinned host memory, at 3 ranks: the fp32 bits of 1 rank at stage 0
+ref=$(awk '/^params-hash/ {print $2}' "$tmp/s0.1.out")
+cfg s1 1; cfg s2 2
+cfg s3_cpu 3 "" "$det" ', "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}'
+for name in s1 s2 s3_cpu; do
+  h=$(run 3 "$name" --steps 20); [ "$h" = "$ref" ] && [ "${h#FAILED}" = "$h" ] && r=ok || r=bad
+  echo "$KIND $name np 3: $h (s0 np 1: $ref) $r"; check $r "$KIND $name at 3 ranks: params-hash $h != stage 0 at 1 rank $ref"
 done
 
 # saved at 4 ranks after 10 steps, resumed at 2 ranks to 20
