@@ -3,7 +3,8 @@ model (bench/gpt_bench.py: 6 layers, width 384, 6 heads, context 256, global bat
 ranks in the normal mode and in deterministic mode (micro_shard_size 4, one micro-shard per micro-batch at
 2 ranks, and with --shard1 also 1, one forward/backward per sequence), at stages 0 and 3, fp32, interleaved rep by rep; the
 first step of each run is discarded. Prints the median step time (min-max), the slowdown against the
-normal mode of the same stage, each rank's peak RSS and the bytes of gradients each rank hands to the
+normal mode of the same stage, the median time of the step's end (norm, exact sum and optimizer: the
+zs_stats time_optimizer), each rank's peak RSS and the bytes of gradients each rank hands to the
 collectives per step (from zs_memory's element count) and the gradient bytes zs_memory reports. A benchmark: nothing is asserted.
 Usage: python3 bench/det_bench.py [--build build] [--steps 5] [--reps 2] [--shard1]
 """
@@ -37,7 +38,7 @@ def run(a, tmp, stage, shard):
     p, steps = launch_zs(a, tmp, cfg, 2, ["--memory-json"])
     grads = [int(x) for x in re.findall(r'"grads": (\d+)', p.stdout)]
     numel = [int(x) for x in re.findall(r'"numel": (\d+)', p.stdout)]
-    return {"time": [s["time"] for s in steps], "rss_kb": [int(x) for x in re.findall(r"peak_rss_kb (\d+)", p.stderr)],
+    return {"time": [s["time"] for s in steps], "optimizer": [s["optimizer"] for s in steps], "rss_kb": [int(x) for x in re.findall(r"peak_rss_kb (\d+)", p.stderr)],
             "numel": numel[0] if numel else 0, "grads": max(grads) if grads else 0}
 
 
@@ -53,7 +54,7 @@ def main():
     a = ap.parse_args()
     a.build, a.data = os.path.abspath(a.build), os.path.abspath(a.data)
     keys = [(s, m) for s in (0, 3) for m in [0, 4] + ([1] if a.shard1 else [])]
-    res = {k: {"time": [], "rss_kb": [], "grads": 0} for k in keys}
+    res = {k: {"time": [], "optimizer": [], "rss_kb": [], "grads": 0} for k in keys}
     numel = 0
     print(f"command: python3 bench/det_bench.py --steps {a.steps} --reps {a.reps}; 2 ranks, fp32, batch 8, "
           f"nproc {os.cpu_count()} (a shared machine: figures are noisy)")
@@ -62,10 +63,12 @@ def main():
             for k in keys:
                 r = run(a, tmp, *k)
                 res[k]["time"] += r["time"]
+                res[k]["optimizer"] += r["optimizer"]
                 res[k]["rss_kb"] += r["rss_kb"]
                 numel = r["numel"] or numel
                 res[k]["grads"] = r["grads"]
-    print(f"{'stage':>5} {'mode':<26} {'step s (median, min-max)':<28} {'vs normal':>9} {'peak RSS/rank MB':>17} "
+    print(f"{'stage':>5} {'mode':<26} {'step s (median, min-max)':<28} {'vs normal':>9} {'step-end s':>10} "
+          f"{'peak RSS/rank MB':>17} "
           f"{'gradient memory/rank MB':>23} {'into collectives/rank/step':>26}")
     for s, m in keys:
         t = res[(s, m)]["time"]
@@ -76,7 +79,7 @@ def main():
         gbytes = numel * (24 if m else 4)
         mode = "normal" if not m else f"deterministic, shard {m}"
         print(f"{s:>5} {mode:<26} {med(t):.3f} ({min(t):.3f}-{max(t):.3f}){'':<8} {med(t) / base - 1:>+8.1%} "
-              f"{rss:>17.0f} {res[(s, m)]['grads'] / 1e6:>23.1f} {gbytes / 1e6:>23.1f} MB")
+              f"{med(res[(s, m)]['optimizer']):>10.3f} {rss:>17.0f} {res[(s, m)]['grads'] / 1e6:>23.1f} {gbytes / 1e6:>23.1f} MB")
     print("det_bench " + json.dumps({f"s{s}_{m}": {"median_s": med(res[(s, m)]["time"]),
                                                   "rss_mb": max(res[(s, m)]["rss_kb"]) / 1024} for s, m in keys}))
 

@@ -53,9 +53,11 @@ static void shift_down(int64_t *acc, int64_t n, int32_t by)
     }
 }
 
-/* acc += the band pieces of the n fp32 values x, for top band T. */
-static void deposit_f32(int64_t *acc, const float *x, int64_t n, int32_t T)
+/* acc += the band pieces of the n fp32 values x, for top band T; first: acc = them (no clearing pass). */
+static void deposit_f32(int64_t *acc, const float *x, int64_t n, int32_t T, bool first)
 {
+    if (first)
+        memset(acc, 0, (size_t)n * XK * sizeof(int64_t)); /* a chunk, while it is in cache */
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &x[i], sizeof(u));
@@ -109,7 +111,9 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
             mx = b > mx ? b : mx;
         }
     }
-    un->xdeposits++;
+    bool first = un->xdeposits++ == 0; /* the counters were not cleared after the last window */
+    if (first && (mx >= 0x7f800000u || !mx))
+        memset(acc, 0, (size_t)n * XK * sizeof(int64_t));
     if (mx >= 0x7f800000u) { /* Inf or NaN: the window's result for this unit is not finite */
         un->xbad = true;
     } else if (mx) {
@@ -122,7 +126,7 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
         }
         for (int64_t i0 = 0; i0 < n; i0 += 256) {
             int64_t k = n - i0 < 256 ? n - i0 : 256;
-            deposit_f32(acc + i0 * XK, chunk_f32(ctx, un->grad, i0, k, tmp), k, un->xtop);
+            deposit_f32(acc + i0 * XK, chunk_f32(ctx, un->grad, i0, k, tmp), k, un->xtop, first);
         }
     }
     memset(un->grad, 0, (size_t)n * ctx->psz);
@@ -265,10 +269,10 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
     return ZS_OK;
 }
 
-/* A new window: the counters restart (the program's buffers were zeroed by each deposit). */
+/* A new window: the counters restart; each unit's first deposit overwrites them (the program's buffers
+ * were zeroed by each deposit). */
 void zs_exact_zero(struct zs_ctx *ctx)
 {
-    memset(ctx->xacc, 0, (size_t)ctx->xnumel * XK * sizeof(int64_t));
     for (int32_t u = 0; u < ctx->nunits; u++) {
         ctx->units[u].xtop = -1;
         ctx->units[u].xbad = false;

@@ -209,7 +209,7 @@ void zs_grads_zero(struct zs_ctx *ctx)
     ctx->arena_used = 0; /* called after the step flushed every reduction */
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
-        if (ctx->cfg.zero.stage < 2 || ctx->cfg.cpu.deterministic)
+        if (ctx->cfg.zero.stage < 2) /* deterministic mode: the deposits left the stage 2-3 buffers zero */
             memset(un->grad, 0, (size_t)un->part.padded * ctx->psz);
         un->accumulated = 0;
     }
