@@ -2,7 +2,9 @@
  * both signs, so a rank's top band rises part-way through its micro-shards and ranks start from different
  * tops. One SGD step (lr 1, parameters 0) leaves minus the reduced gradient in the parameters; every
  * element must equal the exact sum (a quad-precision sum, exact for this range) divided by the micro-shard
- * count and rounded, at any world size and at stages 0 and 3, in fp32. Prints "exact-hash H". */
+ * count and rounded, at any world size and at stages 0 and 3, in fp32. Prints "exact-hash H".
+ * `test_exact misuse` (1 rank): zs_grad_ready refuses a gradient added after the last deposit and a
+ * micro-batch with a micro-shard missing, naming the unit. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +39,36 @@ static float value(int64_t i, int64_t j)
     return ((h >> 40) & 1 ? -1.0f : 1.0f) * ldexpf(m, e - 24);
 }
 
+/* The contract's two errors, on a fresh context each (a refused ready leaves the micro-batch open). */
+static int misuse(void)
+{
+    const char *json = "{\"train_batch_size\": 2, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}},"
+                       " \"zeroshard\": {\"deterministic\": \"world_size_invariant\"}}";
+    int bad = 0;
+
+    for (int c = 0; c < 2; c++) {
+        zs_init_opts o = {.config_json = json, .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1};
+        zs_ctx *ctx = NULL;
+        int32_t u, p;
+        float *g;
+        zs_status st;
+        if (zs_init(&ctx, &o) || zs_unit_add(ctx, "u", &u) || zs_param_add(ctx, u, "w", 8, NULL, &p) ||
+            zs_setup(ctx) || zs_grad_get(ctx, u, &g))
+            return fprintf(stderr, "FAIL: set-up: %s\n", zs_last_error()), 1;
+        g[3] = 1.0f;
+        zs_grad_deposit(ctx, u); /* one of the micro-batch's two micro-shards */
+        if (c == 1)
+            g[5] = 2.0f; /* added, never deposited */
+        st = zs_grad_ready(ctx, u);
+        const char *want = c == 1 ? "gradient added after the last zs_grad_deposit" : "1 micro-shard gradients";
+        int ok = st == ZS_ERR_INVALID && strstr(zs_last_error(), want) && strstr(zs_last_error(), "unit 'u'");
+        printf("misuse %d: %s: %s\n", c, zs_last_error(), ok ? "ok" : "bad");
+        bad += !ok;
+        zs_finalize(ctx);
+    }
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     int rank, world, stage = argc > 1 ? (argv[1][0] - '0') : 0, bad = 0;
@@ -48,6 +80,11 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (argc > 1 && !strcmp(argv[1], "misuse")) {
+        bad = misuse();
+        MPI_Finalize();
+        return bad ? 1 : 0;
+    }
     snprintf(json, sizeof(json),
              "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": 1, \"steps_per_print\": 0,"
              " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}},"
