@@ -39,17 +39,23 @@ def model_flags(a):
     return ["--layers", str(a.layers), "--dim", str(a.dim), "--heads", str(a.heads), "--ctx", str(a.ctx)]
 
 
-def run_zs(a, tmp, stage, ranks, dtype):
-    cfg, metrics = f"{tmp}/s{stage}_{ranks}_{dtype}.json", f"{tmp}/m.jsonl"
-    zs_config(cfg, stage, dtype, a.batch // ranks)
+def launch_zs(a, tmp, cfg, ranks, extra=()):
+    """zs-train-gpt on cfg: the finished process and its step metrics, the first step dropped"""
+    metrics = f"{tmp}/m.jsonl"
     cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), "/usr/bin/time", "-f", "peak_rss_kb %M",
            f"{a.build}/zs-train-gpt", "--config", cfg, "--data", a.data, *model_flags(a), "--steps", str(a.steps),
-           "--val-every", "0", "--val-batches", "1", "--sample", "0", "--quiet", "--metrics", metrics]
+           "--val-every", "0", "--val-batches", "1", "--sample", "0", "--quiet", "--metrics", metrics, *extra]
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **MPI_ENV})
     if p.returncode:
-        sys.exit(f"gpt_bench: failed ({p.returncode}): {shlex.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+        sys.exit(f"bench: failed ({p.returncode}): {shlex.join(cmd)}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
     with open(metrics) as f:
-        steps = [json.loads(line) for line in f][1:]
+        return p, [json.loads(line) for line in f][1:]
+
+
+def run_zs(a, tmp, stage, ranks, dtype):
+    cfg = f"{tmp}/s{stage}_{ranks}_{dtype}.json"
+    zs_config(cfg, stage, dtype, a.batch // ranks)
+    p, steps = launch_zs(a, tmp, cfg, ranks)
     rss = [int(x) for x in re.findall(r"peak_rss_kb (\d+)", p.stderr)]
     return {"time": [s["time"] for s in steps], "compute": [s["compute"] for s in steps],
             "comm_wait": [s["comm_wait"] for s in steps], "optimizer": [s["optimizer"] for s in steps],

@@ -327,3 +327,20 @@ void ex_print_memory(zs_ctx *ctx, int rank, int world)
     free(all);
 }
 
+
+double ex_det_loss(const double *mine, int64_t gas, int64_t per, int world)
+{
+    int64_t n = gas * per;
+    double *all = malloc((size_t)(n * world) * sizeof(double)), sum = 0.0;
+
+    if (!all)
+        return NAN;
+    MPI_Allgather(mine, (int)n, MPI_DOUBLE, all, (int)n, MPI_DOUBLE, MPI_COMM_WORLD);
+    /* micro-batch m of rank r holds global micro-shards (m * world + r) * per ... + per - 1 */
+    for (int64_t m = 0; m < gas; m++)
+        for (int r = 0; r < world; r++)
+            for (int64_t j = 0; j < per; j++)
+                sum += all[r * n + m * per + j];
+    free(all);
+    return sum / (double)(n * world);
+}

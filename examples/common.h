@@ -68,5 +68,9 @@ zs_status ex_params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int rank
 
 /* rank 0 prints one {"memory": ...} JSON line per rank. Collective. */
 void ex_print_memory(zs_ctx *ctx, int rank, int world);
+/* Deterministic mode: the mean loss of one step from each rank's gas * per micro-shard losses (mine[m *
+ * per + j]: micro-batch m, micro-shard j), added in the global micro-shard order, so its bits do not
+ * depend on the world size. Collective. */
+double ex_det_loss(const double *mine, int64_t gas, int64_t per, int world);
 
 #endif /* ZS_EXAMPLES_COMMON_H */

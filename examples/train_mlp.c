@@ -161,8 +161,8 @@ static zs_status layer_begin(zs_ctx *ctx, const struct layer *L, const struct wi
     return ZS_OK;
 }
 
-/* A layer's backward begins: its unit fetched, its fp32 weights (widened if 16-bit) in *w, and the fp32
- * arrays its gradient is added into: the gradient buffer itself (fp32) or zeroed scratch (16-bit). */
+/* A layer's backward begins: its unit fetched, its fp32 weights (widened if 16-bit) in v->w, its gradient
+ * buffer and the offsets of its weight and bias in it. */
 struct grad_view {
     void *gp;
     const float *w;
@@ -180,6 +180,13 @@ static zs_status grad_begin(zs_ctx *ctx, const struct layer *L, const struct wid
         (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &v->boff)))
         return st;
     v->w = widen(wd, wp, L->in * L->out, wd->w);
+    return ZS_OK;
+}
+
+/* A piece of the layer's gradient (the whole micro-batch, or one micro-shard in deterministic mode) opens
+ * its fp32 arrays: the buffer itself (fp32) or zeroed scratch (16-bit)... */
+static void grad_open(const struct layer *L, const struct wide *wd, struct grad_view *v)
+{
     if (wd->dt == ZS_DTYPE_FP32) { /* straight into the buffer */
         v->gw = (float *)v->gp + v->woff;
         v->gb = (float *)v->gp + v->boff;
@@ -189,31 +196,41 @@ static zs_status grad_begin(zs_ctx *ctx, const struct layer *L, const struct wid
         memset(v->gw, 0, (size_t)(L->in * L->out) * sizeof(float));
         memset(v->gb, 0, (size_t)L->out * sizeof(float));
     }
-    return ZS_OK;
 }
 
-/* ... and ends: a 16-bit gradient rounded into the buffer, the unit handed over and released. */
-static zs_status grad_end(zs_ctx *ctx, const struct layer *L, const struct wide *wd, const struct grad_view *v)
+/* ... and closes: a 16-bit piece rounded into the buffer, then handed to zs_grad_deposit (nothing outside
+ * deterministic mode). */
+static zs_status grad_close(zs_ctx *ctx, const struct layer *L, const struct wide *wd, const struct grad_view *v)
 {
-    zs_status st;
-
     if (wd->dt != ZS_DTYPE_FP32) {
         fold_grad(wd, (uint16_t *)v->gp + v->woff, v->gw, L->in * L->out);
         fold_grad(wd, (uint16_t *)v->gp + v->boff, v->gb, L->out);
     }
+    return zs_grad_deposit(ctx, L->unit);
+}
+
+/* The layer's backward ends: the unit handed over and released. */
+static zs_status grad_end(zs_ctx *ctx, const struct layer *L)
+{
+    zs_status st;
+
     if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
         return st;
     return ZS_OK;
 }
 
-/* Softmax cross-entropy of B rows of logits z: the batch mean loss, and into dlog its gradient times lscale
- * (fp16: backward runs on loss x scale; 1 otherwise). On the host for --device cuda too: the GPU's expf and
- * logf round differently from the C library's. */
-static double softmax_xent(const float *logits, const int *labels, int64_t B, float lscale, float *dlog)
+/* Softmax cross-entropy of B rows of logits z: the batch mean loss, and into dlog the gradient of each
+ * micro-shard's mean (ms rows; ms = B outside deterministic mode) times lscale (fp16: backward runs on
+ * loss x scale; 1 otherwise); each micro-shard's mean loss into shard_loss when it is given. On the host
+ * for --device cuda too: the GPU's expf and logf round differently from the C library's. */
+static double softmax_xent(const float *logits, const int *labels, int64_t B, int64_t ms, float lscale, float *dlog,
+                           double *shard_loss)
 {
     double total = 0.0;
 
     for (int64_t k = 0; k < B; k++) {
+        if (shard_loss && k % ms == 0)
+            shard_loss[k / ms] = 0.0;
         const float *z = logits + k * CLASSES;
         float mx = z[0], sum = 0.0f;
         for (int c = 1; c < CLASSES; c++)
@@ -221,17 +238,38 @@ static double softmax_xent(const float *logits, const int *labels, int64_t B, fl
         for (int c = 0; c < CLASSES; c++)
             sum += expf(z[c] - mx);
         total += (double)(logf(sum) + mx - z[labels[k]]);
+        if (shard_loss)
+            shard_loss[k / ms] += (double)(logf(sum) + mx - z[labels[k]]) / (double)ms;
         for (int c = 0; c < CLASSES; c++)
-            dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)B * lscale;
+            dlog[k * CLASSES + c] = (expf(z[c] - mx) / sum - (c == labels[k] ? 1.0f : 0.0f)) / (float)ms * lscale;
     }
     return total / (double)B;
 }
 
-/* One micro-batch: forward through fetched units, loss, backward in reverse unit order.
- * acts[i] holds layer i's input for the whole batch. Returns the mean loss. */
-static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct opts *o, uint64_t first,
-                             int64_t B, float **acts, float *dlog, float *dbuf, const struct wide *wd, double *loss)
+/* Layer L's weight and bias gradients of rows [k0, k1), added into gw and gb. */
+static void weight_grads(const struct layer *L, const float *act, const float *dlog, int64_t k0, int64_t k1,
+                         float *gw, float *gb)
 {
+    for (int64_t k = k0; k < k1; k++) {
+        const float *x = act + k * L->in, *dy = dlog + k * L->out;
+        for (int64_t r = 0; r < L->out; r++) {
+            gb[r] += dy[r];
+            for (int64_t c = 0; c < L->in; c++)
+                gw[r * L->in + c] += dy[r] * x[c];
+        }
+    }
+}
+
+/* One micro-batch: forward through fetched units, loss, backward in reverse unit order.
+ * acts[i] holds layer i's input for the whole batch. Returns the mean loss. With
+ * zeroshard.deterministic the weight gradients come per micro-shard (ms rows, each the mean over its
+ * rows), each handed over by zs_grad_deposit, so no sum here depends on how many rows this rank has;
+ * otherwise ms = B and the deposit does nothing. */
+static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct opts *o, uint64_t first,
+                             int64_t B, float **acts, float *dlog, float *dbuf, const struct wide *wd, double *loss,
+                             double *shard_loss)
+{
+    int64_t ms = zs_micro_shard_size(ctx) ? zs_micro_shard_size(ctx) : B;
     zs_status st;
     int labels[4096];
     zs_step_stats ss;
@@ -260,22 +298,22 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
         if ((st = zs_unit_release(ctx, L->unit)))
             return st;
     }
-    *loss = softmax_xent(acts[m->nlayers], labels, B, lscale, dlog);
+    *loss = softmax_xent(acts[m->nlayers], labels, B, ms, lscale, dlog, shard_loss);
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct layer *L = &m->l[i];
         struct grad_view v;
         if ((st = grad_begin(ctx, L, wd, &v)))
             return st;
         const float *w = v.w;
-        float *gw = v.gw, *gb = v.gb;
+        for (int64_t k0 = 0; k0 < B; k0 += ms) {
+            grad_open(L, wd, &v);
+            weight_grads(L, acts[i], dlog, k0, k0 + ms, v.gw, v.gb);
+            if ((st = grad_close(ctx, L, wd, &v)))
+                return st;
+        }
         for (int64_t k = 0; k < B; k++) {
             const float *x = acts[i] + k * L->in, *dy = dlog + k * L->out;
             float *dx = dbuf + k * L->in;
-            for (int64_t r = 0; r < L->out; r++) {
-                gb[r] += dy[r];
-                for (int64_t c = 0; c < L->in; c++)
-                    gw[r * L->in + c] += dy[r] * x[c];
-            }
             for (int64_t c = 0; c < L->in; c++) {
                 float s = 0.0f;
                 for (int64_t r = 0; r < L->out; r++)
@@ -284,7 +322,7 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
             }
         }
         memcpy(dlog, dbuf, (size_t)(B * L->in) * sizeof(float));
-        if ((st = grad_end(ctx, L, wd, &v)))
+        if ((st = grad_end(ctx, L)))
             return st;
     }
     return ZS_OK;
@@ -318,7 +356,7 @@ static zs_status micro_batch_gpu(zs_ctx *ctx, const struct model *m, const struc
     }
     if (mlp_gpu_get_act(g, m->nlayers, acts[m->nlayers], B * CLASSES))
         return ZS_ERR_UNSUPPORTED;
-    *loss = softmax_xent(acts[m->nlayers], labels, B, (float)ss.loss_scale, dlog);
+    *loss = softmax_xent(acts[m->nlayers], labels, B, B, (float)ss.loss_scale, dlog, NULL);
     if (mlp_gpu_put_dy(g, dlog, B * CLASSES))
         return ZS_ERR_UNSUPPORTED;
     for (int i = m->nlayers - 1; i >= 0; i--) {
@@ -326,9 +364,10 @@ static zs_status micro_batch_gpu(zs_ctx *ctx, const struct model *m, const struc
         struct grad_view v;
         if ((st = grad_begin(ctx, L, wd, &v)))
             return st;
+        grad_open(L, wd, &v);
         if (mlp_gpu_backward(g, i, v.w, v.gw, v.gb, L->in, L->out, i > 0))
             return ZS_ERR_UNSUPPORTED;
-        if ((st = grad_end(ctx, L, wd, &v)))
+        if ((st = grad_close(ctx, L, wd, &v)) || (st = grad_end(ctx, L)))
             return st;
     }
     return ZS_OK;
@@ -431,6 +470,7 @@ int main(int argc, char **argv)
         ex_print_memory(ctx, rank, world);
 
     int64_t B = zs_micro_batch_size(ctx), gas = zs_grad_accum_steps(ctx);
+    int64_t per = zs_micro_shard_size(ctx) ? B / zs_micro_shard_size(ctx) : 1; /* micro-shards a micro-batch */
     if (B > 4096) {
         if (rank == 0)
             fprintf(stderr, "zeroshard: error: train_micro_batch_size_per_gpu %lld is above this example's 4096\n",
@@ -442,6 +482,7 @@ int main(int argc, char **argv)
     float **acts = calloc((size_t)m.nlayers + 1, sizeof(float *));
     float *dlog = malloc((size_t)(B * m.max_width) * sizeof(float));
     float *dbuf = malloc((size_t)(B * m.max_width) * sizeof(float));
+    double *shard_loss = malloc((size_t)(gas * per) * sizeof(double));
     for (int i = 0; i <= m.nlayers; i++)
         acts[i] = malloc((size_t)(B * m.max_width) * sizeof(float));
     struct wide wd = {.dt = zs_param_dtype(ctx)};
@@ -455,7 +496,12 @@ int main(int argc, char **argv)
 
     struct mlp_gpu *gpu = NULL;
     bool agreed = false; /* every rank knows rc: no abort needed */
-    if (!strcmp(o.device, "cuda")) { /* every rank opens its GPU, or none goes on */
+    if (!strcmp(o.device, "cuda") && zs_micro_shard_size(ctx)) { /* the same on every rank */
+        if (rank == 0)
+            fprintf(stderr, "zeroshard: error: --device cuda does not implement zeroshard.deterministic "
+                    "\"world_size_invariant\" (its backward sums the whole micro-batch at once)\n");
+        rc = 1, agreed = true;
+    } else if (!strcmp(o.device, "cuda")) { /* every rank opens its GPU, or none goes on */
         int ok, all_ok;
         gpu = open_gpu(&o, &m, B, rank);
         ok = gpu != NULL;
@@ -475,7 +521,7 @@ int main(int argc, char **argv)
         for (int64_t mb = 0; mb < gas && !rc; mb++) {
             uint64_t first = (uint64_t)(((step * gas + mb) * world + rank) * B);
             st = gpu ? micro_batch_gpu(ctx, &m, &o, first, B, acts, dlog, &wd, gpu, &loss)
-                     : micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &wd, &loss);
+                     : micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &wd, &loss, shard_loss + mb * per);
             if (!st)
                 st = zs_step(ctx);
             if (st && gpu && mlp_gpu_error(gpu)[0]) {
@@ -492,11 +538,14 @@ int main(int argc, char **argv)
             rc = ex_die("loss", st);
             break;
         }
+        double mean = all / (double)(world * gas);
+        if (zs_micro_shard_size(ctx)) /* the world-size-independent mean, in the global micro-shard order */
+            mean = ex_det_loss(shard_loss, gas, per, world);
         zs_step_stats s;
         zs_stats(ctx, &s);
         if (rank == 0)
             printf("step %lld loss %.6f lr %.6g grad_norm %.6f time %.3fs clip_coef %.6g loss_scale %g%s\n",
-                   (long long)s.global_step, all / (double)(world * gas), s.lr, s.grad_norm, MPI_Wtime() - t0,
+                   (long long)s.global_step, mean, s.lr, s.grad_norm, MPI_Wtime() - t0,
                    s.clip_coef, s.loss_scale, s.skipped ? " skipped" : "");
         fflush(stdout);
         bool last = step + 1 == o.run.steps;
@@ -520,6 +569,7 @@ int main(int argc, char **argv)
         free(acts[i]);
     free(acts);
     free(dlog);
+    free(shard_loss);
     free(dbuf);
     free(wd.w);
     free(wd.gw);

@@ -179,6 +179,11 @@ zs_status zs_grad_buffer(zs_ctx *ctx, int32_t unit, void **grad);
 zs_status zs_grad_get(zs_ctx *ctx, int32_t unit, float **grad);
 /* The unit's gradients for this micro-batch are complete: starts their (bucketed) reduction. */
 zs_status zs_grad_ready(zs_ctx *ctx, int32_t unit);
+/* zeroshard.deterministic "world_size_invariant": the buffer holds the gradient of one micro-shard
+ * (zeroshard.micro_shard_size samples, the mean over them, as the normal mode's micro-batch mean); this
+ * folds it into an exact sum and zeroes the buffer. Every micro-shard of the micro-batch is deposited
+ * before zs_grad_ready. In the normal mode it does nothing (the buffer keeps summing). */
+zs_status zs_grad_deposit(zs_ctx *ctx, int32_t unit);
 /* Called once per micro-batch; at each accumulation boundary it clips, runs the optimizer on this
  * rank's shard and makes updated parameters visible again. */
 zs_status zs_step(zs_ctx *ctx);
@@ -220,6 +225,8 @@ zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream);
 zs_status zs_stats(const zs_ctx *ctx, zs_step_stats *out);
 int64_t zs_grad_accum_steps(const zs_ctx *ctx);
 int64_t zs_micro_batch_size(const zs_ctx *ctx);
+/* Deterministic mode: samples per micro-shard (the data split's unit); 0 in the normal mode. */
+int64_t zs_micro_shard_size(const zs_ctx *ctx);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -79,6 +79,8 @@ struct zs_cpu_config {
     char device[8];     /* where model states live and the optimizer runs: "cpu" or "cuda" */
     double timeout_s;       /* the watchdog: how long any wait on peers may last (ZS_TIMEOUT overrides) */
     char flight_dir[256];   /* the flight recorder's directory ("": ZS_FLIGHT_DIR or /tmp/zeroshard-flight-<job>) */
+    bool deterministic;     /* "world_size_invariant": exact gradient sums (sharding/exact.c) */
+    int64_t micro_shard_size; /* deterministic mode: samples per micro-shard, the unit of the data split */
 };
 
 struct zs_config {

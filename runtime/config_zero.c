@@ -294,7 +294,7 @@ int zs_cfg_parse_zero(parser *p, struct zs_config *cfg, json_t *root)
 
 /* DeepSpeed skips top-level keys it does not know, so one file serves both runtimes. */
 static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", "comm", "fake_node_size",
-                                       "device_memory", "device", "timeout_s", "flight_dir", NULL};
+                                       "device_memory", "device", "timeout_s", "flight_dir", "deterministic", "micro_shard_size", NULL};
 static const char *const comm_backends[] = {"auto", "mpi", "shm", NULL};
 static const char *const cpu_kernels[] = {"auto", "scalar", "avx2", "avx512", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
@@ -302,7 +302,7 @@ static const char *const devices[] = {"cpu", "cuda", NULL};
 int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
 {
     struct zs_cpu_config *c = &cfg->cpu;
-    const char *kernel, *comm, *device, *flight;
+    const char *kernel, *comm, *device, *flight, *det;
     json_t *sec;
 
     if (zs_cfg_get_obj(p, root, "", "zeroshard", &sec) ||
@@ -316,12 +316,28 @@ int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
         zs_cfg_get_str(p, sec, "zeroshard", "device", &device) ||
         zs_cfg_get_num(p, sec, "zeroshard", "timeout_s", &(struct zs_cfg_spec){ZS_IN_OC(0, 1e9), .def = 600, .no_auto = true},
                        &c->timeout_s) ||
-        zs_cfg_get_str(p, sec, "zeroshard", "flight_dir", &flight))
+        zs_cfg_get_str(p, sec, "zeroshard", "flight_dir", &flight) ||
+        zs_cfg_get_str(p, sec, "zeroshard", "deterministic", &det) ||
+        zs_cfg_get_int(p, sec, "zeroshard", "micro_shard_size", &(struct zs_cfg_spec){ZS_GE(1), .def = 1},
+                       &c->micro_shard_size))
         return -EINVAL;
     if (flight && strlen(flight) >= sizeof(c->flight_dir))
         return zs_cfg_fail(p, "zeroshard", "flight_dir", "longer than %zu bytes", sizeof(c->flight_dir) - 1);
     if (flight)
         memcpy(c->flight_dir, flight, strlen(flight) + 1);
+    if (det && strcmp(det, "off") && strcmp(det, "world_size_invariant"))
+        return zs_cfg_fail(p, "zeroshard", "deterministic", "expected \"off\" or \"world_size_invariant\", got \"%.40s\"",
+                           det);
+    c->deterministic = det && !strcmp(det, "world_size_invariant");
+    if (c->deterministic && cfg->micro_batch_size % c->micro_shard_size != 0)
+        return zs_cfg_fail(p, "zeroshard", "micro_shard_size",
+                           "%lld does not divide train_micro_batch_size_per_gpu %lld at this world size",
+                           (long long)c->micro_shard_size, (long long)cfg->micro_batch_size);
+    /* the exact sum is scaled once, by the micro-shard count; a pre-division would round per rank */
+    if (c->deterministic && (cfg->prescale_gradients || cfg->gradient_predivide_factor != 1.0))
+        return zs_cfg_fail(p, "zeroshard", "deterministic",
+                           "\"world_size_invariant\" does not implement prescale_gradients or "
+                           "gradient_predivide_factor (set them to false and 1)");
     if (!comm)
         comm = "auto";
     if (!zs_cfg_in_list(comm, comm_backends))

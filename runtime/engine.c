@@ -427,6 +427,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         return ZS_OK;
     own = ctx->own_mpi;
     zs_fetch_free_all(ctx);
+    zs_exact_free(ctx);
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;

@@ -61,6 +61,10 @@ struct zs_unit {
     float *master;               /* 16-bit params: fp32 masters (whole at stage 0, shard otherwise), unless
                                   * they live in the NVMe swap file */
     float *m, *v;                /* optimizer state (whole at stage 0, shard otherwise) */
+    /* deterministic mode (sharding/exact.c): the unit's exact counters start at ctx->xacc + xoff * 3 */
+    int64_t xoff, xdeposits;     /* element offset; micro-shards deposited this window */
+    int32_t xtop;                /* top band of the window's values so far, -1 before any nonzero */
+    bool xbad;                   /* some deposited value was Inf or NaN */
 };
 
 /* DeepSpeed's DynamicLossScaler state (fp16 with loss_scale 0); a static scale otherwise. */
@@ -119,6 +123,8 @@ struct zs_ctx {
     bool over_budget;                /* the last failed allocation hit the budget (message already set) */
     struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */
     struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload_optimizer.device nvme) */
+    int64_t *xacc;                   /* deterministic mode: exact gradient counters, 3 per element */
+    int64_t xnumel;                  /* their elements (the padded model) */
 };
 
 /* "Adam", "AdamW", "SGD", "Lion", "Adagrad" (DeepSpeed's spelling of the config's optimizer type) */
@@ -183,6 +189,14 @@ zs_status zs_grads_flush(struct zs_ctx *ctx);      /* waits for every reduction 
 /* This rank's reduced gradient shard of unit u, ctx->gdt elements (valid after flush at a boundary). */
 void *zs_grads_shard(struct zs_ctx *ctx, int32_t u);
 void zs_grads_zero(struct zs_ctx *ctx);            /* starts a new accumulation window */
+
+/* sharding/exact.c: zeroshard.deterministic "world_size_invariant" */
+zs_status zs_exact_setup(struct zs_ctx *ctx);       /* the counters, and full gradient buffers at stages 2-3 */
+void zs_exact_free(struct zs_ctx *ctx);
+zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u); /* folds the unit's buffer in, zeroes it */
+zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u);   /* checks every micro-shard was deposited */
+zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq); /* at the boundary: sum, round, norm */
+void zs_exact_zero(struct zs_ctx *ctx);
 
 /* runtime/memory.c */
 /* Gradient bucket elements (stages 2-3): reduce_bucket_size, never more than the model, at least the

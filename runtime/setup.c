@@ -246,7 +246,7 @@ zs_status zs_setup(zs_ctx *ctx)
         if (st)
             return st;
     }
-    st = setup_bucket(ctx);
+    st = ctx->cfg.cpu.deterministic ? zs_exact_setup(ctx) : setup_bucket(ctx);
     if (st)
         return st;
     for (int32_t p = 0; p < ctx->nparams; p++)

@@ -195,7 +195,7 @@ zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad)
         if (st)
             return st;
     }
-    if (ctx->cfg.zero.stage >= 2) {
+    if (ctx->cfg.zero.stage >= 2 && !ctx->cfg.cpu.deterministic) {
         /* The bucket restarts only here and at the step, never when reductions happen to finish: every
          * rank must place a unit's staging buffer at the same offset, because peers on the node read it
          * there. */
@@ -228,6 +228,14 @@ zs_status zs_grads_ready(struct zs_ctx *ctx, int32_t u)
     if (un->grad_state != ZS_GRAD_OPEN)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: unit '%s': call zs_grad_get first in this micro-batch",
                        un->name);
+    if (ctx->cfg.cpu.deterministic) { /* summed exactly at the boundary (exact.c), nothing to launch */
+        zs_status st = zs_exact_ready(ctx, u);
+        if (!st) {
+            un->ready_micro = ctx->micro_step;
+            un->grad_state = ZS_GRAD_IDLE;
+        }
+        return st;
+    }
     un->ready_micro = ctx->micro_step;
     if (ctx->cfg.zero.stage < 2 && !at_boundary(ctx)) {
         un->grad_state = ZS_GRAD_IDLE; /* keeps accumulating locally until the boundary */
@@ -250,10 +258,12 @@ void zs_grads_zero(struct zs_ctx *ctx)
     ctx->arena_used = 0; /* called after the step flushed every reduction */
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
-        if (ctx->cfg.zero.stage < 2)
+        if (ctx->cfg.zero.stage < 2) /* deterministic mode: the deposits left the stage 2-3 buffers zero */
             memset(un->grad, 0, (size_t)un->part.padded * ctx->psz);
         un->accumulated = 0;
     }
+    if (ctx->cfg.cpu.deterministic)
+        zs_exact_zero(ctx);
 }
 
 /* ---------------------------------------------------------------- public API */

@@ -40,6 +40,7 @@ struct engine_io {
     const struct gpt_layout *lay;
     zs_dtype dt;
     float *w[2], *g[2];
+    bool not_last; /* deterministic mode: a micro-shard before the micro-batch's last (deposit, no ready) */
 };
 
 static int slot(int32_t unit) { return unit == GPT_UNIT_EMBED ? 0 : 1; }
@@ -92,6 +93,8 @@ static int io_grad_done(void *arg, int32_t unit)
         else
             ((uint16_t *)buf)[i] = ex_f2h(e->dt, ex_h2f(e->dt, ((uint16_t *)buf)[i]) + g[i]);
     }
+    if ((st = zs_grad_deposit(e->ctx, unit)) || e->not_last) /* the deposit: a no-op in the normal mode */
+        return (int)st;
     return (int)zs_grad_ready(e->ctx, unit);
 }
 
@@ -215,6 +218,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 struct run {
     zs_ctx *ctx;
+    struct engine_io *eio;
     struct gpt_model_f32 model;
     struct gpt_io_f32 io;
     struct gpt_data data;
@@ -297,12 +301,41 @@ static int sample_text(struct run *r, const struct opts *o)
 
 /* ---------------------------------------------------------------- training */
 
+/* Deterministic mode: each micro-batch is one forward and backward per micro-shard (ms sequences, the
+ * loss their mean), each gradient deposited whole, so no sum depends on how many sequences this rank
+ * has; the loss is the mean over the step's micro-shards in their global order. */
+static int train_step_det(struct run *r, const struct opts *o, int64_t step, int64_t ms, double *loss)
+{
+    int64_t per = r->B / ms;
+    double *l = malloc((size_t)(r->gas * per) * sizeof(double));
+    zs_step_stats s;
+    int rc = l ? 0 : (int)ZS_ERR_NOMEM;
+
+    for (int64_t m = 0; m < r->gas && !rc; m++) {
+        zs_stats(r->ctx, &s);
+        for (int64_t j = 0; j < per && !rc; j++) {
+            gpt_data_batch(&r->data, o->run.seed, step, (m * r->world + r->rank) * r->B + j * ms, ms, o->ctx, r->in,
+                           r->tg);
+            r->eio->not_last = j + 1 < per;
+            rc = gpt_model_run_f32(&r->model, &r->io, r->in, r->tg, ms, 1, s.loss_scale, &l[m * per + j]);
+        }
+        if (!rc)
+            rc = (int)zs_step(r->ctx);
+    }
+    if (!rc)
+        *loss = ex_det_loss(l, r->gas, per, r->world);
+    free(l);
+    return rc;
+}
+
 /* One optimizer step: gas micro-batches of this rank's slice of the global batch. */
 static int train_step(struct run *r, const struct opts *o, int64_t step, double *loss)
 {
     double sum = 0, l;
     zs_step_stats s;
 
+    if (zs_micro_shard_size(r->ctx))
+        return train_step_det(r, o, step, zs_micro_shard_size(r->ctx), loss);
     for (int64_t m = 0; m < r->gas; m++) {
         zs_stats(r->ctx, &s); /* fp16: backward runs on loss x scale; 1 otherwise */
         gpt_data_batch(&r->data, o->run.seed, step, (m * r->world + r->rank) * r->B, r->B, o->ctx, r->in, r->tg);
@@ -400,7 +433,7 @@ static int run_program(const struct opts *o, int rank, int world)
     struct gpt_config cfg = {.layers = o->layers, .dim = o->dim, .heads = o->heads, .ctx = o->ctx, .vocab = 256};
     struct gpt_layout lay = {0};
     struct engine_io eio = {0};
-    struct run r = {.rank = rank, .world = world};
+    struct run r = {.rank = rank, .world = world, .eio = &eio};
     struct tensor_init *ti = NULL;
     zs_init_opts io = {.config_path = o->run.config, .quiet = o->run.quiet};
     char err[512];

@@ -1,0 +1,141 @@
+/* test_exact.c - the exact gradient sum of zeroshard.deterministic on values that span 2^-44..2^30 and
+ * both signs, so a rank's top band rises part-way through its micro-shards and ranks start from different
+ * tops. One SGD step (lr 1, parameters 0) leaves minus the reduced gradient in the parameters; every
+ * element must equal the exact sum (a quad-precision sum, exact for this range) divided by the micro-shard
+ * count and rounded, at any world size and at stages 0 and 3, in fp32. Prints "exact-hash H".
+ * `test_exact misuse` (1 rank): zs_grad_ready refuses a gradient added after the last deposit and a
+ * micro-batch with a micro-shard missing, naming the unit. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <mpi.h>
+
+#include "zeroshard.h"
+
+#define N 1000      /* elements */
+#define SHARDS 12   /* micro-shards of one sample in the global batch */
+
+static uint64_t mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Micro-shard j's gradient of element i: a random 24-bit mantissa and sign, below 2^top(j), where top(j)
+ * rises from -20 to 30 with j (so a rank's top band rises as its shards arrive, by two bands over the
+ * window); even elements sit at the top, odd ones anywhere from 2^-20 up. */
+static float value(int64_t i, int64_t j)
+{
+    uint64_t h = mix((uint64_t)(i * SHARDS + j) + 77);
+    int top = -20 + (int)(j * 50 / (SHARDS - 1));
+    int e = i % 2 ? -20 + (int)(h % (uint64_t)(top + 21)) : top;
+    float m = (float)((h >> 8) & 0xffffff) + 1.0f;
+
+    if (i % 7 == 3) /* some elements cancel to nearly nothing */
+        return (j % 2 ? -1.0f : 1.0f) * ldexpf(m, -20 - 24 + (int)(j / 2) % 3);
+    return ((h >> 40) & 1 ? -1.0f : 1.0f) * ldexpf(m, e - 24);
+}
+
+/* The contract's two errors, on a fresh context each (a refused ready leaves the micro-batch open). */
+static int misuse(void)
+{
+    const char *json = "{\"train_batch_size\": 2, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}},"
+                       " \"zeroshard\": {\"deterministic\": \"world_size_invariant\"}}";
+    int bad = 0;
+
+    for (int c = 0; c < 2; c++) {
+        zs_init_opts o = {.config_json = json, .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1};
+        zs_ctx *ctx = NULL;
+        int32_t u, p;
+        float *g;
+        zs_status st;
+        if (zs_init(&ctx, &o) || zs_unit_add(ctx, "u", &u) || zs_param_add(ctx, u, "w", 8, NULL, &p) ||
+            zs_setup(ctx) || zs_grad_get(ctx, u, &g))
+            return fprintf(stderr, "FAIL: set-up: %s\n", zs_last_error()), 1;
+        g[3] = 1.0f;
+        zs_grad_deposit(ctx, u); /* one of the micro-batch's two micro-shards */
+        if (c == 1)
+            g[5] = 2.0f; /* added, never deposited */
+        st = zs_grad_ready(ctx, u);
+        const char *want = c == 1 ? "gradient added after the last zs_grad_deposit" : "1 micro-shard gradients";
+        int ok = st == ZS_ERR_INVALID && strstr(zs_last_error(), want) && strstr(zs_last_error(), "unit 'u'");
+        printf("misuse %d: %s: %s\n", c, zs_last_error(), ok ? "ok" : "bad");
+        bad += !ok;
+        zs_finalize(ctx);
+    }
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    int rank, world, stage = argc > 1 ? (argv[1][0] - '0') : 0, bad = 0;
+    char json[512];
+    zs_ctx *ctx = NULL;
+    int32_t u, p;
+    zs_status st;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    if (argc > 1 && !strcmp(argv[1], "misuse")) {
+        bad = misuse();
+        MPI_Finalize();
+        return bad ? 1 : 0;
+    }
+    snprintf(json, sizeof(json),
+             "{\"train_batch_size\": %d, \"gradient_accumulation_steps\": 1, \"steps_per_print\": 0,"
+             " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}},"
+             " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0},"
+             " \"zeroshard\": {\"deterministic\": \"world_size_invariant\", \"micro_shard_size\": 1}}",
+             SHARDS, stage);
+    zs_init_opts o = {.config_json = json, .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1};
+    if ((st = zs_init(&ctx, &o)) || (st = zs_unit_add(ctx, "u", &u)) ||
+        (st = zs_param_add(ctx, u, "w", N, NULL, &p)) || (st = zs_setup(ctx)))
+        goto fail;
+    int64_t B = zs_micro_batch_size(ctx);
+    void *g;
+    if ((st = zs_unit_fetch(ctx, u, NULL)))
+        goto fail;
+    for (int64_t j = rank * B; j < (rank + 1) * B; j++) { /* this rank's contiguous micro-shards */
+        if ((st = zs_grad_buffer(ctx, u, &g)))
+            goto fail;
+        for (int64_t i = 0; i < N; i++)
+            ((float *)g)[i] = value(i, j);
+        if ((st = zs_grad_deposit(ctx, u)))
+            goto fail;
+    }
+    if ((st = zs_grad_ready(ctx, u)) || (st = zs_unit_release(ctx, u)) || (st = zs_step(ctx)))
+        goto fail;
+    void *w;
+    uint64_t hash = 0xcbf29ce484222325ULL;
+    if ((st = zs_unit_fetch(ctx, u, NULL)) || (st = zs_param_data(ctx, p, &w)))
+        goto fail;
+    for (int64_t i = 0; i < N; i++) {
+        __float128 s = 0;
+        for (int64_t j = 0; j < SHARDS; j++)
+            s += (__float128)value(i, j);
+        float want = -(float)((double)s / (double)SHARDS), got = ((float *)w)[i];
+        uint32_t a, b;
+        memcpy(&a, &want, 4);
+        memcpy(&b, &got, 4);
+        if (a != b && bad++ < 5 && rank == 0)
+            fprintf(stderr, "FAIL: element %lld: %a, exact sum / %d gives %a\n", (long long)i, (double)got, SHARDS,
+                    (double)want);
+        hash = (hash ^ b) * 0x100000001b3ULL;
+    }
+    if ((st = zs_unit_release(ctx, u)))
+        goto fail;
+    if (rank == 0)
+        printf("exact-hash %016llx stage %d np %d: %d of %d elements differ from the exact sum\n",
+               (unsigned long long)hash, stage, world, bad, N);
+    zs_finalize(ctx);
+    MPI_Finalize();
+    return bad ? 1 : 0;
+fail:
+    fprintf(stderr, "FAIL: rank %d: %s\n", rank, zs_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+}
