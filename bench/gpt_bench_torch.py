@@ -3,8 +3,9 @@ trained on the CPU as one process, under DDP and under FSDP (FSDP2's fully_shard
 unit per block as ZeroShard has one unit per block), with AdamW and gradient clipping, on the same batches.
 
   python3 gpt_bench_torch.py MODE --world W --threads N --data FILE --layers L --dim D --heads H --ctx T
-      --batch GLOBAL_SEQUENCES --steps S
-MODE is single, ddp or fsdp. Prints one JSON line per rank:
+      --batch GLOBAL_SEQUENCES --steps S [--bf16]
+MODE is single, ddp or fsdp. --bf16: the forward under torch.autocast("cpu", bfloat16) (PyTorch's own mixed
+precision: fp32 parameters, bf16 matrix products through oneDNN, fp32 sums), backward outside it. Prints one JSON line per rank:
 {"mode", "rank", "world", "step_times": [...], "peak_rss_kb", "import_rss_kb" (after importing torch, before
 the model)}; the first step is the caller's to discard.
 """
@@ -49,7 +50,9 @@ def run(rank, a):
         t0 = time.perf_counter()
         inputs, targets = corpus.batch(1, step, rank * micro, micro)
         opt.zero_grad(set_to_none=True)
-        model(inputs, targets).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            loss = model(inputs, targets)
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         times.append(time.perf_counter() - t0)
@@ -68,6 +71,7 @@ def main():
     for flag, default in (("--world", 1), ("--threads", 1), ("--layers", 6), ("--dim", 384), ("--heads", 6),
                           ("--ctx", 256), ("--batch", 8), ("--steps", 5), ("--port", 29517)):
         ap.add_argument(flag, type=int, default=default)
+    ap.add_argument("--bf16", action="store_true")
     a = ap.parse_args()
     if a.mode == "single":
         a.world = 1

@@ -97,8 +97,8 @@ int main(void)
         in[i] = (i * 37 + 11) % 256;
         tg[i] = (i * 53 + 5) % 256;
     }
-    struct gpt_io_f64 io64 = {&f, fetch64, nop, grad64, nop};
-    struct gpt_io_f32 io32 = {&f, fetch32, nop, grad32, nop};
+    struct gpt_io_f64 io64 = {&f, fetch64, nop, grad64, nop, NULL};
+    struct gpt_io_f32 io32 = {&f, fetch32, nop, grad32, nop, NULL};
     if (gpt_model_init_f64(&m64, &cfg, &lay, BATCH, 0) || gpt_model_init_f64(&m64r, &cfg, &lay, BATCH, 1) ||
         gpt_model_init_f32(&m32, &cfg, &lay, BATCH, 0)) {
         fprintf(stderr, "out of memory\n");

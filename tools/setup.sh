@@ -3,9 +3,10 @@
 # PyPI packages the export test reads safetensors with (optional: without them that check is skipped).
 # Run as root (or with sudo available). CUDA, NCCL and cuBLAS are optional and never installed here.
 # clang builds the libFuzzer targets of the checkpoint and safetensors parsers; OpenBLAS does the transformer
-# example's matrix products, fortunes is its default corpus and gnuplot-nox draws its loss curve.
+# example's matrix products (libdnnl-dev, oneDNN, its bf16 ones), fortunes is its default corpus and
+# gnuplot-nox draws its loss curve.
 set -eu
-pkgs="build-essential cmake pkg-config git openmpi-bin libopenmpi-dev libhwloc-dev liburing-dev libjansson-dev fio clang libopenblas-dev fortunes gnuplot-nox"
+pkgs="build-essential cmake pkg-config git openmpi-bin libopenmpi-dev libhwloc-dev liburing-dev libjansson-dev fio clang libopenblas-dev libdnnl-dev fortunes gnuplot-nox"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -5,16 +5,34 @@
 #include <math.h>
 #include <string.h>
 #include <cblas.h>  /* defines: cblas_sgemm, cblas_dgemm */
+#if GPT_MM16
+#include "mm16.h"   /* defines: gpt_mm16, gpt_f32_to_bf16 */
+#endif
 
 typedef GPT_REAL real;
 
 /* ---------------------------------------------------------------- matrix products (row-major) */
 
-/* y[N, out] = x[N, in] @ w[in, out] + b */
-static void linear_forward(real *y, const real *x, const real *w, const real *b, int64_t N, int64_t in, int64_t out)
+/* A weight matrix: its fp32 values, or, when the products run in bf16 (GPT_MM16 builds), its bf16 storage
+ * h, with f left unread (the training program does not widen it). */
+struct mat {
+    const real *f;
+    const uint16_t *h;
+};
+
+/* y[N, out] = x[N, in] @ w[in, out] + b. In bf16, x is rounded into x16 [N, in] first. */
+static void linear_forward(real *y, const real *x, struct mat w, uint16_t *x16, const real *b, int64_t N, int64_t in,
+                           int64_t out)
 {
-    GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)out, (int)in, 1, x, (int)in, w, (int)out, 0, y,
-             (int)out);
+#if GPT_MM16
+    if (w.h) {
+        gpt_f32_to_bf16(x16, x, N * in);
+        gpt_mm16(false, false, N, out, in, x16, in, w.h, out, 0, y, out);
+    } else
+#endif
+        GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)out, (int)in, 1, x, (int)in, w.f, (int)out, 0,
+                 y, (int)out);
+    (void)x16;
     if (!b)
         return;
 #pragma omp parallel for schedule(static)
@@ -23,14 +41,27 @@ static void linear_forward(real *y, const real *x, const real *w, const real *b,
             y[i * out + j] += b[j];
 }
 
-/* dx = dy @ w^T (overwritten); dw += x^T @ dy; db += column sums of dy */
-static void linear_backward(real *dx, real *dw, real *db, const real *dy, const real *x, const real *w, int64_t N,
-                            int64_t in, int64_t out)
+/* dx = dy @ w^T (overwritten); dw += x^T @ dy; db += column sums of dy. In bf16, x and dy are rounded into
+ * x16 [N, in] and dy16 [N, out]; dw still sums in fp32. */
+static void linear_backward(real *dx, real *dw, real *db, const real *dy, const real *x, struct mat w, uint16_t *x16,
+                            uint16_t *dy16, int64_t N, int64_t in, int64_t out)
 {
-    GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)in, (int)out, 1, dy, (int)out, w, (int)out, 0, dx,
-             (int)in);
-    GPT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)in, (int)out, (int)N, 1, x, (int)in, dy, (int)out, 1, dw,
-             (int)out);
+#if GPT_MM16
+    if (w.h) {
+        gpt_f32_to_bf16(dy16, dy, N * out);
+        gpt_f32_to_bf16(x16, x, N * in);
+        gpt_mm16(false, true, N, in, out, dy16, out, w.h, out, 0, dx, in);
+        gpt_mm16(true, false, in, out, N, x16, in, dy16, out, 1, dw, out);
+    } else
+#endif
+    {
+        GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)in, (int)out, 1, dy, (int)out, w.f, (int)out, 0,
+                 dx, (int)in);
+        GPT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)in, (int)out, (int)N, 1, x, (int)in, dy, (int)out, 1,
+                 dw, (int)out);
+    }
+    (void)x16;
+    (void)dy16;
     if (!db)
         return;
     for (int64_t i = 0; i < N; i++)

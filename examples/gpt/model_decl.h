@@ -12,6 +12,10 @@ struct GPT_SUF(gpt_io) {
      * and gathers both of wte's uses), and the call that says it is complete */
     int (*grad)(void *arg, int32_t unit, GPT_REAL **g);
     int (*grad_done)(void *arg, int32_t unit);
+    /* optional (float only): a fetched unit's parameters in their bf16 storage, or NULL. Given, the block
+     * matrices and the tied head multiply in bf16 with fp32 sums, and fetch need not widen the blocks'
+     * four weight matrices (it widens everything else). */
+    const uint16_t *(*fetched16)(void *arg, int32_t unit);
 };
 
 /* What a block's backward needs from its forward, for B sequences of T tokens (N = B * T rows). */
@@ -35,6 +39,7 @@ struct GPT_SUF(gpt_model) {
     GPT_REAL *lnf, *lnf_mean, *lnf_rstd, *logits;
     GPT_REAL *dres, *dln, *dh, *dqkv, *datt; /* backward scratch */
     double *row_loss;
+    uint16_t *x16, *y16;                   /* bf16 products: activations and their gradients rounded to bf16 */
 };
 
 int GPT_SUF(gpt_model_init)(struct GPT_SUF(gpt_model) *m, const struct gpt_config *cfg,

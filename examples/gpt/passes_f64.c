@@ -8,4 +8,5 @@
 #define GPT_EXP exp
 #define GPT_LOG log
 #define GPT_TANH tanh
+#define GPT_MM16 0
 #include "passes_tmpl.h"

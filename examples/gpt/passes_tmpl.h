@@ -71,6 +71,11 @@ int GPT_SUF(gpt_model_init)(model_t *m, const struct gpt_config *cfg, const stru
     m->dh = alloc_real(N * 4 * C, &fail);
     m->dqkv = alloc_real(N * 3 * C, &fail);
     m->datt = alloc_real(max_batch * cfg->heads * cfg->ctx * cfg->ctx, &fail);
+#if GPT_MM16 /* untouched (no resident pages) unless the products run in bf16 */
+    m->x16 = calloc((size_t)(N * 4 * C), sizeof(uint16_t));
+    m->y16 = calloc((size_t)(N * (cfg->vocab > 4 * C ? cfg->vocab : 4 * C)), sizeof(uint16_t));
+    fail |= !m->x16 || !m->y16;
+#endif
     if (fail) {
         GPT_SUF(gpt_model_free)(m);
         return -1;
@@ -96,52 +101,65 @@ void GPT_SUF(gpt_model_free)(model_t *m)
     free(m->dh);
     free(m->dqkv);
     free(m->datt);
+    free(m->x16);
+    free(m->y16);
     *m = (model_t){0};
 }
 
 /* ---------------------------------------------------------------- one block */
 
-/* the block's tensors inside its unit buffer */
-static void tensors(const model_t *m, int32_t unit, const real *base, const real *t[GPT_MAX_TENSORS])
+/* The block's tensors inside its unit buffer, and in bf16 storage (h, all NULL without it). */
+static void tensors(const model_t *m, const io_t *io, int32_t unit, const real *base, const real *t[GPT_MAX_TENSORS],
+                    const uint16_t *h[GPT_MAX_TENSORS])
 {
-    for (int32_t k = 0; k < GPT_MAX_TENSORS; k++)
+    const uint16_t *base16 = io->fetched16 ? io->fetched16(io->arg, unit) : NULL;
+
+    for (int32_t k = 0; k < GPT_MAX_TENSORS; k++) {
         t[k] = base + m->lay->off[unit][k];
+        h[k] = base16 ? base16 + m->lay->off[unit][k] : NULL;
+    }
 }
 
-static void block_forward(const model_t *m, const real *const *w, const real *x, acts_t *a, real *out, int64_t B)
+#define MAT(k) ((struct mat){w[k], h[k]})
+
+static void block_forward(const model_t *m, const real *const *w, const uint16_t *const *h, const real *x, acts_t *a,
+                          real *out, int64_t B)
 {
     int64_t T = m->cfg.ctx, C = m->cfg.dim, N = B * T;
 
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
-    linear_forward(a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C);
+    linear_forward(a->qkv, a->ln1, MAT(GPT_QKV_W), m->x16, w[GPT_QKV_B], N, C, 3 * C);
     attention_forward(a->atty, a->att, a->qkv, B, T, C, m->cfg.heads);
-    linear_forward(a->res2, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], N, C, C);
+    linear_forward(a->res2, a->atty, MAT(GPT_ATTPROJ_W), m->x16, w[GPT_ATTPROJ_B], N, C, C);
     for (int64_t i = 0; i < N * C; i++)
         a->res2[i] += x[i];
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B], N, C);
-    linear_forward(a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C);
+    linear_forward(a->fch, a->ln2, MAT(GPT_FC_W), m->x16, w[GPT_FC_B], N, C, 4 * C);
     gelu_forward(a->fchg, a->fch, N * 4 * C);
-    linear_forward(out, a->fchg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C);
+    linear_forward(out, a->fchg, MAT(GPT_FCPROJ_W), m->x16, w[GPT_FCPROJ_B], N, 4 * C, C);
     for (int64_t i = 0; i < N * C; i++)
         out[i] += a->res2[i];
 }
 
 /* m->dres holds the gradient at the block's output and leaves with the gradient at its input x */
-static void block_backward(model_t *m, const real *const *w, real *const *g, const real *x, const acts_t *a,
-                           int64_t B)
+static void block_backward(model_t *m, const real *const *w, const uint16_t *const *h, real *const *g, const real *x,
+                           const acts_t *a, int64_t B)
 {
     int64_t T = m->cfg.ctx, C = m->cfg.dim, N = B * T;
     real *dres = m->dres, *dln = m->dln;
+    uint16_t *x16 = m->x16, *y16 = m->y16;
 
-    linear_backward(m->dh, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fchg, w[GPT_FCPROJ_W], N, 4 * C, C);
+    linear_backward(m->dh, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fchg, MAT(GPT_FCPROJ_W), x16, y16, N, 4 * C, C);
     gelu_backward(m->dh, a->fch, N * 4 * C);
-    linear_backward(dln, g[GPT_FC_W], g[GPT_FC_B], m->dh, a->ln2, w[GPT_FC_W], N, C, 4 * C);
+    linear_backward(dln, g[GPT_FC_W], g[GPT_FC_B], m->dh, a->ln2, MAT(GPT_FC_W), x16, y16, N, C, 4 * C);
     layernorm_backward(dres, g[GPT_LN2_W], g[GPT_LN2_B], dln, a->res2, a->ln2_mean, a->ln2_rstd, w[GPT_LN2_W], N, C);
-    linear_backward(dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, w[GPT_ATTPROJ_W], N, C, C);
+    linear_backward(dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, MAT(GPT_ATTPROJ_W), x16, y16, N, C, C);
     attention_backward(m->dqkv, m->datt, dln, a->att, a->qkv, B, T, C, m->cfg.heads);
-    linear_backward(dln, g[GPT_QKV_W], g[GPT_QKV_B], m->dqkv, a->ln1, w[GPT_QKV_W], N, C, 3 * C);
+    linear_backward(dln, g[GPT_QKV_W], g[GPT_QKV_B], m->dqkv, a->ln1, MAT(GPT_QKV_W), x16, y16, N, C, 3 * C);
     layernorm_backward(dres, g[GPT_LN1_W], g[GPT_LN1_B], dln, x, a->ln1_mean, a->ln1_rstd, w[GPT_LN1_W], N, C);
 }
+
+#undef MAT
 
 /* ---------------------------------------------------------------- the whole model */
 
@@ -157,9 +175,10 @@ static int forward_blocks(model_t *m, const io_t *io, int64_t B)
     for (int64_t l = 0; l < m->cfg.layers; l++) {
         int32_t u = GPT_UNIT_BLOCK((int32_t)l);
         const real *base, *w[GPT_MAX_TENSORS];
+        const uint16_t *h[GPT_MAX_TENSORS];
         TRY(io->fetch(io->arg, u, &base));
-        tensors(m, u, base, w);
-        block_forward(m, w, m->resid[l], &m->acts[m->recompute ? 0 : l], m->resid[l + 1], B);
+        tensors(m, io, u, base, w, h);
+        block_forward(m, w, h, m->resid[l], &m->acts[m->recompute ? 0 : l], m->resid[l + 1], B);
         TRY(io->release(io->arg, u));
     }
     return 0;
@@ -170,20 +189,57 @@ static int backward_blocks(model_t *m, const io_t *io, int64_t B)
     for (int64_t l = m->cfg.layers - 1; l >= 0; l--) {
         int32_t u = GPT_UNIT_BLOCK((int32_t)l);
         const real *base, *w[GPT_MAX_TENSORS];
+        const uint16_t *h[GPT_MAX_TENSORS];
         real *gbase, *g[GPT_MAX_TENSORS];
         acts_t *a = &m->acts[m->recompute ? 0 : l];
         TRY(io->fetch(io->arg, u, &base));
-        tensors(m, u, base, w);
+        tensors(m, io, u, base, w, h);
         if (m->recompute) /* the same operations on the same input: the same activations, bit for bit */
-            block_forward(m, w, m->resid[l], a, m->resid[l + 1], B);
+            block_forward(m, w, h, m->resid[l], a, m->resid[l + 1], B);
         TRY(io->grad(io->arg, u, &gbase));
         for (int32_t k = 0; k < GPT_MAX_TENSORS; k++)
             g[k] = gbase + m->lay->off[u][k];
-        block_backward(m, w, g, m->resid[l], a, B);
+        block_backward(m, w, h, g, m->resid[l], a, B);
         TRY(io->grad_done(io->arg, u));
         TRY(io->release(io->arg, u));
     }
     return 0;
+}
+
+/* The head, tied to wte [V, C]: logits = lnf @ wte^T */
+static void head_forward(model_t *m, struct mat wte, int64_t N)
+{
+    int64_t C = m->cfg.dim, V = m->cfg.vocab;
+
+#if GPT_MM16
+    if (wte.h) {
+        gpt_f32_to_bf16(m->x16, m->lnf, N * C);
+        gpt_mm16(false, true, N, V, C, m->x16, C, wte.h, C, 0, m->logits, V);
+        return;
+    }
+#endif
+    GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)V, (int)C, 1, m->lnf, (int)C, wte.f, (int)C, 0,
+             m->logits, (int)V);
+}
+
+/* m->logits holds dlogits: dln = dlogits @ wte; gwte += dlogits^T @ lnf */
+static void head_backward(model_t *m, struct mat wte, real *gwte, int64_t N)
+{
+    int64_t C = m->cfg.dim, V = m->cfg.vocab;
+
+#if GPT_MM16
+    if (wte.h) {
+        gpt_f32_to_bf16(m->y16, m->logits, N * V);
+        gpt_f32_to_bf16(m->x16, m->lnf, N * C);
+        gpt_mm16(false, false, N, C, V, m->y16, V, wte.h, C, 0, m->dln, C);
+        gpt_mm16(true, false, V, C, N, m->y16, V, m->x16, C, 1, gwte, C);
+        return;
+    }
+#endif
+    GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)V, 1, m->logits, (int)V, wte.f, (int)C, 0,
+             m->dln, (int)C);
+    GPT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)C, (int)N, 1, m->logits, (int)V, m->lnf, (int)C, 1,
+             gwte, (int)C);
 }
 
 int GPT_SUF(gpt_model_run)(model_t *m, const io_t *io, const int32_t *in, const int32_t *targets, int64_t B,
@@ -193,6 +249,7 @@ int GPT_SUF(gpt_model_run)(model_t *m, const io_t *io, const int32_t *in, const 
     int64_t T = c->ctx, C = c->dim, V = c->vocab, N = B * T;
     int32_t E = GPT_UNIT_EMBED, F = GPT_UNIT_LNF(c);
     const real *e, *f, *wte;
+    const uint16_t *e16;
     real *ge = NULL, *gf;
 
     if (B > m->max_batch)
@@ -205,11 +262,10 @@ int GPT_SUF(gpt_model_run)(model_t *m, const io_t *io, const int32_t *in, const 
     TRY(io->fetch(io->arg, F, &f));
     layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[c->layers], f + m->lay->off[F][GPT_LNF_W],
                       f + m->lay->off[F][GPT_LNF_B], N, C);
-    /* the head, tied to wte: logits = lnf @ wte^T */
     TRY(io->fetch(io->arg, E, &e));
     wte = e + m->lay->off[E][GPT_WTE];
-    GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)N, (int)V, (int)C, 1, m->lnf, (int)C, wte, (int)C, 0,
-             m->logits, (int)V);
+    e16 = io->fetched16 ? io->fetched16(io->arg, E) : NULL;
+    head_forward(m, (struct mat){wte, e16 ? e16 + m->lay->off[E][GPT_WTE] : NULL}, N);
     if (targets) {
         double sum = 0;
         xent_forward_backward(m->logits, m->row_loss, targets, N, V, train, grad_scale);
@@ -219,10 +275,8 @@ int GPT_SUF(gpt_model_run)(model_t *m, const io_t *io, const int32_t *in, const 
     }
     if (train) { /* m->logits now holds dlogits */
         TRY(io->grad(io->arg, E, &ge));
-        GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)C, (int)V, 1, m->logits, (int)V, wte, (int)C,
-                 0, m->dln, (int)C);
-        GPT_GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)V, (int)C, (int)N, 1, m->logits, (int)V, m->lnf, (int)C,
-                 1, ge + m->lay->off[E][GPT_WTE], (int)C);
+        head_backward(m, (struct mat){wte, e16 ? e16 + m->lay->off[E][GPT_WTE] : NULL},
+                      ge + m->lay->off[E][GPT_WTE], N);
     }
     TRY(io->release(io->arg, E));
     if (!train)

@@ -14,6 +14,7 @@
 #include "../common.h"
 #include "../splitmix.h" /* defines: ex_splitmix64 */
 #include "data.h"
+#include "mm16.h"  /* defines: gpt_mm16_available */
 #include "model.h"
 #include "zeroshard.h"
 
@@ -34,11 +35,15 @@ struct tensor_init {
 
 /* The program's view of the engine: fetched units widened to fp32 when the parameters are 16-bit, and
  * fp32 gradient scratch folded into the engine's buffer when a unit is complete. Two slots, since the
- * embedding unit is live (head) while the final LayerNorm is. */
+ * embedding unit is live (head) while the final LayerNorm is. With bf16 products (mm16) the blocks'
+ * weight matrices stay in the engine's bf16 buffer (io_fetched16) and only the rest is widened. */
 struct engine_io {
     zs_ctx *ctx;
+    const struct gpt_config *cfg;
     const struct gpt_layout *lay;
     zs_dtype dt;
+    bool mm16;
+    const uint16_t *raw[2];
     float *w[2], *g[2];
     bool not_last; /* deterministic mode: a micro-shard before the micro-batch's last (deposit, no ready) */
 };
@@ -58,10 +63,26 @@ static int io_fetch(void *arg, int32_t unit, const float **w)
         return 0;
     }
     float *dst = e->w[slot(unit)];
-    for (int64_t i = 0; i < e->lay->unit_numel[unit]; i++)
-        dst[i] = ex_h2f(e->dt, ((const uint16_t *)data)[i]);
+    const uint16_t *src = data;
+    bool block = unit != GPT_UNIT_EMBED && unit != GPT_UNIT_LNF(e->cfg);
+    for (int32_t k = 0; k < gpt_unit_tensors(e->cfg, unit); k++) {
+        struct gpt_tensor_info t;
+        gpt_tensor_info(e->cfg, unit, k, &t);
+        if (e->mm16 && block && t.ndim == 2) /* read in bf16 by the products, never widened */
+            continue;
+        for (int64_t i = e->lay->off[unit][k]; i < e->lay->off[unit][k] + t.numel; i++)
+            dst[i] = ex_h2f(e->dt, src[i]);
+    }
+    e->raw[slot(unit)] = src;
     *w = dst;
     return 0;
+}
+
+static const uint16_t *io_fetched16(void *arg, int32_t unit)
+{
+    struct engine_io *e = arg;
+
+    return e->mm16 ? e->raw[slot(unit)] : NULL;
 }
 
 static int io_release(void *arg, int32_t unit)
@@ -472,7 +493,14 @@ static int run_program(const struct opts *o, int rank, int world)
     }
     r.B = zs_micro_batch_size(r.ctx);
     r.gas = zs_grad_accum_steps(r.ctx);
-    eio = (struct engine_io){.ctx = r.ctx, .lay = &lay, .dt = zs_param_dtype(r.ctx)};
+    eio = (struct engine_io){.ctx = r.ctx, .cfg = &cfg, .lay = &lay, .dt = zs_param_dtype(r.ctx)};
+    if (eio.dt == ZS_DTYPE_BF16) {
+        const char *why;
+        eio.mm16 = gpt_mm16_available(&why);
+        if (rank == 0)
+            printf("bf16 matrix products: %s%s\n", eio.mm16 ? "bf16 x bf16 -> fp32 sums through " : "widened to fp32 "
+                   "for sgemm: ", why);
+    }
     /* slot 0 holds only the embedding unit, slot 1 any other: at 1.9 billion parameters a block is 315 MB
      * of fp32 and the embeddings 3 MB, so sizing both by the largest unit would waste a block per rank */
     int64_t big = 0;
@@ -483,7 +511,7 @@ static int run_program(const struct opts *o, int rank, int world)
         eio.g[i] = malloc(bytes);
         eio.w[i] = eio.dt == ZS_DTYPE_FP32 ? NULL : malloc(bytes);
     }
-    r.io = (struct gpt_io_f32){&eio, io_fetch, io_release, io_grad, io_grad_done};
+    r.io = (struct gpt_io_f32){&eio, io_fetch, io_release, io_grad, io_grad_done, io_fetched16};
     r.in = malloc((size_t)(r.B * o->ctx) * sizeof(int32_t));
     r.tg = malloc((size_t)(r.B * o->ctx) * sizeof(int32_t));
     if (!r.in || !r.tg || !eio.g[0] || !eio.g[1] || (eio.dt != ZS_DTYPE_FP32 && (!eio.w[0] || !eio.w[1])) ||
@@ -523,6 +551,7 @@ out_abort:
     rc = -1;
 out:
     gpt_model_free_f32(&r.model);
+    gpt_mm16_free();
     for (int i = 0; i < 2; i++) {
         free(eio.g[i]);
         free(eio.w[i]);
