@@ -684,6 +684,15 @@ void zs_comm_fail_next(struct zs_comm *c)
     c->fail_next = true;
 }
 
+/* ZS_TEST_COMM_FAULT=progress:SEQ:RANK: operation SEQ fails once its cross-rank check has passed. */
+static zs_status fault_progress(struct zs_comm *c, const struct zs_comm_req *q)
+{
+    if (!zs_comm_fault_hit(c, FAULT_PROGRESS, q->seq))
+        return ZS_OK;
+    return zs_fail(ZS_ERR_COMM, "comm: test fault: operation %llu failed in progress (ZS_TEST_COMM_FAULT)",
+                   (unsigned long long)q->seq);
+}
+
 static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool block)
 {
     uint64_t ag_seq = q->kind == REQ_AR ? q->seq + 1 : q->seq;
@@ -697,11 +706,8 @@ static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool bloc
         st = zs_comm_broken_fail(c);
         goto out;
     }
-    if (q->launched && q->stage != ST_CHECK && zs_comm_fault_hit(c, FAULT_PROGRESS, q->seq)) {
-        st = zs_fail(ZS_ERR_COMM, "comm: test fault: operation %llu failed in progress (ZS_TEST_COMM_FAULT)",
-                     (unsigned long long)q->seq);
+    if (q->launched && q->stage != ST_CHECK && (st = fault_progress(c, q)))
         goto out;
-    }
     while (q->stage != ST_DONE) {
         switch (q->stage) {
         case ST_CHECK:
@@ -712,6 +718,8 @@ static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool bloc
                 goto wait;
             q->posted_seen = q->shm; /* the check saw every local peer post */
             q->stage = q->kind == REQ_AG ? ST_AG_START : ST_RS_RUN;
+            if ((st = fault_progress(c, q))) /* here too: else an operation whose check passes and whose */
+                goto out;                    /* data is all in finishes in one call, never failing */
             break;
         case ST_RS_RUN:
             st = rs_progress(c, q, block);

@@ -324,11 +324,17 @@ static void case_errors_pending(void)
     fill(buf, count * world, 5);
     fill(other, count * world, 6);
     CHECK(zs_comm_all_gather(c, buf, count, &q0) == ZS_OK, "%s", zs_last_error());
-    CHECK(zs_comm_reduce_scatter(c, other, other + rank * count, count, 1.0f, &q1) == ZS_OK, "%s", zs_last_error());
+    /* the fault may fire in the launch's own first progress (the check passed at once): failing there is
+     * failing in progress too */
+    zs_status l1 = zs_comm_reduce_scatter(c, other, other + rank * count, count, 1.0f, &q1);
     if (rank == 0) {
-        CHECK(zs_comm_wait(c, q0) != ZS_OK, "rank 0: the wait should report operation 1's failure");
-        printf("wait after a failure elsewhere: %s\n", zs_last_error());
-        CHECK(zs_comm_wait(c, q1) != ZS_OK, "rank 0: the failed operation should report its failure");
+        /* Under load rank 1's part of operation 0 can arrive before rank 0 waits, and operation 0 then
+         * completes as it should: the posted-but-unmatched receive did not arise this run, which is said. */
+        if (zs_comm_wait(c, q0) == ZS_OK)
+            printf("operation 0 completed before operation 1 failed (its receive was matched in time)\n");
+        else
+            printf("wait after a failure elsewhere: %s\n", zs_last_error());
+        CHECK(l1 != ZS_OK || zs_comm_wait(c, q1) != ZS_OK, "rank 0: the failed operation should report its failure");
         memset(buf, 0x5a, (size_t)(count * world) * 4); /* after the error the buffer is the caller's again */
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -337,7 +343,8 @@ static void case_errors_pending(void)
             if (zs_comm_test(c, q0, &done))
                 break;
         zs_comm_wait(c, q0);
-        zs_comm_wait(c, q1); /* may complete: rank 0's part was posted before it failed */
+        if (l1 == ZS_OK)
+            zs_comm_wait(c, q1); /* may complete: rank 0's part was posted before it failed */
     }
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
