@@ -11,9 +11,11 @@ How the module maps onto the C API (include/zeroshard.h):
   weight.t()) are saved as (unit, size, stride, offset) through saved_tensors_hooks and rebuilt from the
   unit, fetched again on first use in backward; without this, autograd would keep the gathered buffer alive
   (or read a freed one).
-- gradients: a post-accumulate-grad hook per parameter takes torch's gradient (and drops it from .grad);
-  when the unit's last parameter has its gradient, they are added into the unit's gradient buffer
-  (zs_grad_buffer, viewed in place) and zs_grad_ready starts the unit's reduction while backward goes on.
+- gradients: at stages 0-1 each parameter's .grad is its view of the unit's gradient buffer (zs_grad_buffer)
+  before backward, so autograd accumulates into it in place. At stages 2-3 (the buffer is a bucket slot,
+  placed when the unit is opened) a post-accumulate-grad hook per parameter takes torch's gradient (and drops
+  it from .grad), and when the unit's last parameter has its gradient they are added into the buffer.
+  Either way zs_grad_ready starts the unit's reduction once its last gradient is in, while backward goes on.
   Units with a parameter that got no gradient are handed over (zeros for it) when loss.backward() returns.
 """
 import atexit
@@ -56,6 +58,9 @@ class _Unit:
         self.pending = []       # (parameter, gradient) of this micro-batch, until the unit's last one
         self.ngot = 0
         self.handed = False
+        self.gptr = None        # the gradient buffer's address, its view, and the parameters' views of it
+        self.gflat = None
+        self.gviews = []
         self.bw_held = False    # fetched by backward (a saved tensor needed it)
 
 
@@ -134,6 +139,7 @@ class ZeroShardEngine:
             torch.set_num_threads(share)
         self._register(model, nn)
         self._micro_backward = False
+        self._direct = self.stage < 2   # autograd accumulates into the gradient buffer itself (_preset_grads)
         self._hooks = []
         if self.stage == 3:
             self._add_forward_hooks(model, nn)
@@ -280,23 +286,44 @@ class ZeroShardEngine:
         if u.handed:
             raise RuntimeError(f"zeroshard: a gradient for unit '{u.name}' arrived after its gradients were handed "
                                "over in this micro-batch: backward ran twice without engine.step() between")
-        u.pending.append((p, p.grad))
-        p.grad = None
+        if not self._direct:
+            u.pending.append((p, p.grad))
+            p.grad = None
         u.ngot += 1
         if u.ngot == u.nreq:
             self._hand(u)
+
+    def _grad_view(self, u):
+        """The unit's gradient buffer as a tensor; the view is kept while the library gives the same address
+        (always at stages 0-1, whose buffer is fixed), so a step makes no tensors here."""
+        ptr = ctypes.c_void_p()
+        L.check(self.lib.zs_grad_buffer(self.ctx, u.idx, ctypes.byref(ptr)), f"gradient buffer of '{u.name}'")
+        if u.gptr != ptr.value:
+            u.gptr, u.gflat = ptr.value, self._view(ptr.value, u.numel)
+            u.gviews = [u.gflat[off:off + n].view(shape) for _, off, n, shape in u.params]
+        return u.gflat
+
+    def _preset_grads(self):
+        """Stages 0-1: every unit's gradient buffer is its own for good (no bucket), so each parameter's .grad
+        is set to its view of it before backward and autograd's AccumulateGrad adds into it in place
+        (0 + g is g, so the bits are those of the add after backward); the hook only counts. Stages 2-3 place
+        a unit's buffer in the reduction bucket when the unit is opened, and a slot held open from the start
+        of backward would pin the bucket, so there the gradient is added when the unit's last one is in."""
+        for u in self.units:
+            self._grad_view(u)
+            for (p, *_), g in zip(u.params, u.gviews):
+                p.grad = g
 
     def _hand(self, u):
         """The unit's gradients go into its buffer only once all of them are here: at stages 2-3 the buffer is
         a slot of the reduction bucket, which the library reuses once its reductions are launched, so a slot
         must not stay open while other units take theirs (a unit whose last gradient comes late, such as a
         tied embedding or a parameter unused in this step, would otherwise be overwritten)."""
-        ptr = ctypes.c_void_p()
-        L.check(self.lib.zs_grad_buffer(self.ctx, u.idx, ctypes.byref(ptr)), f"gradient buffer of '{u.name}'")
-        g = self._view(ptr.value, u.numel)
-        for p, grad in u.pending:
-            off, n = self._poff[p]
-            g[off:off + n].add_(grad.reshape(-1))
+        if not self._direct:
+            g = self._grad_view(u)
+            for p, grad in u.pending:
+                off, n = self._poff[p]
+                g[off:off + n].add_(grad.reshape(-1))
         L.check(self.lib.zs_grad_ready(self.ctx, u.idx), f"gradients of unit '{u.name}'")
         u.handed, u.pending = True, []
         if u.bw_held:
@@ -318,10 +345,16 @@ class ZeroShardEngine:
             raise RuntimeError("zeroshard: engine.backward() called twice in one micro-batch; call engine.step() "
                                "after each engine.backward() (it steps the optimizer at the accumulation boundary)")
         scale = self.loss_scale()
+        if self._direct:
+            self._preset_grads()
         try:
             (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
         finally:
             self._micro_backward = True
+            if self._direct:   # torch's .grad goes, as with the add after backward: the buffer is the library's
+                for u in self.units:
+                    for p, *_ in u.params:
+                        p.grad = None
         # Units with a parameter that got no gradient this time: handed over now, in one order on every rank
         for u in reversed(self.units):
             if not u.handed:
