@@ -1,7 +1,7 @@
 /* test_fuzz_replay.c - the fuzz targets replayed deterministically over the seed corpora, without libFuzzer:
  * every seed is accepted, and every truncation and a set of single-byte changes of it run through the
  * parsers without a crash or a broken invariant (under the sanitizers in the ASan build).
- * Usage: test_fuzz_replay manifest DIR safetensors DIR */
+ * Usage: test_fuzz_replay manifest DIR safetensors DIR config DIR */
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "check.h"        /* defines: CHECK, zs_test_summary */
-#include "fuzz/fuzz.h"    /* defines: zs_fuzz_manifest, zs_fuzz_safetensors */
+#include "fuzz/fuzz.h"    /* defines: zs_fuzz_manifest, zs_fuzz_safetensors, zs_fuzz_config */
 
 typedef int (*fuzz_fn)(const uint8_t *, size_t);
 
@@ -91,6 +91,8 @@ int main(int argc, char **argv)
             replay_dir(argv[i + 1], zs_fuzz_manifest);
         else if (strcmp(argv[i], "safetensors") == 0)
             replay_dir(argv[i + 1], zs_fuzz_safetensors);
+        else if (strcmp(argv[i], "config") == 0)
+            replay_dir(argv[i + 1], zs_fuzz_config);
         else
             CHECK(0, "unknown target %s", argv[i]);
     }

@@ -347,6 +347,7 @@ static void test_conversions(void)
         bad += bnan ? !isnan(fb) : zs_cvt_f32_bf16(fb) != h;
     }
     CHECK(bad == 0, "%lld fp16/bf16 values do not round-trip", (long long)bad);
+#ifdef __FLT16_MANT_DIG__ /* the compiler has _Float16 here (GCC 12 on x86-64; clang 14 does not) */
     /* against the compiler's own IEEE conversion on random floats */
     bad = 0;
     for (int i = 0; i < 2000000; i++) {
@@ -360,6 +361,7 @@ static void test_conversions(void)
         bad += zs_cvt_f16_f32(hb) != (float)h;
     }
     CHECK(bad == 0, "%lld random floats convert differently from _Float16", (long long)bad);
+#endif
 }
 
 /* ---------------------------------------------------------------- Lion on a zero direction */

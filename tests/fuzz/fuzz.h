@@ -10,5 +10,6 @@
 
 int zs_fuzz_manifest(const uint8_t *data, size_t size);
 int zs_fuzz_safetensors(const uint8_t *data, size_t size);
+int zs_fuzz_config(const uint8_t *data, size_t size);
 
 #endif /* ZS_FUZZ_H */
