@@ -66,16 +66,17 @@ zs_status zs_staged_reduce_scatter(struct zs_staged *s, const void *buf, zs_dtyp
                                    int64_t count, float scale, struct zs_dev_stream *stream)
 {
     size_t in = (size_t)count * (size_t)zs_comm_size(s->comm) * esz(dt_in), res = (size_t)count * esz(dt_out);
+    size_t at = (in + 63) / 64 * 64; /* the result's place: 16-bit input of odd length must not misalign fp32 */
     struct zs_comm_req *req = NULL;
     zs_status st, moved;
     char *h;
 
-    if ((st = reserve(s, in + res)))
+    if ((st = reserve(s, at + res)))
         return st; /* agreed: no rank goes on */
     h = s->host;
     moved = down(s, h, buf, in, stream);
-    st = settle(s, moved, zs_comm_reduce_scatter_dt(s->comm, h, dt_in, h + in, dt_out, count, scale, &req), &req);
-    return st ? st : move(s, out, h + in, res, ZS_COPY_H2D, stream);
+    st = settle(s, moved, zs_comm_reduce_scatter_dt(s->comm, h, dt_in, h + at, dt_out, count, scale, &req), &req);
+    return st ? st : move(s, out, h + at, res, ZS_COPY_H2D, stream);
 }
 
 zs_status zs_staged_all_gather(struct zs_staged *s, void *buf, zs_dtype dt, int64_t count,
