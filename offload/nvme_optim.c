@@ -134,7 +134,8 @@ static zs_status zero_fill(struct zs_nvme_optim *n)
 }
 
 /* Test hook, for fault-injection tests of the whole program: ZS_TEST_SWAP_FAULT=write:ENOSPC:OFFSET
- * (or read:EIO:OFFSET) makes that I/O of the optimizer swap file fail as a real one would. */
+ * (or read:EIO:OFFSET) makes that I/O of the optimizer swap file fail as a real one would;
+ * read:HANG:OFFSET (or write:) makes it never complete, as on a hung disk, for the watchdog. */
 static void fault_hook(struct zs_nvme_optim *n)
 {
     const char *f = getenv("ZS_TEST_SWAP_FAULT");
@@ -144,7 +145,10 @@ static void fault_hook(struct zs_nvme_optim *n)
     if (!f || sscanf(f, "%7[a-z]:%15[A-Z]:%llu", kind, name, &at) != 3)
         return;
     int err = !strcmp(name, "ENOSPC") ? ENOSPC : !strcmp(name, "EIO") ? EIO : EFAULT;
-    zs_swap_inject_fault(n->swap, !strcmp(kind, "write"), at, err);
+    if (!strcmp(name, "HANG"))
+        zs_swap_inject_hang(n->swap, !strcmp(kind, "write"), at);
+    else
+        zs_swap_inject_fault(n->swap, !strcmp(kind, "write"), at, err);
 }
 
 zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *slots)
@@ -154,8 +158,13 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
                                .queue_depth = (uint32_t)ctx->cfg.aio.queue_depth, .direct = true, .verify = true };
     char err[512], reg[256] = "registered buffers";
     bool stale = false;
+    struct zs_comm_opts co;
     int rc;
 
+    /* the watchdog's deadline, as the comm gets it: ZS_TIMEOUT overrides zeroshard.timeout_s */
+    so.timeout_s = ctx->cfg.cpu.timeout_s;
+    if (zs_comm_opts_from_env(&co, err, sizeof(err)) == 0 && co.timeout_env)
+        so.timeout_s = co.timeout_s;
     for (int s = 0; s < ZS_SLOTS; s++)
         n->slot[s] = slots + (size_t)s * n->slot_bytes;
     for (int32_t i = 0; i < n->nring; i++) {
@@ -183,12 +192,15 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
     return zero_fill(n);
 }
 
-void zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet)
+bool zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet)
 {
+    bool held;
+
     (void)rank;
     (void)quiet;
     if (!n)
-        return;
+        return false;
+    held = zs_swap_in_flight(n->swap);
     if (n->swap)
         zs_swap_close(n->swap);
     /* n->dir is set only once the directory is ours (a refused run has ""), and dir_remove checks the
@@ -203,6 +215,7 @@ void zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet)
     free(n->unit_param);
     free(n->ring);
     free(n);
+    return held;
 }
 
 const char *zs_nvme_optim_describe(const struct zs_nvme_optim *n)

@@ -19,7 +19,8 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **n, size_
 /* Creates the run directory and the file, registers the pool (pool_bytes at slots) with io_uring,
  * zero-fills the state. */
 zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *slots);
-void zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet);
+/* True when I/Os timed out and the kernel may still write into the pool: the caller must not free it. */
+bool zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet);
 const char *zs_nvme_optim_describe(const struct zs_nvme_optim *n);
 uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n); /* 0 when n is NULL */
 /* Of those, the regions holding the working parameter shards (offload_param nvme); the rest is optimizer

@@ -21,6 +21,8 @@
 #define SWAP_REG_CHUNK (1ull << 30) /* the kernel takes at most 1 GiB per registered buffer */
 #define SWAP_RETRIES 1000           /* consecutive -EAGAIN on one I/O (or refused submits) before giving up */
 #define BLOCK_FAILED UINT32_MAX     /* blk.len: the block's last write failed, its CRC means nothing */
+#define SWAP_TIMEOUT_DEFAULT 600.0  /* the comm's default (ZS_TIMEOUT_DEFAULT), for a caller that gives none */
+#define SWAP_POLL_NS 100000000L     /* one bounded wait for a completion: 0.1 s, then the deadline is checked */
 
 /* One I/O in flight; its address is the SQE's user_data. off0/buf0/len0 stay the whole I/O (what the
  * CRC covers); off/buf/len shrink as short transfers are resubmitted. */
@@ -33,6 +35,7 @@ struct io_rec {
     uint32_t retries;
     int res; /* an injected failure's result */
     bool write;
+    bool busy; /* issued and not completed: what a timeout names and must not reuse */
 };
 
 struct xfer {
@@ -54,6 +57,7 @@ struct blk {
 struct fault {
     uint64_t at;
     int err;
+    bool hang; /* the I/O is sent to a pipe nobody writes, so it never completes */
 };
 
 struct zs_swap {
@@ -62,7 +66,9 @@ struct zs_swap {
     int fd;
     uint32_t block_size, qd;
     bool direct, verify;
-    int broken; /* the ring itself failed: no completion can be trusted any more */
+    int broken; /* the ring failed or a wait timed out: every later call returns it with the first message */
+    double timeout_s; /* the watchdog: the longest a wait may go without a completion */
+    int hang_fd[2];   /* the test hook's pipe (-1 when unused) */
     struct io_rec *recs, *free_recs, *faulted;
     uint32_t inflight; /* records in use, injected failures included */
     uint64_t next_ticket;
@@ -128,7 +134,7 @@ static void io_issue(struct zs_swap *s, struct io_rec *r)
     struct io_uring_sqe *sqe;
     int idx;
 
-    if (f->err && r->off >= f->at) {
+    if (f->err && r->off >= f->at && !f->hang) {
         io_defer(s, r, -f->err);
         f->err = 0;
         return;
@@ -145,7 +151,11 @@ static void io_issue(struct zs_swap *s, struct io_rec *r)
         return;
     }
     idx = fixed_index(s, r->buf, r->len);
-    if (r->write && idx >= 0)
+    if (f->hang && f->err && r->off >= f->at && s->hang_fd[0] >= 0) {
+        /* a read from the empty pipe stands in for a hung disk: the kernel holds it until cancelled */
+        io_uring_prep_read(sqe, s->hang_fd[0], r->buf, r->len, (uint64_t)-1);
+        f->err = 0;
+    } else if (r->write && idx >= 0)
         io_uring_prep_write_fixed(sqe, s->fd, r->buf, r->len, r->off, idx);
     else if (r->write)
         io_uring_prep_write(sqe, s->fd, r->buf, r->len, r->off);
@@ -218,9 +228,72 @@ static void io_complete(struct zs_swap *s, struct io_rec *r, int res)
         io_verify(s, x, r);
     }
     x->pending--;
+    r->busy = false;
     r->next = s->free_recs;
     s->free_recs = r;
     s->inflight--;
+}
+
+static double seconds(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The oldest I/O in flight (lowest ticket, then offset): what a timeout names. */
+static const struct io_rec *oldest_busy(const struct zs_swap *s)
+{
+    const struct io_rec *o = NULL;
+
+    for (uint32_t i = 0; i < s->qd; i++) {
+        const struct io_rec *r = &s->recs[i];
+        if (r->busy && (!o || r->ticket < o->ticket || (r->ticket == o->ticket && r->off < o->off)))
+            o = r;
+    }
+    return o;
+}
+
+/* The watchdog expired: the kernel still holds the I/Os and may yet write into their buffers, so the
+ * swapper is broken for good (nothing is reaped, freed or reused after this; see zs_swap_close). */
+static int swap_timeout(struct zs_swap *s, double waited)
+{
+    const struct io_rec *r = oldest_busy(s);
+
+    s->broken = -ETIMEDOUT;
+    if (!r)
+        return swap_fail(s, s->broken, "%s: timeout: no I/O completed in %.1f s (zeroshard.timeout_s / ZS_TIMEOUT "
+                         "= %g)", s->path, waited, s->timeout_s);
+    return swap_fail(s, s->broken, "%s: timeout: %s at offset %llu (%u bytes) did not complete in %.1f s "
+                     "(zeroshard.timeout_s / ZS_TIMEOUT = %g); %u I/O%s in flight, the swapper is unusable",
+                     s->path, r->write ? "write" : "read", (unsigned long long)r->off, r->len, waited,
+                     s->timeout_s, s->inflight, s->inflight == 1 ? "" : "s");
+}
+
+/* Submits what is prepared and waits for one completion, in short bounded waits, for at most timeout_s:
+ * a disk that never answers (a hung NFS server or NVMe device) ends in a named error, not a hang. */
+static int ring_wait(struct zs_swap *s)
+{
+    struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = SWAP_POLL_NS};
+    struct io_uring_cqe *cqe;
+    double t0 = seconds();
+    int rc;
+
+    rc = ring_enter(s, 0);
+    if (rc)
+        return rc;
+    for (;;) {
+        rc = io_uring_wait_cqe_timeout(&s->ring, &cqe, &ts);
+        if (rc == 0)
+            return 0;
+        if (rc != -ETIME && rc != -EINTR && rc != -EAGAIN) {
+            s->broken = rc;
+            return swap_fail(s, rc, "%s: io_uring wait failed: %s", s->path, strerror(-rc));
+        }
+        if (seconds() - t0 >= s->timeout_s)
+            return swap_timeout(s, seconds() - t0);
+    }
 }
 
 /* Completes what is ready; with wait, first blocks until something is. Injected failures complete
@@ -250,7 +323,7 @@ static int swap_reap(struct zs_swap *s, bool wait)
         return swap_fail(s, -EIO, "%s: internal error: waiting with no I/O in flight", s->path);
     }
     if (wait) {
-        rc = ring_enter(s, 1);
+        rc = ring_wait(s);
         if (rc)
             return rc;
     }
@@ -313,8 +386,8 @@ static int xfer_check(struct zs_swap *s, bool write, uint64_t off, const void *b
 {
     const char *kind = write ? "write" : "read";
 
-    if (s->broken)
-        return swap_fail(s, s->broken, "%s: unusable after an io_uring failure", s->path);
+    if (s->broken) /* s->err still holds the first message: a later call repeats it, fast */
+        return s->broken;
     if (!buf || (uintptr_t)buf % SWAP_ALIGN || bytes % SWAP_ALIGN || off % SWAP_ALIGN)
         return swap_fail(s, -EINVAL,
                          "%s: %s of %zu bytes at offset %llu (buffer %p): buffer address, size and offset "
@@ -352,7 +425,7 @@ static void pump(struct zs_swap *s)
             s->inflight++;
             *r = (struct io_rec){.ticket = t, .off0 = x->off + x->issued, .off = x->off + x->issued,
                                  .buf0 = x->buf + x->issued, .buf = x->buf + x->issued, .len0 = len, .len = len,
-                                 .write = x->write};
+                                 .write = x->write, .busy = true};
             if (x->write && s->verify)
                 s->blocks[r->off0 / s->block_size] = (struct blk){zs_crc32c(0, r->buf0, len), len};
             x->pending++;
@@ -404,14 +477,6 @@ int zs_swap_read(struct zs_swap *s, uint64_t off, void *buf, size_t bytes, uint6
 
 static int swap_wait(struct zs_swap *s, uint64_t ticket);
 
-static double seconds(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int zs_swap_wait(struct zs_swap *s, uint64_t ticket)
 {
     double t0 = seconds();
@@ -431,6 +496,8 @@ static int swap_wait(struct zs_swap *s, uint64_t ticket)
     struct xfer *x = &s->xfers[ticket % SWAP_TICKETS];
     int rc;
 
+    if (s->broken)
+        return s->broken;
     if (!ticket || !x->active || x->id != ticket)
         return swap_fail(s, -EINVAL, "%s: ticket %llu: no such transfer outstanding (never issued, or already "
                          "waited on)", s->path, (unsigned long long)ticket);
@@ -476,6 +543,14 @@ int zs_swap_wait_all(struct zs_swap *s)
 void zs_swap_inject_fault(struct zs_swap *s, bool write, uint64_t at, int err)
 {
     s->fault[write] = (struct fault){.at = at, .err = err < 0 ? -err : err};
+}
+
+int zs_swap_inject_hang(struct zs_swap *s, bool write, uint64_t at)
+{
+    if (s->hang_fd[0] < 0 && pipe2(s->hang_fd, O_CLOEXEC))
+        return swap_fail(s, -errno, "%s: test hook: pipe: %s", s->path, strerror(errno));
+    s->fault[write] = (struct fault){.at = at, .err = ETIMEDOUT, .hang = true};
+    return 0;
 }
 
 /* ---------------------------------------------------------------- open, register, close */
@@ -548,6 +623,8 @@ int zs_swap_open(struct zs_swap **out, const struct zs_swap_opts *o, char *err, 
     if (!s)
         return zs_swap_msg(err, errlen, -ENOMEM, "swap: out of memory");
     s->fd = -1;
+    s->hang_fd[0] = s->hang_fd[1] = -1;
+    s->timeout_s = o->timeout_s > 0 ? o->timeout_s : SWAP_TIMEOUT_DEFAULT;
     s->block_size = o->block_size;
     s->qd = o->queue_depth;
     s->verify = o->verify;
@@ -620,13 +697,21 @@ void zs_swap_close(struct zs_swap *s)
 {
     if (!s)
         return;
-    zs_swap_wait_all(s);
+    zs_swap_wait_all(s); /* returns at once when broken: close never waits past the deadline either */
     for (uint32_t i = 0; i < SWAP_TICKETS; i++) /* only a broken ring leaves any */
         free(s->xfers[i].msg);
+    /* Closing the ring does not block: the kernel cancels what it holds in the background (a hung
+     * device's I/O may still land later). The caller's buffers of those I/Os must therefore never be
+     * freed or reused after a timeout (zs_swap_in_flight); the records are leaked with them. */
     io_uring_queue_exit(&s->ring); /* also drops the buffer registration */
     close(s->fd);
+    if (s->hang_fd[0] >= 0) {
+        close(s->hang_fd[0]);
+        close(s->hang_fd[1]);
+    }
     free(s->blocks);
-    free(s->recs);
+    if (!s->inflight)
+        free(s->recs);
     free(s);
 }
 
@@ -642,6 +727,11 @@ uint64_t zs_swap_buffer_bytes(const struct zs_swap *s)
 bool zs_swap_registered(const struct zs_swap *s)
 {
     return s->reg_bytes != 0;
+}
+
+bool zs_swap_in_flight(const struct zs_swap *s)
+{
+    return s && s->inflight != 0;
 }
 
 bool zs_swap_direct(const struct zs_swap *s)

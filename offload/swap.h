@@ -21,6 +21,8 @@ struct zs_swap_opts {
     uint32_t queue_depth;     /* I/Os in flight (aio.queue_depth) */
     bool direct;              /* O_DIRECT (falls back to buffered I/O, reported, where the fs refuses it) */
     bool verify;              /* keep a CRC32C per block and check it on every read */
+    double timeout_s;         /* zeroshard.timeout_s / ZS_TIMEOUT: the longest a wait goes without a
+                               * completion (0: 600 s); then -ETIMEDOUT and the swapper is broken */
 };
 
 /* Creates nvme_path/zeroshard-rank<R> (mode 0700, never through a symlink) holding an owner record: host,
@@ -73,6 +75,11 @@ int zs_swap_progress(struct zs_swap *s);
  * block checksum does not match fails with -EBADMSG naming file and offset. A failed transfer has still
  * finished all its I/Os; the swapper stays usable. Each ticket is waited for once (-EINVAL after). */
 int zs_swap_wait(struct zs_swap *s, uint64_t ticket);
+/* After a timeout (-ETIMEDOUT naming the file, read/write, offset and bytes of the oldest I/O, the time
+ * waited and zeroshard.timeout_s / ZS_TIMEOUT) every call fails at once with that message, and the
+ * kernel may still write into the buffers of the I/Os it holds: while this is true, the caller must
+ * never free or reuse them (leaking them is the safe choice on this fatal path). */
+bool zs_swap_in_flight(const struct zs_swap *s);
 /* Seconds spent in zs_swap_wait since the swapper was opened. */
 double zs_swap_waited(const struct zs_swap *s);
 /* Waits for every outstanding transfer; returns the error of the oldest one that failed. */
@@ -93,6 +100,9 @@ int zs_swap_pipeline(struct zs_swap *s, int32_t ngroups, char *const slot[3], zs
  * -err instead of reaching the disk (err = ENOSPC, EIO, ...), through the same completion path as a real
  * failure. One fault per kind, used up when it fires; err 0 clears the fault of that kind. */
 void zs_swap_inject_fault(struct zs_swap *s, bool write, uint64_t at, int err);
+/* Test hook: the next such I/O is sent to a pipe nobody writes and never completes (a hung disk), for
+ * tests of the timeout. 0, or -errno when the pipe cannot be made. */
+int zs_swap_inject_hang(struct zs_swap *s, bool write, uint64_t at);
 
 /* Formats a message into err (when given) and returns rc: how the swapper's functions report. */
 int zs_swap_msg(char *err, size_t errlen, int rc, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -459,8 +459,10 @@ zs_status zs_finalize(zs_ctx *ctx)
     free(ctx->pending);
     free(ctx->trace);
     free(ctx->rec);
-    zs_nvme_optim_close(ctx->nvme, ctx->rank, ctx->quiet);
-    zs_host_pool_free(ctx->host);
+    /* after a swap timeout the kernel may still write into the pool's slots: leaking it on this fatal
+     * path is the safe choice, freeing it could let a late I/O land in reused memory */
+    if (!zs_nvme_optim_close(ctx->nvme, ctx->rank, ctx->quiet))
+        zs_host_pool_free(ctx->host);
     zs_device_close(&ctx->dev);
     zs_pool_free(ctx->pool);
     zs_comm_free(ctx->comm);
