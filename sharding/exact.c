@@ -209,7 +209,9 @@ static void round_range(const int64_t *acc, int64_t n, int32_t T, bool bad, doub
         int64_t k = n - i0 < 256 ? n - i0 : 256;
         for (int64_t i = 0; i < k; i++) {
             const int64_t *a = acc + (i0 + i) * XK;
-            __int128 v = ((__int128)a[0] << (2 * XW)) + ((__int128)a[1] << XW) + (__int128)a[2];
+            /* multiplied, not shifted: a left shift of a negative value is undefined in C */
+            __int128 v = (__int128)a[0] * ((__int128)1 << (2 * XW)) + (__int128)a[1] * ((__int128)1 << XW) +
+                         (__int128)a[2];
             f[i] = bad ? INFINITY : (float)((double)v * scale / count);
         }
         if (dt != ZS_DTYPE_FP32) { /* what the optimizer reads: rounded once more, to 16 bits */
