@@ -81,7 +81,7 @@ const char *zs_optim_name(int t)
 
 /* The votes are MPI's nonblocking collectives under the watchdog's deadline: before the comm exists the
  * config's timeout (or ZS_TIMEOUT, or the default when this rank's config did not parse). */
-static zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what)
+zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what)
 {
     struct zs_comm_opts o;
     char err[256];

@@ -205,6 +205,9 @@ int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64
 uint64_t zs_bucket_elem_bytes(const struct zs_config *cfg);
 void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (unless quiet) */
 
+/* runtime/engine.c: waits for a nonblocking MPI collective under the watchdog's deadline */
+zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what);
+
 /* runtime/step.c */
 zs_status zs_step_boundary(struct zs_ctx *ctx);
 /* Marks the context unusable (a step or a load failed part-way): zs_step and zs_checkpoint_save refuse,

@@ -239,6 +239,8 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
                             (ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size));
     uint64_t sq[SQ_BANDS] = {0};
     bool any_bad = false;
+    MPI_Request r;
+    zs_status st = ZS_OK;
     int rc;
 
     if (!agreed)
@@ -247,8 +249,10 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
         agreed[u] = ctx->units[u].xtop;
         agreed[n + u] = ctx->units[u].xbad;
     }
-    rc = MPI_Allreduce(MPI_IN_PLACE, agreed, 2 * n, MPI_INT32_T, MPI_MAX, mc);
-    for (int32_t u = 0; !rc && u < n; u++) {
+    rc = MPI_Iallreduce(MPI_IN_PLACE, agreed, 2 * n, MPI_INT32_T, MPI_MAX, mc, &r);
+    if (!rc)
+        st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the top bands' vote");
+    for (int32_t u = 0; !rc && !st && u < n; u++) {
         struct zs_unit *un = &ctx->units[u];
         int64_t *acc = ctx->xacc + un->xoff * XK, b = zs_partition_begin(&un->part, ctx->rank);
         void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
@@ -262,16 +266,26 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
                            "more than MPI can count in one piece", un->name, (long long)un->part.shard);
         }
         /* this rank's sums land at the start of its counters */
-        rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, acc, (int)(un->part.shard * XK), MPI_INT64_T, MPI_SUM, mc);
+        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, acc, (int)(un->part.shard * XK), MPI_INT64_T, MPI_SUM, mc, &r);
         if (!rc)
+            st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the counters' reduce-scatter");
+        if (!rc && !st)
             round_range(acc, un->part.shard, agreed[u], agreed[n + u] != 0, count, ctx->gdt, g, sq);
-        if (!rc && ctx->cfg.zero.stage == 0)
-            rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad, (int)(un->part.shard * (int64_t)ctx->psz),
-                               MPI_BYTE, mc);
+        if (!rc && !st && ctx->cfg.zero.stage == 0) {
+            rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad,
+                                (int)(un->part.shard * (int64_t)ctx->psz), MPI_BYTE, mc, &r);
+            if (!rc)
+                st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the rounded gradients' all-gather");
+        }
     }
-    if (!rc)
-        rc = MPI_Allreduce(MPI_IN_PLACE, sq, SQ_BANDS, MPI_UINT64_T, MPI_SUM, mc);
+    if (!rc && !st) {
+        rc = MPI_Iallreduce(MPI_IN_PLACE, sq, SQ_BANDS, MPI_UINT64_T, MPI_SUM, mc, &r);
+        if (!rc)
+            st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the norm's bands");
+    }
     free(agreed);
+    if (st)
+        return st; /* a wait that ran out names itself */
     if (rc)
         return zs_fail(ZS_ERR_COMM, "zs_step: deterministic gradient sum: MPI error %d", rc);
     *sumsq = any_bad ? INFINITY : sumsq_value(sq);
