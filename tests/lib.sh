@@ -20,3 +20,13 @@ finish() {
   echo "$1: $pass passed, $fail failed"
   [ $fail -eq 0 ]
 }
+# The examples' --device cuda (mlp_device.sh, gpt_device.sh). gpu_visible: nvidia-smi sees a GPU.
+gpu_visible() { nvidia-smi -L > /dev/null 2>&1; }
+# no_gpu_refused OUT RC HASH: a --device cuda run on a machine without a GPU exited non-zero, naming the
+# refusal in rank 0's error line, with no params-hash (never trained on the CPU instead)
+no_gpu_refused() {
+  local msg r
+  msg=$(grep -m1 'error: rank 0: --device cuda:' "$1")
+  [ "$2" -ne 0 ] && [ -n "$msg" ] && [ -z "$3" ] && r=ok || r=bad
+  echo "--device cuda without a GPU: rc $2, '$msg' $r"; check $r "--device cuda without a GPU was not refused"
+}

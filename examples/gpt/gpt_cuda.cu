@@ -466,6 +466,11 @@ static int open_arrays(struct gpt_gpu *g)
     int64_t L = c->layers, C = c->dim, V = c->vocab, N = g->max_batch * c->ctx;
     int64_t att = g->max_batch * c->heads * c->ctx * c->ctx, big = 0;
 
+    if (gk_chunks(N) > 65535) { /* the column sums' chunks are grid.y */
+        snprintf(g->err, sizeof(g->err), "%lld rows in a micro-batch (sequences x --ctx), above the %d the column "
+                 "sums take", (long long)N, 65535 * GK_CHUNK);
+        return -1;
+    }
     for (int32_t u = 0; u < g->lay->nunits; u++)
         if (u != GPT_UNIT_EMBED && g->lay->unit_numel[u] > big)
             big = g->lay->unit_numel[u];
