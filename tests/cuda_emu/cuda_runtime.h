@@ -118,7 +118,7 @@ static void emu_lane_entry(void)
  * locals live across swapcontext, hence volatile */
 static void emu_run_warp(dim3 b, unsigned w0, unsigned n)
 {
-    for (unsigned l = 0; l < n; l++) {
+    for (volatile unsigned l = 0; l < n; l++) {
         getcontext(&emu_w.lane[l]);
         emu_w.lane[l].uc_stack.ss_sp = emu_w.stacks + (size_t)l * EMU_STACK;
         emu_w.lane[l].uc_stack.ss_size = EMU_STACK;
