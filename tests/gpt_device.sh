@@ -41,10 +41,7 @@ series() { sed -nE "s/.*[{,] \"$2\": ([-0-9.eE+]+).*/\1/p" "$1"; }
 
 if [ "$MODE" = cpu ]; then
   cfg c 3 1
-  run c 2 || run_failed "default: $(why_failed "$tmp/c.out")"; h0=$(hash_of c)
-  run c 2 --device cpu || run_failed "--device cpu: $(why_failed "$tmp/c.out")"; h1=$(hash_of c)
-  [ -n "$h0" ] && [ "$h0" = "$h1" ] && r=ok || r=bad
-  echo "--device cpu params-hash $h1, default $h0: $r"; check $r "--device cpu $h1 != default $h0"
+  device_cpu_matches c 2
   # refused by name, before any training: bad value, and the combinations --device cuda does not implement
   cfg det 3 1 '"zeroshard": {"deterministic": "world_size_invariant", "micro_shard_size": 1},'
   for c in "c:--device bogus:error: --device: expected cpu or cuda" \
@@ -55,12 +52,7 @@ if [ "$MODE" = cpu ]; then
     grep -q -- "$want" "$tmp/$name.out" && [ $rc -ne 0 ] && [ -z "$(hash_of "$name")" ] && r=ok || r=bad
     echo "$flags ($name): rc $rc, '$(grep -m1 error: "$tmp/$name.out")' $r"; check $r "$flags was not refused: want '$want'"
   done
-  if gpu_visible; then
-    echo "a GPU is visible: the refusal without one is not checked here (gpt_cuda is the GPU check)"
-  else
-    run c 2 --device cuda; rc=$?
-    no_gpu_refused "$tmp/c.out" $rc "$(hash_of c)"
-  fi
+  no_gpu_refused c 2 gpt_cuda
   finish gpt_device_cpu
   exit
 fi

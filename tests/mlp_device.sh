@@ -33,21 +33,13 @@ loss_of() { awk '/^step/ {l = $4} END {print l}' "$tmp/$1.out"; }
 
 if [ "$MODE" = cpu ]; then
   cfg c 2 fp32 2
-  run c 2 || run_failed "default: $(why_failed "$tmp/c.out")"; h0=$(hash_of c)
-  run c 2 --device cpu || run_failed "--device cpu: $(why_failed "$tmp/c.out")"; h1=$(hash_of c)
-  [ -n "$h0" ] && [ "$h0" = "$h1" ] && r=ok || r=bad
-  echo "--device cpu params-hash $h1, default $h0: $r"; check $r "--device cpu $h1 != default $h0"
+  device_cpu_matches c 2
   for bad in "--device tpu" "--gemm fast"; do
     run c 1 $bad; rc=$?
     grep -q "error: ${bad%% *}: expected" "$tmp/c.out" && [ $rc -ne 0 ] && r=ok || r=bad
     echo "$bad: rc $rc, $(grep -m1 error: "$tmp/c.out") $r"; check $r "$bad was not refused by name"
   done
-  if gpu_visible; then
-    echo "a GPU is visible: the refusal without one is not checked here (mlp_cuda is the GPU check)"
-  else
-    run c 2 --device cuda; rc=$?
-    no_gpu_refused "$tmp/c.out" $rc "$(hash_of c)"
-  fi
+  no_gpu_refused c 2 mlp_cuda
   finish mlp_device_cpu
   exit
 fi
