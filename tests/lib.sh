@@ -20,3 +20,28 @@ finish() {
   echo "$1: $pass passed, $fail failed"
   [ $fail -eq 0 ]
 }
+# The examples' --device cuda (mlp_device.sh, gpt_device.sh). gpu_visible: nvidia-smi sees a GPU.
+gpu_visible() { nvidia-smi -L > /dev/null 2>&1; }
+# The shared checks of their cpu mode; run NAME RANKS [FLAGS] and hash_of NAME are the calling script's.
+# device_cpu_matches NAME RANKS: --device cpu gives the default run's params-hash
+device_cpu_matches() {
+  local h0 h1 r
+  run "$1" "$2" || run_failed "default: $(why_failed "$tmp/$1.out")"; h0=$(hash_of "$1")
+  run "$1" "$2" --device cpu || run_failed "--device cpu: $(why_failed "$tmp/$1.out")"; h1=$(hash_of "$1")
+  [ -n "$h0" ] && [ "$h0" = "$h1" ] && r=ok || r=bad
+  echo "--device cpu params-hash $h1, default $h0: $r"; check $r "--device cpu $h1 != default $h0"
+}
+# no_gpu_refused NAME RANKS GPU_TEST: on a machine without a GPU, --device cuda exits non-zero naming the
+# refusal in rank 0's error line, with no params-hash (never trained on the CPU instead); with a GPU,
+# GPU_TEST is the check
+no_gpu_refused() {
+  local msg r rc
+  if gpu_visible; then
+    echo "a GPU is visible: the refusal without one is not checked here ($3 is the GPU check)"
+    return
+  fi
+  run "$1" "$2" --device cuda; rc=$?
+  msg=$(grep -m1 'error: rank 0: --device cuda:' "$tmp/$1.out")
+  [ $rc -ne 0 ] && [ -n "$msg" ] && [ -z "$(hash_of "$1")" ] && r=ok || r=bad
+  echo "--device cuda without a GPU: rc $rc, '$msg' $r"; check $r "--device cuda without a GPU was not refused"
+}

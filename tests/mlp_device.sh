@@ -33,28 +33,18 @@ loss_of() { awk '/^step/ {l = $4} END {print l}' "$tmp/$1.out"; }
 
 if [ "$MODE" = cpu ]; then
   cfg c 2 fp32 2
-  run c 2 || run_failed "default: $(why_failed "$tmp/c.out")"; h0=$(hash_of c)
-  run c 2 --device cpu || run_failed "--device cpu: $(why_failed "$tmp/c.out")"; h1=$(hash_of c)
-  [ -n "$h0" ] && [ "$h0" = "$h1" ] && r=ok || r=bad
-  echo "--device cpu params-hash $h1, default $h0: $r"; check $r "--device cpu $h1 != default $h0"
+  device_cpu_matches c 2
   for bad in "--device tpu" "--gemm fast"; do
     run c 1 $bad; rc=$?
     grep -q "error: ${bad%% *}: expected" "$tmp/c.out" && [ $rc -ne 0 ] && r=ok || r=bad
     echo "$bad: rc $rc, $(grep -m1 error: "$tmp/c.out") $r"; check $r "$bad was not refused by name"
   done
-  if nvidia-smi -L > /dev/null 2>&1; then
-    echo "a GPU is visible: the refusal without one is not checked here (mlp_cuda is the GPU check)"
-  else
-    run c 2 --device cuda; rc=$?
-    msg=$(grep -m1 'error: rank 0: --device cuda:' "$tmp/c.out")
-    [ $rc -ne 0 ] && [ -n "$msg" ] && [ -z "$(hash_of c)" ] && r=ok || r=bad
-    echo "--device cuda without a GPU: rc $rc, '$msg' $r"; check $r "--device cuda without a GPU was not refused"
-  fi
+  no_gpu_refused c 2 mlp_cuda
   finish mlp_device_cpu
   exit
 fi
 
-if ! nvidia-smi -L > /dev/null 2>&1; then
+if ! gpu_visible; then
   echo "SKIP: no GPU visible (nvidia-smi -L)"; exit 77
 fi
 for n in 1 2; do

@@ -80,6 +80,39 @@ esac
 # not written yet (issue 13): said, not skipped silently
 line "engine oracle on the GPU" "NOT IMPLEMENTED: zeroshard.device cuda is refused (engine data path on host)"
 line "offload step GPU->CPU->GPU" "NOT IMPLEMENTED"
-line "GPT example tokens/s on GPU" "NOT IMPLEMENTED (no --device cuda in the GPT example)"
+# The GPT example on the GPU (built here: the build above makes only its own targets). First it follows its
+# CPU run to the tolerances tests/gpt_device.sh states (stages 0/3, 1-2 ranks sharing the GPU, bf16), then
+# tokens/s of bench/gpt_bench.py's model (6 layers, width 384, 6 heads, context 256; fp32, stage 0, one rank):
+# the benchmark's batch of 8 sequences on the GPU and on this machine's CPU, and 32 sequences on the GPU.
+gpt_bench() { # gpt_bench NAME MICRO DEVICE -> prints "TOKS_PER_S COMMAND" (median over steps 2-8), or fails
+  local cfg=$dir/gpt_$1.json cmd
+  printf '{"train_micro_batch_size_per_gpu": %s, "gradient_accumulation_steps": 1, "gradient_clipping": 1.0, %s}\n' \
+    "$2" '"steps_per_print": 0, "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}}, "zero_optimization": {"stage": 0}' > "$cfg"
+  cmd="$dir/zs-train-gpt --config $cfg --data tests/data/parity.txt --layers 6 --dim 384 --heads 6 --ctx 256 --steps 8"
+  cmd="$cmd --val-every 0 --val-batches 1 --sample 0 --quiet --metrics $dir/gpt_$1.jsonl --device $3"
+  rm -f "$dir/gpt_$1.jsonl"
+  timeout 90 mpirun --oversubscribe -np 1 $cmd >> "$log" 2>&1 || return 1
+  sed -nE 's/.*"tokens_per_s": ([0-9.]+).*/\1/p' "$dir/gpt_$1.jsonl" | tail -n +2 | sort -g |
+    awk -v c="mpirun -np 1 $cmd" '{ v[NR] = $1 } END { if (NR < 1) exit 1; printf "%.0f %s\n", v[int((NR + 1) / 2)], c }'
+}
+if timeout 150 cmake --build "$dir" -j "$(nproc)" --target zs-train-gpt >> "$log" 2>&1; then
+  out=$(timeout 120 bash tests/gpt_device.sh cuda "$dir/zs-train-gpt" tests/data/parity.txt 2>&1); rc=$?
+  echo "$out" >> "$log"
+  case $rc in
+    0) line "GPT --device cuda follows its CPU run" "PASS ($(echo "$out" | tail -1))" ;;
+    77) line "GPT --device cuda follows its CPU run" "SKIP ($(echo "$out" | grep -m1 SKIP))" ;;
+    *) line "GPT --device cuda follows its CPU run" "FAIL rc $rc ($(echo "$out" | grep -m1 FAIL))"; fail=1 ;;
+  esac
+  for b in "gpu8 8 cuda" "cpu8 8 cpu" "gpu32 32 cuda"; do
+    read -r name micro device <<< "$b"
+    if r=$(gpt_bench "$name" "$micro" "$device"); then
+      line "GPT tokens/s $device, batch $micro" "${r%% *} tok/s: ${r#* }"
+    else
+      line "GPT tokens/s $device, batch $micro" "FAIL (see $log)"; fail=1
+    fi
+  done
+else
+  line "GPT --device cuda follows its CPU run" "FAIL (build of zs-train-gpt, see $log)"; fail=1
+fi
 line "total" "$(( $(date +%s) - t0 )) s, log in $log"
 exit $fail

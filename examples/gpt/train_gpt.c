@@ -14,13 +14,14 @@
 #include "../common.h"
 #include "../splitmix.h" /* defines: ex_splitmix64 */
 #include "data.h"
+#include "gpt_cuda.h" /* defines: gpt_gpu_open, gpt_gpu_run (--device cuda) */
 #include "mm16.h"  /* defines: gpt_mm16_available */
 #include "model.h"
 #include "zeroshard.h"
 
 struct opts {
     struct ex_run_opts run;
-    const char *data, *metrics;
+    const char *data, *metrics, *device;
     int64_t layers, dim, heads, ctx, val_every, val_batches, sample;
     uint64_t sample_seed;
     double temperature;
@@ -208,7 +209,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){.run = {.steps = 100, .micro = 8, .lr = 1e-3, .seed = 1}, .layers = 4, .dim = 128,
                        .heads = 4, .ctx = 64, .val_every = 50, .val_batches = 4, .sample = 200, .temperature = 0.8,
-                       .sample_seed = 1};
+                       .sample_seed = 1, .device = "cpu"};
     const struct cli_flag own[] = {
         {"--layers", CLI_INT, &o->layers, "transformer blocks (default 4)"},
         {"--dim", CLI_INT, &o->dim, "model width (default 128)"},
@@ -222,6 +223,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"--sample-seed", CLI_U64, &o->sample_seed, "sampling seed (default 1)"},
         {"--metrics", CLI_STR, &o->metrics, "write one JSON line per step to FILE"},
         {"--recompute", CLI_SWITCH, &o->recompute, "activation checkpointing: keep block inputs, redo forward"},
+        {"--device", CLI_STR, &o->device, "cpu or cuda: where the layers run, cuda with cuBLAS (default cpu)"},
     };
     int rc = ex_parse(argc, argv, &o->run, own, (int)(sizeof(own) / sizeof(own[0])), usage);
 
@@ -230,6 +232,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
     if (o->val_every < 0 || o->val_batches < 1 || o->sample < 0 || o->temperature <= 0) {
         fprintf(stderr, "zeroshard: error: --val-every and --sample must be >= 0, --val-batches and --temperature "
                         "positive\n");
+        return -1;
+    }
+    if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda")) {
+        fprintf(stderr, "zeroshard: error: --device: expected cpu or cuda, got \"%s\"\n", o->device);
+        return -1;
+    }
+    if (!strcmp(o->device, "cuda") && o->recompute) {
+        fprintf(stderr, "zeroshard: error: --device cuda does not implement --recompute (it keeps every block's "
+                        "activations on the GPU)\n");
         return -1;
     }
     return 0;
@@ -241,6 +252,7 @@ struct run {
     zs_ctx *ctx;
     struct engine_io *eio;
     struct gpt_model_f32 model;
+    struct gpt_gpu *gpu; /* --device cuda, else NULL */
     struct gpt_io_f32 io;
     struct gpt_data data;
     int32_t *in, *tg;
@@ -248,6 +260,21 @@ struct run {
     int rank, world;
     bool preempted; /* SIGTERM: stopped after a step, checkpoint saved */
 };
+
+/* One pass of the model (gpt_model_run_f32's arguments) on the CPU or the GPU; a CUDA failure is printed
+ * here, by name, and returned as ZS_ERR_UNSUPPORTED. */
+static int model_run(struct run *r, const int32_t *in, const int32_t *tg, int64_t B, int train, double scale,
+                     double *loss)
+{
+    if (!r->gpu)
+        return gpt_model_run_f32(&r->model, &r->io, in, tg, B, train, scale, loss);
+    int rc = gpt_gpu_run(r->gpu, &r->io, in, tg, B, train, scale, loss);
+    if (rc && gpt_gpu_error(r->gpu)[0]) {
+        fprintf(stderr, "zeroshard: error: rank %d: --device cuda: %s\n", r->rank, gpt_gpu_error(r->gpu));
+        return (int)ZS_ERR_UNSUPPORTED;
+    }
+    return rc;
+}
 
 /* The mean loss over val_batches global batches of fixed held-out sequences. Collective. */
 static int validate(struct run *r, const struct opts *o, double *loss)
@@ -257,7 +284,7 @@ static int validate(struct run *r, const struct opts *o, double *loss)
 
     for (int64_t m = 0; m < per; m++) {
         gpt_data_batch(&r->data, o->run.seed, -1, (m * r->world + r->rank) * r->B, r->B, o->ctx, r->in, r->tg);
-        int rc = gpt_model_run_f32(&r->model, &r->io, r->in, r->tg, r->B, 0, 1.0, &l);
+        int rc = model_run(r, r->in, r->tg, r->B, 0, 1.0, &l);
         if (rc)
             return rc;
         sum += l;
@@ -290,12 +317,12 @@ static int sample_text(struct run *r, const struct opts *o)
         int64_t start = n > T ? n - T : 0, len = n - start;
         for (int64_t t = 0; t < T; t++)
             r->in[t] = t < len ? text[start + t] : 0;
-        int rc = gpt_model_run_f32(&r->model, &r->io, r->in, NULL, 1, 0, 1.0, NULL);
+        int rc = model_run(r, r->in, NULL, 1, 0, 1.0, NULL);
         if (rc) {
             free(text);
             return rc;
         }
-        const float *z = r->model.logits + (len - 1) * V;
+        const float *z = (r->gpu ? gpt_gpu_logits(r->gpu) : r->model.logits) + (len - 1) * V;
         double mx = z[0], sum = 0, u = uniform01(o->sample_seed, (uint64_t)i), acc = 0;
         for (int c = 1; c < V; c++)
             mx = z[c] > mx ? z[c] : mx;
@@ -338,7 +365,7 @@ static int train_step_det(struct run *r, const struct opts *o, int64_t step, int
             gpt_data_batch(&r->data, o->run.seed, step, (m * r->world + r->rank) * r->B + j * ms, ms, o->ctx, r->in,
                            r->tg);
             r->eio->not_last = j + 1 < per;
-            rc = gpt_model_run_f32(&r->model, &r->io, r->in, r->tg, ms, 1, s.loss_scale, &l[m * per + j]);
+            rc = model_run(r, r->in, r->tg, ms, 1, s.loss_scale, &l[m * per + j]);
         }
         if (!rc)
             rc = (int)zs_step(r->ctx);
@@ -360,7 +387,7 @@ static int train_step(struct run *r, const struct opts *o, int64_t step, double 
     for (int64_t m = 0; m < r->gas; m++) {
         zs_stats(r->ctx, &s); /* fp16: backward runs on loss x scale; 1 otherwise */
         gpt_data_batch(&r->data, o->run.seed, step, (m * r->world + r->rank) * r->B, r->B, o->ctx, r->in, r->tg);
-        int rc = gpt_model_run_f32(&r->model, &r->io, r->in, r->tg, r->B, 1, s.loss_scale, &l);
+        int rc = model_run(r, r->in, r->tg, r->B, 1, s.loss_scale, &l);
         if (rc || (rc = (int)zs_step(r->ctx)))
             return rc;
         sum += l;
@@ -448,6 +475,34 @@ static int train(struct run *r, const struct opts *o)
     return rc;
 }
 
+/* --device cuda: every rank opens the GPU of its node-local rank, or none goes on (each failing rank says
+ * why). 0, or 1 on every rank alike. */
+static int open_gpu(struct run *r, const struct gpt_config *cfg, const struct gpt_layout *lay)
+{
+    MPI_Comm node;
+    int local = 0, ok, all_ok;
+    char err[256];
+
+    if (zs_micro_shard_size(r->ctx)) { /* the same on every rank */
+        if (r->rank == 0)
+            fprintf(stderr, "zeroshard: error: --device cuda does not implement zeroshard.deterministic "
+                            "\"world_size_invariant\" (cuBLAS's sums depend on the shapes it is given)\n");
+        return 1;
+    }
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    r->gpu = gpt_gpu_open(local, cfg, lay, r->B, err, sizeof(err));
+    if (!r->gpu)
+        fprintf(stderr, "zeroshard: error: rank %d: --device cuda: %s\n", r->rank, err);
+    ok = r->gpu != NULL;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all_ok && r->rank == 0)
+        printf("device: cuda, fp32 layers with cuBLAS products%s\n",
+               zs_param_dtype(r->ctx) == ZS_DTYPE_FP32 ? "" : " (16-bit parameters widened to fp32)");
+    return all_ok ? 0 : 1;
+}
+
 /* Everything after MPI_Init and the flags: returns the exit code. */
 static int run_program(const struct opts *o, int rank, int world)
 {
@@ -494,7 +549,9 @@ static int run_program(const struct opts *o, int rank, int world)
     r.B = zs_micro_batch_size(r.ctx);
     r.gas = zs_grad_accum_steps(r.ctx);
     eio = (struct engine_io){.ctx = r.ctx, .cfg = &cfg, .lay = &lay, .dt = zs_param_dtype(r.ctx)};
-    if (eio.dt == ZS_DTYPE_BF16) {
+    if (!strcmp(o->device, "cuda") && open_gpu(&r, &cfg, &lay))
+        goto out; /* rc 1 on every rank */
+    if (eio.dt == ZS_DTYPE_BF16 && !r.gpu) {
         const char *why;
         eio.mm16 = gpt_mm16_available(&why);
         if (rank == 0)
@@ -515,7 +572,7 @@ static int run_program(const struct opts *o, int rank, int world)
     r.in = malloc((size_t)(r.B * o->ctx) * sizeof(int32_t));
     r.tg = malloc((size_t)(r.B * o->ctx) * sizeof(int32_t));
     if (!r.in || !r.tg || !eio.g[0] || !eio.g[1] || (eio.dt != ZS_DTYPE_FP32 && (!eio.w[0] || !eio.w[1])) ||
-        gpt_model_init_f32(&r.model, &cfg, &lay, r.B, o->recompute)) {
+        (!r.gpu && gpt_model_init_f32(&r.model, &cfg, &lay, r.B, o->recompute))) {
         fprintf(stderr, "zeroshard: error: rank %d: out of memory for activations (micro-batch %lld)\n", rank,
                 (long long)r.B);
         goto out;
@@ -551,6 +608,7 @@ out_abort:
     rc = -1;
 out:
     gpt_model_free_f32(&r.model);
+    gpt_gpu_close(r.gpu);
     gpt_mm16_free();
     for (int i = 0; i < 2; i++) {
         free(eio.g[i]);
