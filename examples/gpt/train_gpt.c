@@ -294,7 +294,8 @@ static void keep_top_k(const float *z, double *p, int64_t k)
 }
 
 /* Generates o->sample bytes after a newline, each from the last ctx bytes; every rank computes the same
- * (the units are collective), rank 0 prints, bytes outside printable ASCII shown as '?'. */
+ * (the units are collective), rank 0 prints, bytes other than printable ASCII, newline and tab (the
+ * fortunes indent their attributions with tabs) shown as '?'. */
 static int sample_text(struct run *r, const struct opts *o)
 {
     int64_t T = o->ctx, V = 256, n = 1;
@@ -334,7 +335,7 @@ static int sample_text(struct run *r, const struct opts *o)
         printf("sample (%lld bytes, temperature %g, top-k %lld, seed %llu):\n", (long long)o->sample, o->temperature,
                (long long)(o->top_k ? o->top_k : V), (unsigned long long)o->sample_seed);
         for (int64_t i = 1; i < n; i++)
-            putchar(text[i] == '\n' || (text[i] >= 32 && text[i] < 127) ? text[i] : '?');
+            putchar(text[i] == '\n' || text[i] == '\t' || (text[i] >= 32 && text[i] < 127) ? text[i] : '?');
         printf("\n--- end of sample\n");
     }
     free(text);
