@@ -2,7 +2,8 @@
 # cli_args.sh MLP GPT DATA [DS_CONFIGS] - both example programs' command lines: --help lists every flag and
 # exits 0, a malformed number exits 2 with one error line naming its flag, and a public-style config whose
 # batch, optimizer and scheduler values are "auto" trains on the programs' defaults. DS_CONFIGS (the
-# public configs, when present) adds Hugging Face's zero2 and zero3 files themselves.
+# public configs, when present) adds Hugging Face's zero2 and zero3 files themselves; zs-train-gpt's --top-k
+# sampling last.
 set -u
 MLP=$1 GPT=$2 DATA=$3 DS=${4:-}
 . "$(dirname "$0")/lib.sh"
@@ -54,4 +55,21 @@ echo "$out" | grep -q '^zeroshard: stage 3, world 2, micro-batch 3, gradient acc
   r=ok || r=bad
 echo "zs-train-gpt --micro-batch 3: rc $rc, $(echo "$out" | grep -m1 -o 'micro-batch 3.*train batch [0-9]*')"
 check $r "--micro-batch 3 did not give a global batch of 6: $out"
+# --top-k: 1 keeps only the likeliest byte, so its sample at temperature 1 is the greedy one (temperature
+# 1e-9), which differs from the full distribution's; 256 is all bytes (as 0); outside 0-256 is refused
+sample() {
+  mpirun --oversubscribe -np 1 "$GPT" --config "$tmp/auto.json" ${gpt_small/--sample 0/--sample 64} --quiet "$@" 2>&1 |
+    sed -n '/^sample (/,/^--- end of sample/p' | sed '1d'
+}
+k1=$(sample --temperature 1 --top-k 1); greedy=$(sample --temperature 1e-9); all=$(sample --temperature 1)
+k256=$(sample --temperature 1 --top-k 256)
+echo "zs-train-gpt sample, top-k 1: $(echo "$k1" | head -c 40 | tr '\n' '|'); all bytes: $(echo "$all" | head -c 40 | tr '\n' '|')"
+[ -n "$k1" ] && [ "$k1" = "$greedy" ] && [ "$k1" != "$all" ] && [ "$k256" = "$all" ] && r=ok || r=bad
+check $r "--top-k 1 is not the greedy sample, or --top-k 256 not the full one: k1 '$k1' greedy '$greedy' all '$all' k256 '$k256'"
+for bad in -1 257; do
+  out=$("$GPT" --config x.json --top-k $bad 2>&1); rc=$?
+  echo "zs-train-gpt --top-k $bad: rc $rc: $out"
+  [ $rc -eq 2 ] && echo "$out" | grep -q '^zeroshard: error: --top-k' && r=ok || r=bad
+  check $r "--top-k $bad: rc $rc (want 2 and an error naming --top-k): $out"
+done
 finish "cli_args"

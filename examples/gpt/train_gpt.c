@@ -22,7 +22,7 @@
 struct opts {
     struct ex_run_opts run;
     const char *data, *metrics, *device;
-    int64_t layers, dim, heads, ctx, val_every, val_batches, sample;
+    int64_t layers, dim, heads, ctx, val_every, val_batches, sample, top_k;
     uint64_t sample_seed;
     double temperature;
     int recompute;
@@ -220,6 +220,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"--val-batches", CLI_INT, &o->val_batches, "global batches of held-out data per validation (default 4)"},
         {"--sample", CLI_INT, &o->sample, "bytes of text to generate at the end, 0 = none (default 200)"},
         {"--temperature", CLI_NUM, &o->temperature, "sampling temperature (default 0.8)"},
+        {"--top-k", CLI_INT, &o->top_k, "sample only from the K likeliest bytes, 0 = all 256 (default 0)"},
         {"--sample-seed", CLI_U64, &o->sample_seed, "sampling seed (default 1)"},
         {"--metrics", CLI_STR, &o->metrics, "write one JSON line per step to FILE"},
         {"--recompute", CLI_SWITCH, &o->recompute, "activation checkpointing: keep block inputs, redo forward"},
@@ -241,6 +242,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     if (!strcmp(o->device, "cuda") && o->recompute) {
         fprintf(stderr, "zeroshard: error: --device cuda does not implement --recompute (it keeps every block's "
                         "activations on the GPU)\n");
+        return -1;
+    }
+    if (o->top_k < 0 || o->top_k > 256) {
+        fprintf(stderr, "zeroshard: error: --top-k: expected 0 (all bytes) to 256, got %lld\n", (long long)o->top_k);
         return -1;
     }
     return 0;
@@ -302,8 +307,22 @@ static double uniform01(uint64_t seed, uint64_t i)
     return (double)(ex_splitmix64((seed - 1) * 0x9e3779b97f4a7c15ULL + i) >> 11) * (1.0 / 9007199254740992.0);
 }
 
+/* Top-k: zeroes the weight of every byte outside the k likeliest (ties go to the lower byte, so the set is
+ * always exactly k). The rare tail is where a small model's misspellings come from. */
+static void keep_top_k(const float *z, double *p, int64_t k)
+{
+    for (int c = 0; c < 256 && k > 0 && k < 256; c++) {
+        int64_t above = 0;
+        for (int d = 0; d < 256; d++)
+            above += z[d] > z[c] || (z[d] == z[c] && d < c);
+        if (above >= k)
+            p[c] = 0;
+    }
+}
+
 /* Generates o->sample bytes after a newline, each from the last ctx bytes; every rank computes the same
- * (the units are collective), rank 0 prints, bytes outside printable ASCII shown as '?'. */
+ * (the units are collective), rank 0 prints, bytes other than printable ASCII, newline and tab (the
+ * fortunes indent their attributions with tabs) shown as '?'. */
 static int sample_text(struct run *r, const struct opts *o)
 {
     int64_t T = o->ctx, V = 256, n = 1;
@@ -327,7 +346,10 @@ static int sample_text(struct run *r, const struct opts *o)
         for (int c = 1; c < V; c++)
             mx = z[c] > mx ? z[c] : mx;
         for (int c = 0; c < V; c++)
-            sum += p[c] = exp(((double)z[c] - mx) / o->temperature);
+            p[c] = exp(((double)z[c] - mx) / o->temperature);
+        keep_top_k(z, p, o->top_k);
+        for (int c = 0; c < V; c++)
+            sum += p[c];
         int pick = V - 1;
         for (int c = 0; c < V; c++)
             if ((acc += p[c] / sum) > u) {
@@ -337,10 +359,10 @@ static int sample_text(struct run *r, const struct opts *o)
         text[n] = (uint8_t)pick;
     }
     if (r->rank == 0) {
-        printf("sample (%lld bytes, temperature %g, seed %llu):\n", (long long)o->sample, o->temperature,
-               (unsigned long long)o->sample_seed);
+        printf("sample (%lld bytes, temperature %g, top-k %lld, seed %llu):\n", (long long)o->sample, o->temperature,
+               (long long)(o->top_k ? o->top_k : V), (unsigned long long)o->sample_seed);
         for (int64_t i = 1; i < n; i++)
-            putchar(text[i] == '\n' || (text[i] >= 32 && text[i] < 127) ? text[i] : '?');
+            putchar(text[i] == '\n' || text[i] == '\t' || (text[i] >= 32 && text[i] < 127) ? text[i] : '?');
         printf("\n--- end of sample\n");
     }
     free(text);
