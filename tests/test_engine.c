@@ -164,6 +164,16 @@ static void test_open_slot(bool room)
 
 static double rel(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : (a ? 1e9 : 1.0); }
 
+/* The memory tests' config: AdamW, one sample a micro-batch, the stage, bf16 or fp32, extra zero_optimization
+ * keys and extra top-level sections (each starting with a comma). */
+static void memory_json(char *json, size_t n, int stage, bool bf16, const char *zero_keys, const char *sections)
+{
+    snprintf(json, n,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
+             " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0%s}%s%s}", stage, zero_keys,
+             sections, bf16 ? ", \"bf16\": {\"enabled\": true}" : "");
+}
+
 /* Two training iterations of the units (one gradient value each, deposited in deterministic mode). */
 static void two_iterations(zs_ctx *ctx, const int32_t *units, int n, bool bf16, bool det)
 {
@@ -201,11 +211,7 @@ static void test_memory_det(int stage, const char *dtype)
     int32_t units[UNITS], p;
     zs_memory_report m, e;
 
-    snprintf(json, sizeof(json),
-             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
-             " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0},"
-             " \"zeroshard\": {\"deterministic\": \"world_size_invariant\"}%s}", stage,
-             bf16 ? ", \"bf16\": {\"enabled\": true}" : "");
+    memory_json(json, sizeof(json), stage, bf16, "", ", \"zeroshard\": {\"deterministic\": \"world_size_invariant\"}");
     CHECK(init_json(&ctx, json) == ZS_OK, "%s", zs_last_error());
     if (!ctx)
         return;
@@ -247,11 +253,9 @@ static void test_memory(int stage, const char *dtype)
     zs_memory_report m;
     float *w = calloc(W, sizeof(float));
 
-    snprintf(json, sizeof(json),
-             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1, \"stage3_param_persistence_threshold\": 0,"
-             " \"stage3_max_live_parameters\": 600000, \"stage3_prefetch_bucket_size\": 300000}%s}", stage,
-             bf16 ? ", \"bf16\": {\"enabled\": true}" : "");
+    memory_json(json, sizeof(json), stage, bf16,
+                ", \"reduce_bucket_size\": 1, \"stage3_max_live_parameters\": 600000, \"stage3_prefetch_bucket_size\": 300000",
+                "");
     CHECK(init_json(&ctx, json) == ZS_OK, "%s", zs_last_error());
     if (!ctx) {
         free(w);
