@@ -9,7 +9,8 @@
  * beside a value 2^40 smaller) must differ from the true sum, so the truncation is seen to happen.
  * Prints "exact-hash H".
  * `test_exact misuse` (1 rank): zs_grad_ready refuses a gradient added after the last deposit and a
- * micro-batch with a micro-shard missing, naming the unit. */
+ * micro-batch with a micro-shard missing, naming the unit, and zs_setup refuses a window of more than
+ * 2^15 micro-shards naming zeroshard.micro_shard_size. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -100,6 +101,19 @@ static int misuse(void)
         bad += !ok;
         zs_finalize(ctx);
     }
+    /* more micro-shards in a window than the integer sums can hold: refused at set-up, naming the key */
+    zs_init_opts o = {.config_json = "{\"train_batch_size\": 40000, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}},"
+                                     " \"zeroshard\": {\"deterministic\": \"world_size_invariant\"}}",
+                      .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1};
+    zs_ctx *ctx = NULL;
+    int32_t u, p;
+    zs_status st = zs_init(&ctx, &o);
+    if (!st && !(st = zs_unit_add(ctx, "u", &u)) && !(st = zs_param_add(ctx, u, "w", 8, NULL, &p)))
+        st = zs_setup(ctx);
+    int ok = st != ZS_OK && strstr(zs_last_error(), "zeroshard.micro_shard_size") && strstr(zs_last_error(), "32768");
+    printf("misuse 2: %s: %s\n", zs_last_error(), ok ? "ok" : "bad");
+    bad += !ok;
+    zs_finalize(ctx);
     return bad;
 }
 
