@@ -42,7 +42,7 @@ def model_flags(a):
 def launch_zs(a, tmp, cfg, ranks, extra=()):
     """zs-train-gpt on cfg: the finished process and its step metrics, the first step dropped"""
     metrics = f"{tmp}/m.jsonl"
-    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), "/usr/bin/time", "-f", "peak_rss_kb %M",
+    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), "/usr/bin/time", "-f", "peak_rss_kb %M cpu_s %U %S",
            f"{a.build}/zs-train-gpt", "--config", cfg, "--data", a.data, *model_flags(a), "--steps", str(a.steps),
            "--val-every", "0", "--val-batches", "1", "--sample", "0", "--quiet", "--metrics", metrics, *extra]
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **MPI_ENV})

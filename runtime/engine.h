@@ -61,9 +61,9 @@ struct zs_unit {
     float *master;               /* 16-bit params: fp32 masters (whole at stage 0, shard otherwise), unless
                                   * they live in the NVMe swap file */
     float *m, *v;                /* optimizer state (whole at stage 0, shard otherwise) */
-    /* deterministic mode (sharding/exact.c): the unit's exact counters start at ctx->xacc + xoff * 3 */
+    /* deterministic mode (sharding/exact.c): the unit's counters start at ctx->xacc + xoff * 3, its
+     * elements' top bands at ctx->xtop + xoff */
     int64_t xoff, xdeposits;     /* element offset; micro-shards deposited this window */
-    int32_t xtop;                /* top band of the window's values so far, -1 before any nonzero */
     bool xbad;                   /* some deposited value was Inf or NaN */
 };
 
@@ -123,8 +123,10 @@ struct zs_ctx {
     bool over_budget;                /* the last failed allocation hit the budget (message already set) */
     struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */
     struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload_optimizer.device nvme) */
-    int64_t *xacc;                   /* deterministic mode: exact gradient counters, 3 per element */
-    int64_t xnumel;                  /* their elements (the padded model) */
+    int32_t *xacc;                   /* deterministic mode: exact gradient counters, 3 per element */
+    int8_t *xtop;                    /* each element's top band this window, -1 before any nonzero value */
+    int8_t *xvote;                   /* the agreed top bands of one unit (the largest unit's elements) */
+    int64_t xnumel, xvote_n;         /* elements of xacc and xtop (the padded model), of xvote */
 };
 
 /* "Adam", "AdamW", "SGD", "Lion", "Adagrad" (DeepSpeed's spelling of the config's optimizer type) */
@@ -197,6 +199,7 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u); /* folds the unit's b
 zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u);   /* checks every micro-shard was deposited */
 zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq); /* at the boundary: sum, round, norm */
 void zs_exact_zero(struct zs_ctx *ctx);
+uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits); /* what zs_exact_setup allocates */
 
 /* runtime/memory.c */
 /* Gradient bucket elements (stages 2-3): reduce_bucket_size, never more than the model, at least the

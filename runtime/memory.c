@@ -124,6 +124,7 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     struct zs_config cfg;
     char err[768];
     uint64_t psi = 0, padded = 0, largest = 0;
+    int64_t *pads = NULL;
 
     if (!config_json || !unit_numel || !out || world < 1 || nunits < 1)
         return zs_fail(ZS_ERR_INVALID, "zs_estimate_memory: bad argument");
@@ -142,11 +143,16 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     bool opt_disk = stage >= 1 && cfg.zero.offload_optimizer.device == ZS_OFFLOAD_NVME;
     bool par_host = stage == 3 && cfg.zero.offload_param.device == ZS_OFFLOAD_CPU;
     bool par_disk = stage == 3 && cfg.zero.offload_param.device == ZS_OFFLOAD_NVME;
+    bool det = cfg.cpu.deterministic;
 
+    if (det && !(pads = malloc((size_t)nunits * sizeof(*pads))))
+        return zs_fail(ZS_ERR_NOMEM, "zs_estimate_memory: out of memory");
     for (int32_t u = 0; u < nunits; u++) {
         struct zs_partition part;
-        if (unit_numel[u] < 1 || zs_partition_init(&part, unit_numel[u], world))
+        if (unit_numel[u] < 1 || zs_partition_init(&part, unit_numel[u], world)) {
+            free(pads);
             return zs_fail(ZS_ERR_INVALID, "zs_estimate_memory: unit %d: bad size %lld", u, (long long)unit_numel[u]);
+        }
         uint64_t pad = (uint64_t)part.padded, sh = (uint64_t)part.shard, opt = stage == 0 ? pad : sh;
         bool sharded = stage == 3 && unit_numel[u] >= cfg.zero.param_persistence_threshold;
         psi += (uint64_t)unit_numel[u];
@@ -160,6 +166,10 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
                 out->host += page(p * sh);
         }
         out->grads += stage <= 1 ? p * pad : c * sh;
+        if (det) { /* stages 2-3: the program's whole buffer instead of a bucket slot (sharding/exact.c) */
+            out->grads += stage >= 2 ? p * pad : 0;
+            pads[u] = part.padded;
+        }
         if (opt_disk) {
             out->nvme += k * opt; /* moments, and the masters of 16-bit parameters */
         } else {
@@ -169,7 +179,11 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
                 out->host += k / 4 * page(4 * opt);
         }
     }
-    if (stage >= 2)
+    if (det) {
+        out->grads += zs_exact_bytes(pads, nunits); /* the exact sum's counters */
+        free(pads);
+    }
+    if (stage >= 2 && !det)
         out->comm_buffers = zs_bucket_elem_bytes(&cfg) * (uint64_t)zs_bucket_elems(&cfg, (int64_t)padded, (int64_t)largest) +
                             64 * (uint64_t)nunits; /* alignment slack, as setup.c allocates it */
     if (stage == 3) {

@@ -1,23 +1,36 @@
-/* exact.c - zeroshard.deterministic "world_size_invariant": gradients summed exactly, so that the sum
- * over micro-shards, micro-batches and ranks has the same bits whatever the order and grouping, hence
- * whatever the number of ranks.
+/* exact.c - zeroshard.deterministic "world_size_invariant": gradients summed exactly on a fixed grid, so
+ * that the sum over micro-shards, micro-batches and ranks has the same bits whatever the order and
+ * grouping, hence whatever the number of ranks.
  *
  * Each gradient value is an fp32 x = M * 2^(s - 149) with M below 2^24 and s >= 0 (16-bit gradients are
- * widened first, exactly). Think of |x| * 2^149 as an integer of up to 277 bits cut into bands of 32
- * bits; band b holds bits [32b, 32b + 32). A unit keeps, per element, XK int64 counters for the top XK
- * bands below the unit's top band T (the band of its largest value so far): counter k adds the band
- * T - k pieces of every value, with their sign. A piece is below 2^32, so a counter absorbs 2^31 values
- * before it could overflow. Pieces below band T - XK + 1 are dropped, and which are dropped depends only
- * on T, the band of the largest magnitude of the whole window - a maximum, independent of order. A rank
- * whose T rises shifts its counters (the lowest drop out, exactly the pieces a rank that knew the final
- * T from the start would have dropped). At the boundary the ranks agree on each unit's T, align their
- * counters to it, and sum them with an integer all-reduce: integer addition is associative, so any MPI
- * algorithm gives the same bits. Every rank then rounds the whole exact sum once (one division by the
- * global micro-shard count) and computes the norm over all of it in element order, so the norm is
- * world-size independent too; each rank keeps its shard of the result for the optimizer.
+ * widened first, exactly). Think of |x| * 2^149 as an integer of up to 277 bits cut into bands of 16
+ * bits; band b holds bits [16b, 16b + 16). Every element has its own top band T: the band of the highest
+ * bit of its largest magnitude in the window, over all micro-shards and all ranks (a maximum, so
+ * independent of order). The element's sum keeps the bits of every summand at or above 2^(16(T-2) - 149),
+ * the bottom of band T - 2, and drops the rest of each summand (truncation of |x| toward zero). What is
+ * dropped depends only on x and T, so the kept sum is one exact integer, whatever the order.
  *
- * The precision kept: 3 bands below the largest value's band, at least 64 bits below its leading bit,
- * so a dropped remainder is below n * 2^-64 of the largest value (n summands). */
+ * Locally each element has 3 int32 counters, for bands T-0, T-1, T-2 of its own top so far: a summand's
+ * kept part (below 2^48 in units of the grid) adds its three 16-bit pieces, with its sign. When a rank's
+ * top rises, the counters move down a band and the lowest drop out: exactly the pieces a rank that knew
+ * the final top from the start would have dropped. At the boundary the ranks agree on each element's top
+ * (an int8 maximum), align their counters to it and fold them into one int64, V = c0 2^32 + c1 2^16 +
+ * c2, whose sum over ranks is computed by an integer reduce-scatter: integer addition is associative, so
+ * any algorithm and any number of ranks give the same V. With S micro-shards in the window |V| < S 2^48,
+ * so S <= 2^15 keeps every partial sum inside int64 (and every counter inside int32); zs_exact_setup
+ * refuses more.
+ *
+ * What the result guarantees, per element: V 2^(16(T-2) - 149) differs from the true sum of the S values
+ * by less than S 2^(16(T-2) - 149) <= S 2^-32 max|x| (the top bit of max|x| lies in band T, so at least 32
+ * bits of it are kept); summands whose leading bit lies at most 9 binades below the largest's are kept
+ * whole, so a window whose values all do is summed with no error at all. V is then
+ * rounded once to double (53 bits), divided by S and rounded to fp32: the normal mode's fp32 sum in rank
+ * order has an error bound of about (S - 1) 2^-24 sum|x|, some 2^8 times wider. Every rank rounds the same
+ * integer, computes the norm over all of it in element order (world-size independent too), and keeps its
+ * shard of the result for the optimizer.
+ *
+ * Cost per element: 12 bytes of counters and 1 byte of top band on every rank; into the collectives, 1
+ * byte (the tops' all-reduce) and 8 bytes (V's reduce-scatter). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,56 +41,60 @@
 #include "error.h"
 #include "convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
 
-#define XK 3        /* counters per element */
-#define XW 32       /* bits per band */
-#define XBIAS 149   /* 2^-149, fp32's least subnormal, is bit 0 */
+#define XK 3              /* counters per element */
+#define XW 16             /* bits per band */
+#define XBIAS 149         /* 2^-149, fp32's least subnormal, is bit 0 */
+#define XBANDS 18         /* bands 0-17: a top band fits an int8 */
+#define XMAX_SHARDS 32768 /* micro-shards per window: |V| < 2^15 * 2^48 stays inside int64 */
 
-/* Band of the highest bit a value with these magnitude bits (sign cleared) can have. */
-static int32_t top_band(uint32_t bits)
+_Static_assert(ZS_SHARD_ALIGN % 2 == 0, "units at even offsets: the 12-byte counters fold into aligned int64");
+
+/* Drops one element's counters below a top band raised by `by`: counter k becomes counter k - by. */
+static void shift_down(int32_t *a, int32_t by)
 {
-    uint32_t e = bits >> 23;
-    uint32_t s = e ? e - 1 : 0;
-
-    return (int32_t)((s + 23) / XW);
+    for (int32_t k = XK - 1; k >= 0; k--)
+        a[k] = k >= by ? a[k - by] : 0;
 }
 
-/* Drops counters below the new top: counter k becomes counter k - by. */
-static void shift_down(int64_t *acc, int64_t n, int32_t by)
+/* acc += the kept pieces of the n fp32 values x, each element's top band in top[] rising as needed;
+ * first: the window's first deposit, which starts the counters and tops. *bad: an Inf or NaN was seen
+ * (left out of the counters; the whole window's result is not finite). */
+static void deposit_f32(int32_t *acc, int8_t *top, const float *x, int64_t n, bool first, bool *bad)
 {
-    if (by <= 0)
-        return;
     for (int64_t i = 0; i < n; i++) {
-        int64_t *a = acc + i * XK;
-        for (int32_t k = XK - 1; k >= 0; k--)
-            a[k] = k >= by ? a[k - by] : 0;
-    }
-}
-
-/* acc += the band pieces of the n fp32 values x, for top band T; first: acc = them (no clearing pass). */
-static void deposit_f32(int64_t *acc, const float *x, int64_t n, int32_t T, bool first)
-{
-    if (first)
-        memset(acc, 0, (size_t)n * XK * sizeof(int64_t)); /* a chunk, while it is in cache */
-    for (int64_t i = 0; i < n; i++) {
+        int32_t *a = acc + i * XK;
         uint32_t u;
+        if (first) {
+            a[0] = a[1] = a[2] = 0;
+            top[i] = -1;
+        }
         memcpy(&u, &x[i], sizeof(u));
         uint32_t bits = u & 0x7fffffffu, e = bits >> 23;
         if (!bits)
             continue;
-        uint64_t m = (bits & 0x7fffffu) | (e ? 0x800000u : 0u);
-        uint32_t s = e ? e - 1 : 0;
-        uint64_t v = m << (s % XW);
-        int64_t lo = (int64_t)(v & 0xffffffffu), hi = (int64_t)(v >> XW);
-        int32_t k = T - (int32_t)(s / XW); /* counter of the low piece; the high one is k - 1 */
-        int64_t *a = acc + i * XK;
-        if (u >> 31) {
-            lo = -lo;
-            hi = -hi;
+        if (e == 0xff) {
+            *bad = true;
+            continue;
         }
-        if (k >= 0 && k < XK)
-            a[k] += lo;
-        if (k >= 1 && k - 1 < XK)
-            a[k - 1] += hi;
+        uint64_t m = (bits & 0x7fffffu) | (e ? 0x800000u : 0u);
+        int32_t s = e ? (int32_t)e - 1 : 0, t = (s + 23) / XW;
+        if (t > top[i]) {
+            if (top[i] >= 0)
+                shift_down(a, t - top[i]);
+            top[i] = (int8_t)t;
+        }
+        /* m's lowest bit relative to the grid's bottom 16 (T - 2): at most 24, so v < 2^48 */
+        int32_t sh = s - XW * (top[i] - (XK - 1));
+        uint64_t v = sh >= 0 ? m << sh : sh > -24 ? m >> -sh : 0;
+        int32_t p0 = (int32_t)(v >> 32), p1 = (int32_t)((v >> 16) & 0xffff), p2 = (int32_t)(v & 0xffff);
+        if (u >> 31) {
+            p0 = -p0;
+            p1 = -p1;
+            p2 = -p2;
+        }
+        a[0] += p0;
+        a[1] += p1;
+        a[2] += p2;
     }
 }
 
@@ -94,45 +111,21 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t n = un->part.padded;
-    int64_t *acc = ctx->xacc + un->xoff * XK;
-    uint32_t mx = 0;
+    int32_t *acc = ctx->xacc + un->xoff * XK;
+    int8_t *top = ctx->xtop + un->xoff;
     float tmp[256];
 
     if (un->grad_state != ZS_GRAD_OPEN)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: unit '%s': call zs_grad_buffer first in this micro-batch",
                        un->name);
+    bool first = un->xdeposits++ == 0; /* the counters were not cleared after the last window */
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t k = n - i0 < 256 ? n - i0 : 256;
-        const float *x = chunk_f32(ctx, un->grad, i0, k, tmp);
-        for (int64_t i = 0; i < k; i++) {
-            uint32_t b;
-            memcpy(&b, &x[i], sizeof(b));
-            b &= 0x7fffffffu;
-            mx = b > mx ? b : mx;
-        }
-    }
-    bool first = un->xdeposits++ == 0; /* the counters were not cleared after the last window */
-    if (first && (mx >= 0x7f800000u || !mx))
-        memset(acc, 0, (size_t)n * XK * sizeof(int64_t));
-    if (mx >= 0x7f800000u) { /* Inf or NaN: the window's result for this unit is not finite */
-        un->xbad = true;
-    } else if (mx) {
-        int32_t t = top_band(mx);
-        if (un->xtop < 0)
-            un->xtop = t;
-        if (t > un->xtop) {
-            shift_down(acc, n, t - un->xtop);
-            un->xtop = t;
-        }
-        for (int64_t i0 = 0; i0 < n; i0 += 256) {
-            int64_t k = n - i0 < 256 ? n - i0 : 256;
-            deposit_f32(acc + i0 * XK, chunk_f32(ctx, un->grad, i0, k, tmp), k, un->xtop, first);
-        }
+        deposit_f32(acc + i0 * XK, top + i0, chunk_f32(ctx, un->grad, i0, k, tmp), k, first, &un->xbad);
     }
     memset(un->grad, 0, (size_t)n * ctx->psz);
     return ZS_OK;
 }
-
 /* At zs_grad_ready: every micro-shard must have been deposited, and nothing added since the last one. */
 zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
 {
@@ -195,24 +188,45 @@ static double sumsq_value(const uint64_t *c)
     return t;
 }
 
-/* Rounds the n exact sums at acc (top band T) to dt at out, adding the squares of the values the
- * optimizer will read to the norm's counters. */
-static void round_range(const int64_t *acc, int64_t n, int32_t T, bool bad, double count, zs_dtype dt, void *out,
-                        uint64_t *sq)
+/* Folds one unit's counters, aligned to the agreed tops, into one int64 per element, in place: element
+ * i's sum takes bytes [8i, 8i + 8) of the counters, all of which belong to elements up to i, whose
+ * counters were read before. Bytes are moved with memcpy, as the memory changes type. */
+static void fold_range(int32_t *acc, const int8_t *top, const int8_t *agreed, int64_t n)
+{
+    char *out = (char *)acc;
+
+    for (int64_t i = 0; i < n; i++) {
+        int32_t a[XK];
+        int64_t v = 0;
+        memcpy(a, acc + i * XK, sizeof(a));
+        if (top[i] >= 0) {
+            shift_down(a, agreed[i] - top[i]);
+            /* |v| < S 2^48 <= 2^63: multiplied, as a left shift of a negative value is undefined */
+            v = (int64_t)a[0] * ((int64_t)1 << (2 * XW)) + (int64_t)a[1] * ((int64_t)1 << XW) + a[2];
+        }
+        memcpy(out + i * (int64_t)sizeof(v), &v, sizeof(v));
+    }
+}
+
+/* Rounds the n exact sums at acc (folded; their tops in agreed) to dt at out, adding the squares of the
+ * values the optimizer will read to the norm's counters. */
+static void round_range(const int64_t *acc, const int8_t *agreed, int64_t n, bool bad, double count, zs_dtype dt,
+                        void *out, uint64_t *sq)
 {
     size_t esz = zs_dtype_bytes(dt);
-    double scale = T < 0 ? 0.0 : ldexp(1.0, XW * (T - (XK - 1)) - XBIAS); /* a power of two: exact */
+    double scale[XBANDS];
     float f[256];
     uint16_t h[256];
 
+    for (int32_t t = 0; t < XBANDS; t++) /* powers of two: the products are exact */
+        scale[t] = ldexp(1.0, XW * (t - (XK - 1)) - XBIAS);
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t k = n - i0 < 256 ? n - i0 : 256;
         for (int64_t i = 0; i < k; i++) {
-            const int64_t *a = acc + (i0 + i) * XK;
-            /* multiplied, not shifted: a left shift of a negative value is undefined in C */
-            __int128 v = (__int128)a[0] * ((__int128)1 << (2 * XW)) + (__int128)a[1] * ((__int128)1 << XW) +
-                         (__int128)a[2];
-            f[i] = bad ? INFINITY : (float)((double)v * scale / count);
+            int64_t v;
+            int8_t t = agreed[i0 + i];
+            memcpy(&v, (const char *)acc + (i0 + i) * (int64_t)sizeof(v), sizeof(v));
+            f[i] = bad ? INFINITY : t < 0 ? 0.0f : (float)((double)v * scale[t] / count);
         }
         if (dt != ZS_DTYPE_FP32) { /* what the optimizer reads: rounded once more, to 16 bits */
             zs_cvt_from_f32(h, (int)dt, f, k);
@@ -226,13 +240,52 @@ static void round_range(const int64_t *acc, int64_t n, int32_t T, bool bad, doub
     }
 }
 
-/* Collective, at the boundary: agrees on each unit's top band and on any non-finite value, aligns the
- * counters, reduce-scatters them (integer sums: any MPI algorithm gives the same bits), and rounds this
- * rank's part where the optimizer reads it (all-gathered at stage 0, whose optimizer reads everything).
- * *sumsq: the exact sum of the squares of the whole result, rounded once; INFINITY if not finite. */
+/* One unit at the boundary: the tops' vote, the fold, the sums' reduce-scatter (landing at the start of
+ * the counters), and the rounding of this rank's part where the optimizer reads it (all-gathered at
+ * stage 0, whose optimizer reads everything). */
+static zs_status reduce_unit(struct zs_ctx *ctx, int32_t u, bool bad, double count, uint64_t *sq)
+{
+    struct zs_unit *un = &ctx->units[u];
+    MPI_Comm mc = zs_comm_mpi(ctx->comm);
+    int64_t n = un->part.padded, b = zs_partition_begin(&un->part, ctx->rank);
+    int32_t *acc = ctx->xacc + un->xoff * XK;
+    void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
+    MPI_Request r;
+    zs_status st;
+    int rc;
+
+    if (n > INT32_MAX || un->part.shard * (int64_t)ctx->psz > INT32_MAX)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "zs_step: deterministic mode: unit '%s' has %lld elements, more than MPI "
+                       "can count in one piece", un->name, (long long)n);
+    rc = MPI_Iallreduce(ctx->xtop + un->xoff, ctx->xvote, (int)n, MPI_INT8_T, MPI_MAX, mc, &r);
+    if (!rc && (st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the top bands' vote")))
+        return st;
+    if (!rc) {
+        fold_range(acc, ctx->xtop + un->xoff, ctx->xvote, n);
+        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, acc, (int)un->part.shard, MPI_INT64_T, MPI_SUM, mc, &r);
+    }
+    if (!rc && (st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the sums' reduce-scatter")))
+        return st;
+    if (!rc) {
+        round_range((const int64_t *)(void *)acc, ctx->xvote + b, un->part.shard, bad, count, ctx->gdt, g, sq);
+        if (ctx->cfg.zero.stage == 0)
+            rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad,
+                                (int)(un->part.shard * (int64_t)ctx->psz), MPI_BYTE, mc, &r);
+        if (!rc && ctx->cfg.zero.stage == 0 &&
+            (st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the rounded gradients' all-gather")))
+            return st;
+    }
+    if (rc)
+        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic gradient sum of unit '%s': MPI error %d", un->name, rc);
+    return ZS_OK;
+}
+
+/* Collective, at the boundary: agrees on any non-finite value, then sums, rounds and squares unit by
+ * unit. *sumsq: the exact sum of the squares of the whole result, rounded once; INFINITY if not finite. */
 zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
 {
-    int32_t n = ctx->nunits, *agreed = malloc((size_t)n * 2 * sizeof(int32_t));
+    int32_t n = ctx->nunits;
+    int8_t *bad = malloc((size_t)n);
     MPI_Comm mc = zs_comm_mpi(ctx->comm);
     /* the window's micro-shards (train_batch_size / micro_shard_size): DeepSpeed's 1/(N * accumulation) */
     double count = (double)(ctx->world * ctx->cfg.grad_accum_steps *
@@ -243,47 +296,23 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
     zs_status st = ZS_OK;
     int rc;
 
-    if (!agreed)
+    if (!bad)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
-    for (int32_t u = 0; u < n; u++) {
-        agreed[u] = ctx->units[u].xtop;
-        agreed[n + u] = ctx->units[u].xbad;
-    }
-    rc = MPI_Iallreduce(MPI_IN_PLACE, agreed, 2 * n, MPI_INT32_T, MPI_MAX, mc, &r);
+    for (int32_t u = 0; u < n; u++)
+        bad[u] = ctx->units[u].xbad;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, bad, n, MPI_INT8_T, MPI_MAX, mc, &r);
     if (!rc)
-        st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the top bands' vote");
+        st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the non-finite values' vote");
     for (int32_t u = 0; !rc && !st && u < n; u++) {
-        struct zs_unit *un = &ctx->units[u];
-        int64_t *acc = ctx->xacc + un->xoff * XK, b = zs_partition_begin(&un->part, ctx->rank);
-        void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
-        if (un->xtop >= 0)
-            shift_down(acc, un->part.padded, agreed[u] - un->xtop);
-        un->xtop = agreed[u];
-        any_bad |= agreed[n + u] != 0;
-        if (un->part.shard * XK > INT32_MAX) {
-            free(agreed);
-            return zs_fail(ZS_ERR_UNSUPPORTED, "zs_step: deterministic mode: unit '%s' has %lld elements per shard, "
-                           "more than MPI can count in one piece", un->name, (long long)un->part.shard);
-        }
-        /* this rank's sums land at the start of its counters */
-        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, acc, (int)(un->part.shard * XK), MPI_INT64_T, MPI_SUM, mc, &r);
-        if (!rc)
-            st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the counters' reduce-scatter");
-        if (!rc && !st)
-            round_range(acc, un->part.shard, agreed[u], agreed[n + u] != 0, count, ctx->gdt, g, sq);
-        if (!rc && !st && ctx->cfg.zero.stage == 0) {
-            rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad,
-                                (int)(un->part.shard * (int64_t)ctx->psz), MPI_BYTE, mc, &r);
-            if (!rc)
-                st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the rounded gradients' all-gather");
-        }
+        any_bad |= bad[u] != 0;
+        st = reduce_unit(ctx, u, bad[u] != 0, count, sq);
     }
+    free(bad);
     if (!rc && !st) {
         rc = MPI_Iallreduce(MPI_IN_PLACE, sq, SQ_BANDS, MPI_UINT64_T, MPI_SUM, mc, &r);
         if (!rc)
             st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the norm's bands");
     }
-    free(agreed);
     if (st)
         return st; /* a wait that ran out names itself */
     if (rc)
@@ -292,25 +321,44 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
     return ZS_OK;
 }
 
-/* A new window: the counters restart; each unit's first deposit overwrites them (the program's buffers
- * were zeroed by each deposit). */
+/* A new window: each unit's first deposit starts its counters and tops (the program's buffers were
+ * zeroed by each deposit). */
 void zs_exact_zero(struct zs_ctx *ctx)
 {
     for (int32_t u = 0; u < ctx->nunits; u++) {
-        ctx->units[u].xtop = -1;
         ctx->units[u].xbad = false;
         ctx->units[u].xdeposits = 0;
     }
 }
 
+/* Bytes of the counters, tops and vote buffer for units of these padded sizes: what zs_exact_setup
+ * allocates, for zs_estimate_memory too. */
+uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits)
+{
+    uint64_t off = 0, vote = 0;
+
+    for (int32_t u = 0; u < nunits; u++) {
+        off += (uint64_t)padded[u];
+        vote = (uint64_t)padded[u] > vote ? (uint64_t)padded[u] : vote;
+    }
+    return off * (XK * sizeof(int32_t) + 1) + vote;
+}
+
 zs_status zs_exact_setup(struct zs_ctx *ctx)
 {
-    int64_t off = 0;
+    int64_t off = 0, shards = ctx->world * ctx->cfg.grad_accum_steps *
+                              (ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size);
 
+    if (shards > XMAX_SHARDS)
+        return zs_fail(ZS_ERR_CONFIG, "zeroshard.micro_shard_size: %lld micro-shards per window (train_batch_size / "
+                       "micro_shard_size) exceed the deterministic sum's %d; raise micro_shard_size",
+                       (long long)shards, XMAX_SHARDS);
+    ctx->xvote_n = 0;
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         un->xoff = off;
-        off += un->part.padded;
+        off += un->part.padded; /* a multiple of ZS_SHARD_ALIGN (even): the folded int64 sums stay aligned */
+        ctx->xvote_n = un->part.padded > ctx->xvote_n ? un->part.padded : ctx->xvote_n;
         if (ctx->cfg.zero.stage >= 2) { /* the program's buffer: persistent and whole, no bucket */
             un->grad = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)un->part.padded * ctx->psz);
             if (!un->grad)
@@ -320,8 +368,10 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
         }
     }
     ctx->xnumel = off;
-    ctx->xacc = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off * XK * sizeof(int64_t));
-    if (!ctx->xacc)
+    ctx->xacc = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off * XK * sizeof(int32_t));
+    ctx->xtop = ctx->xacc ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off) : NULL;
+    ctx->xvote = ctx->xtop ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)ctx->xvote_n) : NULL;
+    if (!ctx->xvote)
         return ctx->over_budget ? ZS_ERR_NOMEM
                                 : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for %lld exact gradient counters",
                                           (long long)off * XK);
@@ -331,13 +381,15 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
 
 void zs_exact_free(struct zs_ctx *ctx)
 {
-    if (!ctx->xacc)
-        return;
-    if (ctx->cfg.zero.stage >= 2)
+    if (ctx->cfg.cpu.deterministic && ctx->cfg.zero.stage >= 2) /* grads_get hands out none in this mode */
         for (int32_t u = 0; u < ctx->nunits; u++)
             zs_mem_free(ctx, ZS_MEM_GRADS, ctx->units[u].grad, (uint64_t)ctx->units[u].part.padded * ctx->psz);
-    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xacc, (uint64_t)ctx->xnumel * XK * sizeof(int64_t));
+    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xvote, (uint64_t)ctx->xvote_n);
+    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xtop, (uint64_t)ctx->xnumel);
+    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xacc, (uint64_t)ctx->xnumel * XK * sizeof(int32_t));
     ctx->xacc = NULL;
+    ctx->xtop = ctx->xvote = NULL;
+    ctx->xnumel = 0;
 }
 
 /* ---------------------------------------------------------------- public API */

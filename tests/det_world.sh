@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # det_world.sh KIND TRAIN [DATA] - zeroshard.deterministic "world_size_invariant" on an example (KIND mlp
 # or gpt): at 1, 2, 3 and 4 ranks, stages 0 and 3, fp32 and bf16, with gradient accumulation and active
-# clipping, 20 steps give one params-hash (and one loss line per step), which stages 1 and 2 and stage 3
-# with optimizer and parameters offloaded to pinned host memory give too (at 3 ranks); a stage-3 run saved at 4 ranks
+# clipping, 20 steps give one params-hash (and one loss line per step); so does fp16 (gpt: stage 3 only)
+# with a dynamic loss scale that starts too high (real overflows: skipped steps at every world size alike); stages 1 and 2,
+# and stage 3 with optimizer and parameters offloaded to pinned host memory or to NVMe, give stage 0's
+# fp32 hash (at 3 ranks); a stage-3 run saved at 4 ranks
 # and resumed at 2 finishes with the hash of 4 ranks straight and of 1 rank straight; an unknown mode and a
 # micro-shard size that does not divide the micro-batch are rejected naming the key.
 set -u
@@ -42,7 +44,10 @@ run() { # run N NAME [FLAGS...] -> its output in $tmp/NAME.N.out; prints the par
 losses() { awk '/^step/ {print $2, $4, $6, $8}' "$1"; }
 
 cfg s0 0; cfg s3 3; cfg b0 0 '"bf16": {"enabled": true},'; cfg b3 3 '"bf16": {"enabled": true},'
-for name in s0 s3 b0 b3; do
+fp16='"fp16": {"enabled": true, "initial_scale_power": 20, "loss_scale_window": 4},'
+cfg h0 0 "$fp16"; cfg h3 3 "$fp16"
+fp16runs="h0 h3"; [ "$KIND" = gpt ] && fp16runs=h3 # the transformer's runs are the long ones: stage 3 only
+for name in s0 s3 b0 b3 $fp16runs; do
   ref=$(run 1 "$name" --steps 20)
   for n in 2 3 4; do
     h=$(run $n "$name" --steps 20); [ "$h" = "$ref" ] && [ "${h#FAILED}" = "$h" ] && r=ok || r=bad
@@ -55,12 +60,19 @@ for name in s0 s3 b0 b3; do
   awk -v g="$norm" -v c="$clip" 'BEGIN {exit !(g + 0 > c + 0)}' && r=ok || r=bad
   echo "$KIND $name: last grad_norm $norm, clipping at $clip $r"; check $r "$KIND $name: clipping not active"
 done
+# fp16: the loss scale overflowed (Inf in the exact sums) and steps were skipped, at every world size alike
+skipped=$(grep -c '^step .* skipped$' "$tmp/h3.1.out")
+[ "$skipped" -gt 0 ] && r=ok || r=bad
+echo "$KIND h3: $skipped steps skipped on fp16 overflow $r"; check $r "$KIND h3: no fp16 overflow: the loss scale path went untested"
 
-# the other stages and offload to pinned host memory, at 3 ranks: the fp32 bits of 1 rank at stage 0
+# the other stages and offload to pinned host memory and to NVMe, at 3 ranks: the fp32 bits of 1 rank at stage 0
 ref=$(awk '/^params-hash/ {print $2}' "$tmp/s0.1.out")
 cfg s1 1; cfg s2 2
 cfg s3_cpu 3 "" "$det" ', "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}'
-for name in s1 s2 s3_cpu; do
+mkdir -p "$tmp/nvme"
+nv='{"device": "nvme", "nvme_path": "'"$tmp/nvme"'"}'
+cfg s3_nvme 3 "" "$det" ', "offload_optimizer": '"$nv"', "offload_param": '"$nv"
+for name in s1 s2 s3_cpu s3_nvme; do
   h=$(run 3 "$name" --steps 20); [ "$h" = "$ref" ] && [ "${h#FAILED}" = "$h" ] && r=ok || r=bad
   echo "$KIND $name np 3: $h (s0 np 1: $ref) $r"; check $r "$KIND $name at 3 ranks: params-hash $h != stage 0 at 1 rank $ref"
 done

@@ -164,6 +164,83 @@ static void test_open_slot(bool room)
 
 static double rel(uint64_t a, uint64_t b) { return b ? (double)a / (double)b : (a ? 1e9 : 1.0); }
 
+/* The memory tests' config: AdamW, one sample a micro-batch, the stage, bf16 or fp32, extra zero_optimization
+ * keys and extra top-level sections (each starting with a comma). */
+static void memory_json(char *json, size_t n, int stage, bool bf16, const char *zero_keys, const char *sections)
+{
+    snprintf(json, n,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
+             " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0%s}%s%s}", stage, zero_keys,
+             sections, bf16 ? ", \"bf16\": {\"enabled\": true}" : "");
+}
+
+/* Two training iterations of the units (one gradient value each, deposited in deterministic mode). */
+static void two_iterations(zs_ctx *ctx, const int32_t *units, int n, bool bf16, bool det)
+{
+    void *g;
+
+    for (int it = 0; it < 2; it++) { /* the second iteration runs with a trace: prefetch and reuse */
+        for (int i = 0; i < n; i++)
+            CHECK(zs_unit_fetch(ctx, units[i], NULL) == ZS_OK && zs_unit_release(ctx, units[i]) == ZS_OK, "%s",
+                  zs_last_error());
+        for (int i = n - 1; i >= 0; i--) {
+            CHECK(zs_unit_fetch(ctx, units[i], NULL) == ZS_OK && zs_grad_buffer(ctx, units[i], &g) == ZS_OK, "%s",
+                  zs_last_error());
+            if (bf16)
+                ((uint16_t *)g)[0] = 0x3f80; /* 1.0 */
+            else
+                ((float *)g)[0] = 1.0f;
+            CHECK(!det || zs_grad_deposit(ctx, units[i]) == ZS_OK, "%s", zs_last_error());
+            CHECK(zs_grad_ready(ctx, units[i]) == ZS_OK && zs_unit_release(ctx, units[i]) == ZS_OK, "%s",
+                  zs_last_error());
+        }
+        CHECK(zs_step(ctx) == ZS_OK, "%s", zs_last_error());
+    }
+}
+
+/* Deterministic mode: the gradient memory measured is what zs_estimate_memory predicts, and both are the
+ * gradients as the stage keeps them, plus (stages 2-3) the whole buffer the program fills, plus the exact
+ * sum's 13 bytes an element and a vote buffer of the largest unit. */
+static void test_memory_det(int stage, const char *dtype)
+{
+    bool bf16 = !strcmp(dtype, "bf16");
+    enum { UNITS = 3 };
+    static const int64_t sizes[UNITS] = {5001, 70000, 333};
+    char json[512];
+    zs_ctx *ctx = NULL;
+    int32_t units[UNITS], p;
+    zs_memory_report m, e;
+
+    memory_json(json, sizeof(json), stage, bf16, "", ", \"zeroshard\": {\"deterministic\": \"world_size_invariant\"}");
+    CHECK(init_json(&ctx, json) == ZS_OK, "%s", zs_last_error());
+    if (!ctx)
+        return;
+    for (int i = 0; i < UNITS; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "u%d", i);
+        zs_unit_add(ctx, name, &units[i]);
+        zs_param_add(ctx, units[i], "w", sizes[i], NULL, &p);
+    }
+    CHECK(zs_setup(ctx) == ZS_OK, "%s", zs_last_error());
+    two_iterations(ctx, units, UNITS, bf16, true);
+    CHECK(zs_memory(ctx, &m) == ZS_OK && zs_estimate_memory(json, world, UNITS, sizes, &e) == ZS_OK, "%s",
+          zs_last_error());
+    uint64_t want = 0, largest = 0, psz = bf16 ? 2 : 4;
+    for (int i = 0; i < UNITS; i++) {
+        uint64_t sh = (uint64_t)((sizes[i] + world - 1) / world + 15) / 16 * 16, pad = sh * (uint64_t)world; /* 16s */
+        want += (stage <= 1 ? psz * pad : psz * sh + psz * pad) /* comm dtype: the parameters' */ + 13 * pad;
+        largest = pad > largest ? pad : largest;
+    }
+    want += largest;
+    if (rank == 0)
+        printf("deterministic stage %d %s world %d: grads %llu, estimate %llu, expected %llu\n", stage, dtype, world,
+               (unsigned long long)m.grads, (unsigned long long)e.grads, (unsigned long long)want);
+    CHECK(m.grads == want && e.grads == want && e.params == m.params && e.optimizer == m.optimizer,
+          "deterministic stage %d %s: grads measured %llu, estimated %llu, expected %llu", stage, dtype,
+          (unsigned long long)m.grads, (unsigned long long)e.grads, (unsigned long long)want);
+    zs_finalize(ctx);
+}
+
 /* One full training iteration, then persistent bytes against the ZeRO formulas for AdamW: in total and
  * per category (fp32: 4+4+8 bytes a parameter; bf16: 2+2+12), and against zs_estimate_memory. */
 static void test_memory(int stage, const char *dtype)
@@ -175,13 +252,10 @@ static void test_memory(int stage, const char *dtype)
     int32_t units[UNITS], p;
     zs_memory_report m;
     float *w = calloc(W, sizeof(float));
-    void *g;
 
-    snprintf(json, sizeof(json),
-             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3}},"
-             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1, \"stage3_param_persistence_threshold\": 0,"
-             " \"stage3_max_live_parameters\": 600000, \"stage3_prefetch_bucket_size\": 300000}%s}", stage,
-             bf16 ? ", \"bf16\": {\"enabled\": true}" : "");
+    memory_json(json, sizeof(json), stage, bf16,
+                ", \"reduce_bucket_size\": 1, \"stage3_max_live_parameters\": 600000, \"stage3_prefetch_bucket_size\": 300000",
+                "");
     CHECK(init_json(&ctx, json) == ZS_OK, "%s", zs_last_error());
     if (!ctx) {
         free(w);
@@ -195,22 +269,7 @@ static void test_memory(int stage, const char *dtype)
         zs_param_add(ctx, units[i], "b", B, NULL, &p);
     }
     CHECK(zs_setup(ctx) == ZS_OK, "%s", zs_last_error());
-    for (int it = 0; it < 2; it++) { /* the second iteration runs with a trace: prefetch and reuse */
-        for (int i = 0; i < UNITS; i++)
-            CHECK(zs_unit_fetch(ctx, units[i], NULL) == ZS_OK && zs_unit_release(ctx, units[i]) == ZS_OK, "%s",
-                  zs_last_error());
-        for (int i = UNITS - 1; i >= 0; i--) {
-            CHECK(zs_unit_fetch(ctx, units[i], NULL) == ZS_OK && zs_grad_buffer(ctx, units[i], &g) == ZS_OK, "%s",
-                  zs_last_error());
-            if (bf16)
-                ((uint16_t *)g)[0] = 0x3f80; /* 1.0 */
-            else
-                ((float *)g)[0] = 1.0f;
-            CHECK(zs_grad_ready(ctx, units[i]) == ZS_OK && zs_unit_release(ctx, units[i]) == ZS_OK, "%s",
-                  zs_last_error());
-        }
-        CHECK(zs_step(ctx) == ZS_OK, "%s", zs_last_error());
-    }
+    two_iterations(ctx, units, UNITS, bf16, false);
     CHECK(zs_memory(ctx, &m) == ZS_OK, "%s", zs_last_error());
     uint64_t persistent = m.params + m.grads + m.optimizer;
     double ratio = (double)persistent / (double)m.formula;
@@ -272,6 +331,8 @@ int main(int argc, char **argv)
     for (int stage = 0; stage <= 3; stage++) {
         test_memory(stage, "fp32");
         test_memory(stage, "bf16");
+        test_memory_det(stage, "fp32");
+        test_memory_det(stage, "bf16");
     }
     fails = zs_test_fail;
     MPI_Allreduce(&fails, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

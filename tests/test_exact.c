@@ -1,10 +1,16 @@
 /* test_exact.c - the exact gradient sum of zeroshard.deterministic on values that span 2^-44..2^30 and
- * both signs, so a rank's top band rises part-way through its micro-shards and ranks start from different
- * tops. One SGD step (lr 1, parameters 0) leaves minus the reduced gradient in the parameters; every
- * element must equal the exact sum (a quad-precision sum, exact for this range) divided by the micro-shard
- * count and rounded, at any world size and at stages 0 and 3, in fp32. Prints "exact-hash H".
+ * both signs, so an element's top band rises part-way through a rank's micro-shards and ranks start from
+ * different tops. One SGD step (lr 1, parameters 0) leaves minus the reduced gradient in the parameters;
+ * every element must equal, bit for bit, the sum the contract defines (sharding/exact.c): each summand
+ * truncated toward zero below bit 16 (T - 2) of its element's grid, T the band of the element's largest
+ * value, summed exactly (in 128-bit integers here), divided by the micro-shard count and rounded - at any
+ * world size and at stages 0 and 3, in fp32. That sum must also lie within the contract's error bound of
+ * the true sum (a quad-precision sum, exact for this range), and some elements (big pairs that cancel
+ * beside a value 2^40 smaller) must differ from the true sum, so the truncation is seen to happen.
+ * Prints "exact-hash H".
  * `test_exact misuse` (1 rank): zs_grad_ready refuses a gradient added after the last deposit and a
- * micro-batch with a micro-shard missing, naming the unit. */
+ * micro-batch with a micro-shard missing, naming the unit, and zs_setup refuses a window of more than
+ * 2^15 micro-shards naming zeroshard.micro_shard_size. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,7 +42,36 @@ static float value(int64_t i, int64_t j)
 
     if (i % 7 == 3) /* some elements cancel to nearly nothing */
         return (j % 2 ? -1.0f : 1.0f) * ldexpf(m, -20 - 24 + (int)(j / 2) % 3);
+    if (i % 7 == 5) { /* pairs that cancel exactly, beside one value 2^40 below them: truncated away */
+        uint64_t hp = mix((uint64_t)(i * SHARDS + j / 2 * 2) + 77);
+        float mp = (float)((hp >> 8) & 0xffffff) + 1.0f;
+        return j == SHARDS - 2 ? ldexpf(m, -20 - 24) : j == SHARDS - 1 ? 0.0f : (j % 2 ? -1.0f : 1.0f) * ldexpf(mp, 20 - 24);
+    }
     return ((h >> 40) & 1 ? -1.0f : 1.0f) * ldexpf(m, e - 24);
+}
+
+/* The contract's sum of element i over the window: each summand truncated toward zero at the grid of
+ * the element's top band, summed exactly, divided by the count and rounded as the library rounds (the
+ * integer to double, divided, to fp32). *exact: the true sum in quad precision; *unit: the grid's unit. */
+static float contract_sum(int64_t i, __float128 *exact, double *unit)
+{
+    int top = -1;
+    __int128 v = 0;
+
+    *exact = 0;
+    for (int64_t j = 0; j < SHARDS; j++) {
+        int e;
+        float x = value(i, j);
+        *exact += (__float128)x;
+        if (x != 0.0f) {
+            frexpf(x, &e); /* |x| < 2^e: the highest bit is bit e - 1 + 149 of the integer |x| 2^149 */
+            top = (e - 1 + 149) / 16 > top ? (e - 1 + 149) / 16 : top;
+        }
+    }
+    *unit = top < 0 ? 0.0 : ldexp(1.0, 16 * (top - 2) - 149);
+    for (int64_t j = 0; j < SHARDS && top >= 0; j++)
+        v += (__int128)((__float128)value(i, j) / (__float128)*unit); /* the conversion truncates toward zero */
+    return (float)((double)v * *unit / (double)SHARDS);
 }
 
 /* The contract's two errors, on a fresh context each (a refused ready leaves the micro-batch open). */
@@ -66,6 +101,19 @@ static int misuse(void)
         bad += !ok;
         zs_finalize(ctx);
     }
+    /* more micro-shards in a window than the integer sums can hold: refused at set-up, naming the key */
+    zs_init_opts o = {.config_json = "{\"train_batch_size\": 40000, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}},"
+                                     " \"zeroshard\": {\"deterministic\": \"world_size_invariant\"}}",
+                      .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1};
+    zs_ctx *ctx = NULL;
+    int32_t u, p;
+    zs_status st = zs_init(&ctx, &o);
+    if (!st && !(st = zs_unit_add(ctx, "u", &u)) && !(st = zs_param_add(ctx, u, "w", 8, NULL, &p)))
+        st = zs_setup(ctx);
+    int ok = st != ZS_OK && strstr(zs_last_error(), "zeroshard.micro_shard_size") && strstr(zs_last_error(), "32768");
+    printf("misuse 2: %s: %s\n", zs_last_error(), ok ? "ok" : "bad");
+    bad += !ok;
+    zs_finalize(ctx);
     return bad;
 }
 
@@ -110,30 +158,43 @@ int main(int argc, char **argv)
     if ((st = zs_grad_ready(ctx, u)) || (st = zs_unit_release(ctx, u)) || (st = zs_step(ctx)))
         goto fail;
     void *w;
+    int truncated = 0, bounds = 0;
     uint64_t hash = 0xcbf29ce484222325ULL;
     if ((st = zs_unit_fetch(ctx, u, NULL)) || (st = zs_param_data(ctx, p, &w)))
         goto fail;
     for (int64_t i = 0; i < N; i++) {
-        __float128 s = 0;
+        __float128 s;
+        double unit;
+        /* SGD's 0 - 1 * g: a zero sum leaves +0 */
+        float want = 0.0f - contract_sum(i, &s, &unit), got = ((float *)w)[i];
+        float rounded = 0.0f - (float)((double)s / (double)SHARDS);
+        /* the bound: below SHARDS grid units from the true sum, and a unit is at most 2^-32 of the
+         * largest summand */
+        double maxabs = 0.0;
         for (int64_t j = 0; j < SHARDS; j++)
-            s += (__float128)value(i, j);
-        float want = -(float)((double)s / (double)SHARDS), got = ((float *)w)[i];
+            maxabs = fabs((double)value(i, j)) > maxabs ? fabs((double)value(i, j)) : maxabs;
+        __float128 err = (__float128)want * -SHARDS - s; /* want's own rounding: within half an ulp of it */
+        double allowed = SHARDS * unit + fabs((double)want) * SHARDS * 0x1p-24;
+        if ((double)(err < 0 ? -err : err) > allowed || unit > 0x1p-32 * maxabs * 2)
+            bounds++;
         uint32_t a, b;
         memcpy(&a, &want, 4);
         memcpy(&b, &got, 4);
         if (a != b && bad++ < 5 && rank == 0)
-            fprintf(stderr, "FAIL: element %lld: %a, exact sum / %d gives %a\n", (long long)i, (double)got, SHARDS,
-                    (double)want);
+            fprintf(stderr, "FAIL: element %lld: %a, the contract's sum / %d gives %a\n", (long long)i, (double)got,
+                    SHARDS, (double)want);
+        truncated += want != rounded;
         hash = (hash ^ b) * 0x100000001b3ULL;
     }
     if ((st = zs_unit_release(ctx, u)))
         goto fail;
     if (rank == 0)
-        printf("exact-hash %016llx stage %d np %d: %d of %d elements differ from the exact sum\n",
-               (unsigned long long)hash, stage, world, bad, N);
+        printf("exact-hash %016llx stage %d np %d: %d of %d elements differ from the contract's sum; %d differ "
+               "from the true sum rounded (truncation), %d outside the error bound\n",
+               (unsigned long long)hash, stage, world, bad, N, truncated, bounds);
     zs_finalize(ctx);
     MPI_Finalize();
-    return bad ? 1 : 0;
+    return bad || bounds || truncated == 0 ? 1 : 0;
 fail:
     fprintf(stderr, "FAIL: rank %d: %s\n", rank, zs_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
