@@ -13,6 +13,7 @@
 
 #include "../common.h"
 #include "../splitmix.h" /* defines: ex_splitmix64 */
+#include "blascore.h" /* defines: gpt_blas_fix_core, gpt_blas_core */
 #include "data.h"
 #include "mm16.h"  /* defines: gpt_mm16_available */
 #include "model.h"
@@ -494,6 +495,8 @@ static int run_program(const struct opts *o, int rank, int world)
     r.B = zs_micro_batch_size(r.ctx);
     r.gas = zs_grad_accum_steps(r.ctx);
     eio = (struct engine_io){.ctx = r.ctx, .cfg = &cfg, .lay = &lay, .dt = zs_param_dtype(r.ctx)};
+    if (rank == 0)
+        printf("fp32 matrix products: OpenBLAS, %s kernels\n", gpt_blas_core());
     if (eio.dt == ZS_DTYPE_BF16) {
         const char *why;
         eio.mm16 = gpt_mm16_available(&why);
@@ -572,6 +575,7 @@ int main(int argc, char **argv)
     struct opts o;
     int rank, world, rc;
 
+    gpt_blas_fix_core(argv);
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);

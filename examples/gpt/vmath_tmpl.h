@@ -1,0 +1,234 @@
+/* vmath_tmpl.h - the body of vmath.h's functions, written once; vmath.c includes it twice, for the baseline
+ * ISA and under an AVX512 target pragma, with VM_SUF naming the copy. No include guard on purpose. Every
+ * helper is inlined into its caller, so each copy is compiled wholly for its own ISA. */
+
+#define VM_INL static inline __attribute__((always_inline))
+
+/* ---------------------------------------------------------------- 16 lanes: load, store, fold */
+
+/* n (< 16) elements of p, the other lanes fill */
+VM_INL vf VM_SUF(load_part)(const float *p, int64_t n, float fill)
+{
+    float t[VN];
+
+    for (int i = 0; i < VN; i++)
+        t[i] = i < n ? p[i] : fill;
+    return vload(t);
+}
+
+VM_INL void VM_SUF(store_part)(float *p, vf x, int64_t n)
+{
+    float t[VN];
+
+    memcpy(t, &x, sizeof(t));
+    memcpy(p, t, (size_t)n * sizeof(float));
+}
+
+/* lane 0 + lane 1 + ... + lane 15, left to right */
+VM_INL float VM_SUF(fold_sum)(vf x)
+{
+    float s = x[0];
+
+    for (int i = 1; i < VN; i++)
+        s += x[i];
+    return s;
+}
+
+VM_INL float VM_SUF(fold_max)(vf x)
+{
+    float m = x[0];
+
+    for (int i = 1; i < VN; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* ---------------------------------------------------------------- exp */
+
+/* exp(x) = 2^n e^r, n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (ln 2 split in two so n ln2_hi
+ * is exact), e^r by its Taylor polynomial to r^7 (truncation below 1e-8 relative). n comes from the bits
+ * of x / ln 2 + 1.5 * 2^23, which rounds to the nearest integer, with no float-to-int conversion. */
+VM_INL vf VM_SUF(vexp)(vf x)
+{
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    vi under = x < -87.33654f;       /* below ln(2^-126): 0 */
+    x = vsel(x > 88.0f, splat(88.0f), x);
+    x = vsel(under, splat(0.0f), x);
+    vf t = x * 1.44269504f + magic;
+    vf n = t - magic;
+    vu e = ((vu)t - (vu)splat(magic) + 127u) << 23;
+    vf r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    vf p = splat(1.0f / 5040);
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    return vsel(under, splat(0.0f), p * (vf)e);
+}
+
+static void VM_SUF(exp_array)(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+
+    for (; i + VN <= n; i += VN)
+        vstore(y + i, VM_SUF(vexp)(vload(x + i)));
+    if (i < n)
+        VM_SUF(store_part)(y + i, VM_SUF(vexp)(VM_SUF(load_part)(x + i, n - i, 0)), n - i);
+}
+
+/* ---------------------------------------------------------------- GELU, tanh form */
+
+/* e = exp(-2u), u = k (x + 0.044715 x^3): 0.5 (1 + tanh u) = 1 / (1 + e), which loses nothing to
+ * cancellation on either side, and 1 - tanh^2 u = 4 s (1 - s) with 1 - s = e s. */
+VM_INL vf VM_SUF(gelu_e)(vf v)
+{
+    vf u = (v + (v * v * v) * 0.044715f) * 0.7978845608f;
+    return VM_SUF(vexp)(u * -2.0f);
+}
+
+VM_INL vf VM_SUF(gelu1)(vf v)
+{
+    return v / (VM_SUF(gelu_e)(v) + 1.0f);
+}
+
+VM_INL vf VM_SUF(dgelu1)(vf d, vf v)
+{
+    vf e = VM_SUF(gelu_e)(v), s = 1.0f / (e + 1.0f);
+    vf k = ((v * v) * 0.134145f + 1.0f) * 0.7978845608f; /* du/dv */
+    return d * (s + (v * 2.0f) * (s * (e * s)) * k);
+}
+
+/* threaded over whole vectors: an element's lanes and its arithmetic never depend on the thread count */
+static void VM_SUF(gelu_forward)(float *y, const float *x, int64_t n)
+{
+    int64_t nv = (n + VN - 1) / VN;
+
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nv; c++) {
+        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
+        if (k == VN)
+            vstore(y + i, VM_SUF(gelu1)(vload(x + i)));
+        else
+            VM_SUF(store_part)(y + i, VM_SUF(gelu1)(VM_SUF(load_part)(x + i, k, 0)), k);
+    }
+}
+
+static void VM_SUF(gelu_backward)(float *d, const float *x, int64_t n)
+{
+    int64_t nv = (n + VN - 1) / VN;
+
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nv; c++) {
+        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
+        if (k == VN)
+            vstore(d + i, VM_SUF(dgelu1)(vload(d + i), vload(x + i)));
+        else
+            VM_SUF(store_part)(d + i, VM_SUF(dgelu1)(VM_SUF(load_part)(d + i, k, 0), VM_SUF(load_part)(x + i, k, 0)),
+                               k);
+    }
+}
+
+/* ---------------------------------------------------------------- rows: softmax and cross-entropy */
+
+/* the row's maximum; tail lanes -inf */
+VM_INL float VM_SUF(row_max)(const float *a, int64_t n)
+{
+    vf m = splat(-INFINITY);
+    int64_t i = 0;
+
+    for (; i + VN <= n; i += VN)
+        m = vmax(m, vload(a + i));
+    if (i < n)
+        m = vmax(m, VM_SUF(load_part)(a + i, n - i, -INFINITY));
+    return VM_SUF(fold_max)(m);
+}
+
+/* sum of exp(a - mx) over the row, each exp written to out unless out is NULL */
+VM_INL float VM_SUF(row_expsum)(float *out, const float *a, int64_t n, float mx)
+{
+    vf s = splat(0.0f), e;
+    int64_t i = 0;
+
+    for (; i + VN <= n; i += VN) {
+        e = VM_SUF(vexp)(vload(a + i) - mx);
+        s += e;
+        if (out)
+            vstore(out + i, e);
+    }
+    if (i < n) {
+        e = VM_SUF(vexp)(VM_SUF(load_part)(a + i, n - i, -INFINITY) - mx); /* exp(-inf) = 0 */
+        s += e;
+        if (out)
+            VM_SUF(store_part)(out + i, e, n - i);
+    }
+    return VM_SUF(fold_sum)(s);
+}
+
+/* a[0..n) /= div */
+VM_INL void VM_SUF(row_div)(float *a, int64_t n, float div)
+{
+    int64_t i = 0;
+
+    for (; i + VN <= n; i += VN)
+        vstore(a + i, vload(a + i) / div);
+    if (i < n)
+        VM_SUF(store_part)(a + i, VM_SUF(load_part)(a + i, n - i, 0) / div, n - i);
+}
+
+static void VM_SUF(softmax_causal)(float *a, int64_t n, int64_t len)
+{
+    float mx = VM_SUF(row_max)(a, n);
+
+    VM_SUF(row_div)(a, n, VM_SUF(row_expsum)(a, a, n, mx));
+    memset(a + n, 0, (size_t)(len - n) * sizeof(float));
+}
+
+static void VM_SUF(softmax_backward)(float *d, const float *p, int64_t n, int64_t len, float scale)
+{
+    vf acc = splat(0.0f);
+    int64_t i = 0;
+
+    for (; i + VN <= n; i += VN)
+        acc += vload(p + i) * vload(d + i);
+    if (i < n)
+        acc += VM_SUF(load_part)(p + i, n - i, 0) * VM_SUF(load_part)(d + i, n - i, 0);
+    float dot = VM_SUF(fold_sum)(acc);
+    for (i = 0; i + VN <= n; i += VN)
+        vstore(d + i, vload(p + i) * (vload(d + i) - dot) * scale);
+    if (i < n)
+        VM_SUF(store_part)(d + i, VM_SUF(load_part)(p + i, n - i, 0) * (VM_SUF(load_part)(d + i, n - i, 0) - dot) * scale,
+                           n - i);
+    memset(d + n, 0, (size_t)(len - n) * sizeof(float));
+}
+
+static double VM_SUF(xent)(float *z, int64_t n, int32_t target, float f)
+{
+    float mx = VM_SUF(row_max)(z, n), zt = z[target];
+    float sum = VM_SUF(row_expsum)(f != 0 ? z : NULL, z, n, mx);
+    double loss = (double)(logf(sum) + mx - zt);
+
+    if (f != 0) {
+        int64_t i = 0;
+        for (; i + VN <= n; i += VN)
+            vstore(z + i, vload(z + i) / sum * f);
+        if (i < n)
+            VM_SUF(store_part)(z + i, VM_SUF(load_part)(z + i, n - i, 0) / sum * f, n - i);
+        z[target] -= f;
+    }
+    return loss;
+}
+
+static const struct gpt_vmath VM_SUF(ops) = {
+    .exp = VM_SUF(exp_array),
+    .gelu_forward = VM_SUF(gelu_forward),
+    .gelu_backward = VM_SUF(gelu_backward),
+    .softmax_causal = VM_SUF(softmax_causal),
+    .softmax_backward = VM_SUF(softmax_backward),
+    .xent = VM_SUF(xent),
+};
+
+#undef VM_INL
