@@ -8,7 +8,8 @@
  *   of double, with the entries past the row's length zeroed;
  * - bits: the AVX512 path (where the CPU has it) equals the generic one, and an element's result does not
  *   depend on where it lies in the array (whole-array calls against one-element calls, all lengths 1-67),
- *   which is what keeps the passes' bits independent of the thread count. */
+ *   which is what keeps the passes' bits independent of the thread count; bf16 accumulation equals the
+ *   one-element formula (its rounding is test_mm16's). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +221,25 @@ static void check_bits(const struct gpt_vmath *g, const struct gpt_vmath *f)
             f->gelu_backward(&d, &x[i], 1);
             bad += memcmp(&e, &b[0][i], 4) || memcmp(&y, &b[1][i], 4) || memcmp(&d, &b[2][i], 4);
         }
+    }
+    /* bf16: rounding, widening and accumulation, path against path and against the one-element formula */
+    uint16_t h[2][M], w[2][M], acc[2][M];
+    float wide[2][M];
+    for (int k = 0; k < 2; k++) {
+        const struct gpt_vmath *v = k ? f : g;
+        v->to_bf16(h[k], x, M);
+        v->from_bf16(wide[k], h[k], M);
+        memcpy(acc[k], h[k], sizeof(acc[k]));
+        v->add_bf16(acc[k], x, M);
+        v->to_bf16(w[k], wide[k], M);
+    }
+    bad += memcmp(h[0], h[1], sizeof(h[0])) || memcmp(acc[0], acc[1], sizeof(acc[0])) ||
+           memcmp(wide[0], wide[1], sizeof(wide[0])) || memcmp(w[1], h[1], sizeof(w[1]));
+    for (int i = 0; i < M; i++) {
+        uint32_t u;
+        float s = wide[1][i] + x[i];
+        memcpy(&u, &s, 4);
+        bad += acc[1][i] != (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
     }
     printf("bits: %s against %s, whole arrays against single elements: %d differences\n", f->name, g->name, bad);
     CHECK(!bad, "%d differences in bits", bad);

@@ -17,6 +17,7 @@
 #include "data.h"
 #include "mm16.h"  /* defines: gpt_mm16_available */
 #include "model.h"
+#include "vmath.h" /* defines: gpt_vmath (bf16 widening and accumulation, 16 lanes at a time) */
 #include "zeroshard.h"
 
 struct opts {
@@ -71,8 +72,11 @@ static int io_fetch(void *arg, int32_t unit, const float **w)
         gpt_tensor_info(e->cfg, unit, k, &t);
         if (e->mm16 && block && t.ndim == 2) /* read in bf16 by the products, never widened */
             continue;
-        for (int64_t i = e->lay->off[unit][k]; i < e->lay->off[unit][k] + t.numel; i++)
-            dst[i] = ex_h2f(e->dt, src[i]);
+        if (e->dt == ZS_DTYPE_BF16)
+            gpt_vmath()->from_bf16(dst + e->lay->off[unit][k], src + e->lay->off[unit][k], t.numel);
+        else
+            for (int64_t i = e->lay->off[unit][k]; i < e->lay->off[unit][k] + t.numel; i++)
+                dst[i] = ex_h2f(e->dt, src[i]);
     }
     e->raw[slot(unit)] = src;
     *w = dst;
@@ -109,12 +113,15 @@ static int io_grad_done(void *arg, int32_t unit)
 
     if (st)
         return (int)st;
-    for (int64_t i = 0; i < e->lay->unit_numel[unit]; i++) {
-        if (e->dt == ZS_DTYPE_FP32)
-            ((float *)buf)[i] += g[i];
-        else
-            ((uint16_t *)buf)[i] = ex_f2h(e->dt, ex_h2f(e->dt, ((uint16_t *)buf)[i]) + g[i]);
-    }
+    if (e->dt == ZS_DTYPE_BF16)
+        gpt_vmath()->add_bf16(buf, g, e->lay->unit_numel[unit]);
+    else
+        for (int64_t i = 0; i < e->lay->unit_numel[unit]; i++) {
+            if (e->dt == ZS_DTYPE_FP32)
+                ((float *)buf)[i] += g[i];
+            else
+                ((uint16_t *)buf)[i] = ex_f2h(e->dt, ex_h2f(e->dt, ((uint16_t *)buf)[i]) + g[i]);
+        }
     if ((st = zs_grad_deposit(e->ctx, unit)) || e->not_last) /* the deposit: a no-op in the normal mode */
         return (int)st;
     return (int)zs_grad_ready(e->ctx, unit);

@@ -9,10 +9,13 @@
 typedef float vf __attribute__((vector_size(4 * VN)));
 typedef int32_t vi __attribute__((vector_size(4 * VN)));
 typedef uint32_t vu __attribute__((vector_size(4 * VN)));
+typedef uint16_t vh __attribute__((vector_size(2 * VN)));
 
 /* macros, not functions: each expands inside the path's own (target-specific) code */
 #define vload(p) ({ vf v_; memcpy(&v_, (p), sizeof(v_)); v_; })
 #define vstore(p, x) ({ vf s_ = (x); memcpy((p), &s_, sizeof(s_)); })
+#define hload(p) ({ vh h_; memcpy(&h_, (p), sizeof(h_)); h_; })
+#define hstore(p, x) ({ vh t_ = (x); memcpy((p), &t_, sizeof(t_)); })
 #define splat(c) ((vf){0} + (float)(c))
 /* lanes of a where the mask m (all ones or zeros per lane) is set, of b elsewhere */
 #define vsel(m, a, b) ((vf)(((vi)(a) & (m)) | ((vi)(b) & ~(m))))

@@ -1,5 +1,6 @@
 /* vmath.h - the float passes' elementwise math 16 lanes at a time: exp, GELU (tanh form) and its
- * derivative, the causal softmax of an attention row and its backward, the cross-entropy of a logit row.
+ * derivative, the causal softmax of an attention row and its backward, the cross-entropy of a logit row,
+ * bf16 rounding and widening.
  * Written once in GCC vector extensions (vmath_tmpl.h) and compiled twice: for the baseline x86-64 (the
  * portable path) and for AVX512. Neither contracts a multiply and an add, both take the same IEEE
  * operations in the same order (tails are padded into a whole vector, lane sums are folded in one fixed
@@ -26,6 +27,11 @@ struct gpt_vmath {
     void (*softmax_backward)(float *d, const float *p, int64_t n, int64_t len, float scale);
     /* -log softmax(z)[target]; with f != 0, z is replaced by f * (softmax(z) - onehot(target)) */
     double (*xent)(float *z, int64_t n, int32_t target, float f);
+    /* bf16 storage, threaded (integer rounding, so every path gives the same bits): dst = src rounded to
+     * bf16 (nearest, ties to even; NaN stays NaN), dst = src widened, h = bf16(float(h) + g) */
+    void (*to_bf16)(uint16_t *dst, const float *src, int64_t n);
+    void (*from_bf16)(float *dst, const uint16_t *src, int64_t n);
+    void (*add_bf16)(uint16_t *h, const float *g, int64_t n);
 };
 
 /* the fastest path this CPU runs (chosen once) */

@@ -222,6 +222,81 @@ static double VM_SUF(xent)(float *z, int64_t n, int32_t target, float f)
     return loss;
 }
 
+/* ---------------------------------------------------------------- bf16 (integer rounding: exact, path-free) */
+
+/* nearest, ties to even; NaN stays a (quiet) NaN: as mm16.c's f32_to_bf16 */
+VM_INL vh VM_SUF(bf16_round)(vf x)
+{
+    vu u = (vu)x;
+    vi nan = (vi)((u & 0x7fffffffu) > 0x7f800000u);
+    vu r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, q = (u >> 16) | 0x40u;
+    return __builtin_convertvector((vu)(((vi)q & nan) | ((vi)r & ~nan)), vh);
+}
+
+VM_INL vf VM_SUF(bf16_widen)(vh h)
+{
+    return (vf)(__builtin_convertvector(h, vu) << 16);
+}
+
+VM_INL vh VM_SUF(hload_part)(const uint16_t *p, int64_t n)
+{
+    uint16_t t[VN] = {0};
+
+    memcpy(t, p, (size_t)n * sizeof(uint16_t));
+    return hload(t);
+}
+
+VM_INL void VM_SUF(hstore_part)(uint16_t *p, vh x, int64_t n)
+{
+    uint16_t t[VN];
+
+    memcpy(t, &x, sizeof(t));
+    memcpy(p, t, (size_t)n * sizeof(uint16_t));
+}
+
+static void VM_SUF(to_bf16)(uint16_t *dst, const float *src, int64_t n)
+{
+    int64_t nv = (n + VN - 1) / VN;
+
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nv; c++) {
+        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
+        if (k == VN)
+            hstore(dst + i, VM_SUF(bf16_round)(vload(src + i)));
+        else
+            VM_SUF(hstore_part)(dst + i, VM_SUF(bf16_round)(VM_SUF(load_part)(src + i, k, 0)), k);
+    }
+}
+
+static void VM_SUF(from_bf16)(float *dst, const uint16_t *src, int64_t n)
+{
+    int64_t nv = (n + VN - 1) / VN;
+
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nv; c++) {
+        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
+        if (k == VN)
+            vstore(dst + i, VM_SUF(bf16_widen)(hload(src + i)));
+        else
+            VM_SUF(store_part)(dst + i, VM_SUF(bf16_widen)(VM_SUF(hload_part)(src + i, k)), k);
+    }
+}
+
+static void VM_SUF(add_bf16)(uint16_t *h, const float *g, int64_t n)
+{
+    int64_t nv = (n + VN - 1) / VN;
+
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < nv; c++) {
+        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
+        if (k == VN)
+            hstore(h + i, VM_SUF(bf16_round)(VM_SUF(bf16_widen)(hload(h + i)) + vload(g + i)));
+        else
+            VM_SUF(hstore_part)(h + i, VM_SUF(bf16_round)(VM_SUF(bf16_widen)(VM_SUF(hload_part)(h + i, k)) +
+                                                          VM_SUF(load_part)(g + i, k, 0)), k);
+    }
+}
+
 static const struct gpt_vmath VM_SUF(ops) = {
     .exp = VM_SUF(exp_array),
     .gelu_forward = VM_SUF(gelu_forward),
@@ -229,6 +304,9 @@ static const struct gpt_vmath VM_SUF(ops) = {
     .softmax_causal = VM_SUF(softmax_causal),
     .softmax_backward = VM_SUF(softmax_backward),
     .xent = VM_SUF(xent),
+    .to_bf16 = VM_SUF(to_bf16),
+    .from_bf16 = VM_SUF(from_bf16),
+    .add_bf16 = VM_SUF(add_bf16),
 };
 
 #undef VM_INL
