@@ -22,6 +22,13 @@ typedef uint16_t vh __attribute__((vector_size(2 * VN)));
 
 #define vmax(a, b) ({ vf a_ = (a), b_ = (b); vsel(a_ > b_, a_, b_); })
 
+/* The body runs once per whole vector of n elements (the last may be partial), in parallel: i is its first
+ * element, k its length. An element's lanes and arithmetic never depend on the thread count. */
+#define VM_CHUNKS(n, i, k)                                               \
+    _Pragma("omp parallel for schedule(static)")                         \
+    for (int64_t c_ = 0; c_ < ((n) + VN - 1) / VN; c_++)                 \
+        for (int64_t i = c_ * VN, k = (n) - i < VN ? (n) - i : VN, o_ = 1; o_; o_ = 0)
+
 #define VM_SUF(x) x##_generic
 #include "vmath_tmpl.h"
 #undef VM_SUF

@@ -6,11 +6,13 @@
 
 /* ---------------------------------------------------------------- 16 lanes: load, store, fold */
 
-/* n (< 16) elements of p, the other lanes fill */
+/* n (<= 16) elements of p, the other lanes fill */
 VM_INL vf VM_SUF(load_part)(const float *p, int64_t n, float fill)
 {
     float t[VN];
 
+    if (n == VN)
+        return vload(p);
     for (int i = 0; i < VN; i++)
         t[i] = i < n ? p[i] : fill;
     return vload(t);
@@ -20,6 +22,10 @@ VM_INL void VM_SUF(store_part)(float *p, vf x, int64_t n)
 {
     float t[VN];
 
+    if (n == VN) {
+        vstore(p, x);
+        return;
+    }
     memcpy(t, &x, sizeof(t));
     memcpy(p, t, (size_t)n * sizeof(float));
 }
@@ -72,12 +78,10 @@ VM_INL vf VM_SUF(vexp)(vf x)
 
 static void VM_SUF(exp_array)(float *y, const float *x, int64_t n)
 {
-    int64_t i = 0;
-
-    for (; i + VN <= n; i += VN)
-        vstore(y + i, VM_SUF(vexp)(vload(x + i)));
-    if (i < n)
-        VM_SUF(store_part)(y + i, VM_SUF(vexp)(VM_SUF(load_part)(x + i, n - i, 0)), n - i);
+    for (int64_t i = 0; i < n; i += VN) {
+        int64_t k = n - i < VN ? n - i : VN;
+        VM_SUF(store_part)(y + i, VM_SUF(vexp)(VM_SUF(load_part)(x + i, k, 0)), k);
+    }
 }
 
 /* ---------------------------------------------------------------- GELU, tanh form */
@@ -102,106 +106,73 @@ VM_INL vf VM_SUF(dgelu1)(vf d, vf v)
     return d * (s + (v * 2.0f) * (s * (e * s)) * k);
 }
 
-/* threaded over whole vectors: an element's lanes and its arithmetic never depend on the thread count */
 static void VM_SUF(gelu_forward)(float *y, const float *x, int64_t n)
 {
-    int64_t nv = (n + VN - 1) / VN;
-
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < nv; c++) {
-        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
-        if (k == VN)
-            vstore(y + i, VM_SUF(gelu1)(vload(x + i)));
-        else
-            VM_SUF(store_part)(y + i, VM_SUF(gelu1)(VM_SUF(load_part)(x + i, k, 0)), k);
-    }
+    VM_CHUNKS(n, i, k)
+        VM_SUF(store_part)(y + i, VM_SUF(gelu1)(VM_SUF(load_part)(x + i, k, 0)), k);
 }
 
 static void VM_SUF(gelu_backward)(float *d, const float *x, int64_t n)
 {
-    int64_t nv = (n + VN - 1) / VN;
-
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < nv; c++) {
-        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
-        if (k == VN)
-            vstore(d + i, VM_SUF(dgelu1)(vload(d + i), vload(x + i)));
-        else
-            VM_SUF(store_part)(d + i, VM_SUF(dgelu1)(VM_SUF(load_part)(d + i, k, 0), VM_SUF(load_part)(x + i, k, 0)),
-                               k);
-    }
+    VM_CHUNKS(n, i, k)
+        VM_SUF(store_part)(d + i, VM_SUF(dgelu1)(VM_SUF(load_part)(d + i, k, 0), VM_SUF(load_part)(x + i, k, 0)), k);
 }
 
 /* ---------------------------------------------------------------- rows: softmax and cross-entropy */
+
+/* the lanes of a row's i-th vector: 16, or what is left */
+#define VM_LEFT(n, i) ((n) - (i) < VN ? (n) - (i) : VN)
 
 /* the row's maximum; tail lanes -inf */
 VM_INL float VM_SUF(row_max)(const float *a, int64_t n)
 {
     vf m = splat(-INFINITY);
-    int64_t i = 0;
 
-    for (; i + VN <= n; i += VN)
-        m = vmax(m, vload(a + i));
-    if (i < n)
-        m = vmax(m, VM_SUF(load_part)(a + i, n - i, -INFINITY));
+    for (int64_t i = 0; i < n; i += VN)
+        m = vmax(m, VM_SUF(load_part)(a + i, VM_LEFT(n, i), -INFINITY));
     return VM_SUF(fold_max)(m);
 }
 
-/* sum of exp(a - mx) over the row, each exp written to out unless out is NULL */
+/* sum of exp(a - mx) over the row (tail lanes exp(-inf) = 0), each exp written to out unless out is NULL */
 VM_INL float VM_SUF(row_expsum)(float *out, const float *a, int64_t n, float mx)
 {
-    vf s = splat(0.0f), e;
-    int64_t i = 0;
+    vf s = splat(0.0f);
 
-    for (; i + VN <= n; i += VN) {
-        e = VM_SUF(vexp)(vload(a + i) - mx);
+    for (int64_t i = 0; i < n; i += VN) {
+        vf e = VM_SUF(vexp)(VM_SUF(load_part)(a + i, VM_LEFT(n, i), -INFINITY) - mx);
         s += e;
         if (out)
-            vstore(out + i, e);
-    }
-    if (i < n) {
-        e = VM_SUF(vexp)(VM_SUF(load_part)(a + i, n - i, -INFINITY) - mx); /* exp(-inf) = 0 */
-        s += e;
-        if (out)
-            VM_SUF(store_part)(out + i, e, n - i);
+            VM_SUF(store_part)(out + i, e, VM_LEFT(n, i));
     }
     return VM_SUF(fold_sum)(s);
 }
 
-/* a[0..n) /= div */
-VM_INL void VM_SUF(row_div)(float *a, int64_t n, float div)
+/* a[0..n) = a / div * f */
+VM_INL void VM_SUF(row_scale)(float *a, int64_t n, float div, float f)
 {
-    int64_t i = 0;
-
-    for (; i + VN <= n; i += VN)
-        vstore(a + i, vload(a + i) / div);
-    if (i < n)
-        VM_SUF(store_part)(a + i, VM_SUF(load_part)(a + i, n - i, 0) / div, n - i);
+    for (int64_t i = 0; i < n; i += VN)
+        VM_SUF(store_part)(a + i, VM_SUF(load_part)(a + i, VM_LEFT(n, i), 0) / div * f, VM_LEFT(n, i));
 }
 
 static void VM_SUF(softmax_causal)(float *a, int64_t n, int64_t len)
 {
     float mx = VM_SUF(row_max)(a, n);
 
-    VM_SUF(row_div)(a, n, VM_SUF(row_expsum)(a, a, n, mx));
+    VM_SUF(row_scale)(a, n, VM_SUF(row_expsum)(a, a, n, mx), 1.0f);
     memset(a + n, 0, (size_t)(len - n) * sizeof(float));
 }
 
 static void VM_SUF(softmax_backward)(float *d, const float *p, int64_t n, int64_t len, float scale)
 {
     vf acc = splat(0.0f);
-    int64_t i = 0;
 
-    for (; i + VN <= n; i += VN)
-        acc += vload(p + i) * vload(d + i);
-    if (i < n)
-        acc += VM_SUF(load_part)(p + i, n - i, 0) * VM_SUF(load_part)(d + i, n - i, 0);
+    for (int64_t i = 0; i < n; i += VN)
+        acc += VM_SUF(load_part)(p + i, VM_LEFT(n, i), 0) * VM_SUF(load_part)(d + i, VM_LEFT(n, i), 0);
     float dot = VM_SUF(fold_sum)(acc);
-    for (i = 0; i + VN <= n; i += VN)
-        vstore(d + i, vload(p + i) * (vload(d + i) - dot) * scale);
-    if (i < n)
-        VM_SUF(store_part)(d + i, VM_SUF(load_part)(p + i, n - i, 0) * (VM_SUF(load_part)(d + i, n - i, 0) - dot) * scale,
-                           n - i);
+    for (int64_t i = 0; i < n; i += VN) {
+        vf pi = VM_SUF(load_part)(p + i, VM_LEFT(n, i), 0), di = VM_SUF(load_part)(d + i, VM_LEFT(n, i), 0);
+        VM_SUF(store_part)(d + i, pi * (di - dot) * scale, VM_LEFT(n, i));
+    }
     memset(d + n, 0, (size_t)(len - n) * sizeof(float));
 }
 
@@ -212,15 +183,13 @@ static double VM_SUF(xent)(float *z, int64_t n, int32_t target, float f)
     double loss = (double)(logf(sum) + mx - zt);
 
     if (f != 0) {
-        int64_t i = 0;
-        for (; i + VN <= n; i += VN)
-            vstore(z + i, vload(z + i) / sum * f);
-        if (i < n)
-            VM_SUF(store_part)(z + i, VM_SUF(load_part)(z + i, n - i, 0) / sum * f, n - i);
+        VM_SUF(row_scale)(z, n, sum, f);
         z[target] -= f;
     }
     return loss;
 }
+
+#undef VM_LEFT
 
 /* ---------------------------------------------------------------- bf16 (integer rounding: exact, path-free) */
 
@@ -242,6 +211,8 @@ VM_INL vh VM_SUF(hload_part)(const uint16_t *p, int64_t n)
 {
     uint16_t t[VN] = {0};
 
+    if (n == VN)
+        return hload(p);
     memcpy(t, p, (size_t)n * sizeof(uint16_t));
     return hload(t);
 }
@@ -250,50 +221,31 @@ VM_INL void VM_SUF(hstore_part)(uint16_t *p, vh x, int64_t n)
 {
     uint16_t t[VN];
 
+    if (n == VN) {
+        hstore(p, x);
+        return;
+    }
     memcpy(t, &x, sizeof(t));
     memcpy(p, t, (size_t)n * sizeof(uint16_t));
 }
 
 static void VM_SUF(to_bf16)(uint16_t *dst, const float *src, int64_t n)
 {
-    int64_t nv = (n + VN - 1) / VN;
-
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < nv; c++) {
-        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
-        if (k == VN)
-            hstore(dst + i, VM_SUF(bf16_round)(vload(src + i)));
-        else
-            VM_SUF(hstore_part)(dst + i, VM_SUF(bf16_round)(VM_SUF(load_part)(src + i, k, 0)), k);
-    }
+    VM_CHUNKS(n, i, k)
+        VM_SUF(hstore_part)(dst + i, VM_SUF(bf16_round)(VM_SUF(load_part)(src + i, k, 0)), k);
 }
 
 static void VM_SUF(from_bf16)(float *dst, const uint16_t *src, int64_t n)
 {
-    int64_t nv = (n + VN - 1) / VN;
-
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < nv; c++) {
-        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
-        if (k == VN)
-            vstore(dst + i, VM_SUF(bf16_widen)(hload(src + i)));
-        else
-            VM_SUF(store_part)(dst + i, VM_SUF(bf16_widen)(VM_SUF(hload_part)(src + i, k)), k);
-    }
+    VM_CHUNKS(n, i, k)
+        VM_SUF(store_part)(dst + i, VM_SUF(bf16_widen)(VM_SUF(hload_part)(src + i, k)), k);
 }
 
 static void VM_SUF(add_bf16)(uint16_t *h, const float *g, int64_t n)
 {
-    int64_t nv = (n + VN - 1) / VN;
-
-#pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < nv; c++) {
-        int64_t i = c * VN, k = n - i < VN ? n - i : VN;
-        if (k == VN)
-            hstore(h + i, VM_SUF(bf16_round)(VM_SUF(bf16_widen)(hload(h + i)) + vload(g + i)));
-        else
-            VM_SUF(hstore_part)(h + i, VM_SUF(bf16_round)(VM_SUF(bf16_widen)(VM_SUF(hload_part)(h + i, k)) +
-                                                          VM_SUF(load_part)(g + i, k, 0)), k);
+    VM_CHUNKS(n, i, k) {
+        vf sum = VM_SUF(bf16_widen)(VM_SUF(hload_part)(h + i, k)) + VM_SUF(load_part)(g + i, k, 0);
+        VM_SUF(hstore_part)(h + i, VM_SUF(bf16_round)(sum), k);
     }
 }
 
