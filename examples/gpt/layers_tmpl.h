@@ -1,12 +1,18 @@
 /* layers_tmpl.h - the transformer's layers, forward and backward, written once for GPT_REAL (float or
  * double; passes_f32.c and passes_f64.c include it). Matrix products go to BLAS; the rest are plain loops
  * the compiler vectorizes, threaded over rows or (sequence, head) pairs with OpenMP. Every output element
- * is computed by one thread in a fixed order, so results never depend on the thread count. */
+ * is computed by one thread in a fixed order, so results never depend on the thread count. The float
+ * passes (GPT_FAST) take attention through matrix products (attention.c) and their exp, GELU, softmax and
+ * cross-entropy from vmath.h's 16-lane kernels; the double passes keep the plain loops, the reference. */
 #include <math.h>
 #include <string.h>
 #include <cblas.h>  /* defines: cblas_sgemm, cblas_dgemm */
 #if GPT_MM16
 #include "mm16.h"   /* defines: gpt_mm16, gpt_f32_to_bf16 */
+#endif
+#if GPT_FAST
+#include "attention.h" /* defines: gpt_attention_forward, gpt_attention_backward (matrix products) */
+#include "vmath.h"     /* defines: gpt_vmath (16-lane exp, GELU, softmax rows, cross-entropy rows) */
 #endif
 
 typedef GPT_REAL real;
@@ -123,6 +129,10 @@ static void layernorm_backward(real *dx, real *dw, real *db, const real *dy, con
 
 static void gelu_forward(real *y, const real *x, int64_t n)
 {
+#if GPT_FAST
+    gpt_vmath()->gelu_forward(y, x, n);
+    return;
+#endif
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         real v = x[i];
@@ -133,6 +143,10 @@ static void gelu_forward(real *y, const real *x, int64_t n)
 /* d = dy * gelu'(x), in place over dy */
 static void gelu_backward(real *d, const real *x, int64_t n)
 {
+#if GPT_FAST
+    gpt_vmath()->gelu_backward(d, x, n);
+    return;
+#endif
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         real v = x[i], th = GPT_TANH(GELU_K * (v + (real)0.044715 * v * v * v));
@@ -147,6 +161,10 @@ static void gelu_backward(real *d, const real *x, int64_t n)
  * y [B, T, C]. Scores above the diagonal are never read and stay zero. */
 static void attention_forward(real *y, real *att, const real *qkv, int64_t B, int64_t T, int64_t C, int64_t H)
 {
+#if GPT_FAST
+    gpt_attention_forward(y, att, qkv, B, T, C, H);
+    return;
+#endif
     int64_t hs = C / H;
     real scale = 1 / GPT_SQRT((real)hs);
 
@@ -189,6 +207,10 @@ static void attention_forward(real *y, real *att, const real *qkv, int64_t B, in
 static void attention_backward(real *dqkv, real *datt, const real *dy, const real *att, const real *qkv, int64_t B,
                                int64_t T, int64_t C, int64_t H)
 {
+#if GPT_FAST
+    gpt_attention_backward(dqkv, datt, dy, att, qkv, B, T, C, H);
+    return;
+#endif
     int64_t hs = C / H;
     real scale = 1 / GPT_SQRT((real)hs);
 
@@ -251,6 +273,13 @@ static void embed_backward(real *dwte, real *dwpe, const real *dx, const int32_t
 static void xent_forward_backward(real *logits, double *row_loss, const int32_t *targets, int64_t N, int64_t V,
                                   int grad, double scale)
 {
+#if GPT_FAST
+    const struct gpt_vmath *vm = gpt_vmath();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++)
+        row_loss[i] = vm->xent(logits + i * V, V, targets[i], grad ? (real)(scale / (double)N) : 0);
+    return;
+#endif
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N; i++) {
         real *z = logits + i * V, mx = z[0], sum = 0;

@@ -8,6 +8,7 @@
 #include <cblas.h>  /* defines: cblas_sgemm (the fallback) */
 
 #include "mm16.h"
+#include "vmath.h" /* defines: gpt_vmath (16-lane bf16 rounding) */
 
 #ifdef ZS_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>  /* defines: dnnl_matmul_desc_init, dnnl_primitive_execute (oneDNN 2.x C API) */
@@ -22,22 +23,11 @@ static float bf16_to_f32(uint16_t h)
     return f;
 }
 
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffff) > 0x7f800000) /* NaN: keep it one (quiet) */
-        return (uint16_t)((u >> 16) | 0x40);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-
 void gpt_f32_to_bf16(uint16_t *dst, const float *src, int64_t n)
 {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = f32_to_bf16(src[i]);
+    gpt_vmath()->to_bf16(dst, src, n);
 }
+
 
 /* element (i, j) of op(X), X row-major with leading dimension ld */
 static float at(const uint16_t *X, bool t, int64_t ld, int64_t i, int64_t j)

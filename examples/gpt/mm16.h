@@ -23,7 +23,8 @@ void gpt_mm16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t 
 void gpt_mm16_ref(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
                   const uint16_t *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
-/* dst[i] = src[i] rounded to bf16 (nearest, ties to even; NaN stays NaN), threaded with OpenMP. */
+/* dst[i] = src[i] rounded to bf16 (nearest, ties to even; NaN stays NaN), 16 lanes at a time (vmath.h),
+ * threaded with OpenMP. */
 void gpt_f32_to_bf16(uint16_t *dst, const float *src, int64_t n);
 
 /* Frees the cached primitives (at exit; gpt_mm16 recreates what it needs). */

@@ -8,5 +8,6 @@
 #define GPT_EXP expf
 #define GPT_LOG logf
 #define GPT_TANH tanhf
+#define GPT_FAST 1 /* attention through sgemm, vmath.h kernels */
 #define GPT_MM16 1 /* bf16 matrix products (mm16.h) where the io offers bf16 storage */
 #include "passes_tmpl.h"

@@ -8,5 +8,6 @@
 #define GPT_EXP exp
 #define GPT_LOG log
 #define GPT_TANH tanh
+#define GPT_FAST 0
 #define GPT_MM16 0
 #include "passes_tmpl.h"

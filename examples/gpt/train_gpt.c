@@ -13,10 +13,12 @@
 
 #include "../common.h"
 #include "../splitmix.h" /* defines: ex_splitmix64 */
+#include "blascore.h" /* defines: gpt_blas_fix_core, gpt_blas_core */
 #include "data.h"
 #include "gpt_cuda.h" /* defines: gpt_gpu_open, gpt_gpu_run (--device cuda) */
 #include "mm16.h"  /* defines: gpt_mm16_available */
 #include "model.h"
+#include "vmath.h" /* defines: gpt_vmath (bf16 widening and accumulation, 16 lanes at a time) */
 #include "zeroshard.h"
 
 struct opts {
@@ -71,8 +73,11 @@ static int io_fetch(void *arg, int32_t unit, const float **w)
         gpt_tensor_info(e->cfg, unit, k, &t);
         if (e->mm16 && block && t.ndim == 2) /* read in bf16 by the products, never widened */
             continue;
-        for (int64_t i = e->lay->off[unit][k]; i < e->lay->off[unit][k] + t.numel; i++)
-            dst[i] = ex_h2f(e->dt, src[i]);
+        if (e->dt == ZS_DTYPE_BF16)
+            gpt_vmath()->from_bf16(dst + e->lay->off[unit][k], src + e->lay->off[unit][k], t.numel);
+        else
+            for (int64_t i = e->lay->off[unit][k]; i < e->lay->off[unit][k] + t.numel; i++)
+                dst[i] = ex_h2f(e->dt, src[i]);
     }
     e->raw[slot(unit)] = src;
     *w = dst;
@@ -109,12 +114,15 @@ static int io_grad_done(void *arg, int32_t unit)
 
     if (st)
         return (int)st;
-    for (int64_t i = 0; i < e->lay->unit_numel[unit]; i++) {
-        if (e->dt == ZS_DTYPE_FP32)
-            ((float *)buf)[i] += g[i];
-        else
-            ((uint16_t *)buf)[i] = ex_f2h(e->dt, ex_h2f(e->dt, ((uint16_t *)buf)[i]) + g[i]);
-    }
+    if (e->dt == ZS_DTYPE_BF16)
+        gpt_vmath()->add_bf16(buf, g, e->lay->unit_numel[unit]);
+    else
+        for (int64_t i = 0; i < e->lay->unit_numel[unit]; i++) {
+            if (e->dt == ZS_DTYPE_FP32)
+                ((float *)buf)[i] += g[i];
+            else
+                ((uint16_t *)buf)[i] = ex_f2h(e->dt, ex_h2f(e->dt, ((uint16_t *)buf)[i]) + g[i]);
+        }
     if ((st = zs_grad_deposit(e->ctx, unit)) || e->not_last) /* the deposit: a no-op in the normal mode */
         return (int)st;
     return (int)zs_grad_ready(e->ctx, unit);
@@ -573,6 +581,8 @@ static int run_program(const struct opts *o, int rank, int world)
     eio = (struct engine_io){.ctx = r.ctx, .cfg = &cfg, .lay = &lay, .dt = zs_param_dtype(r.ctx)};
     if (!strcmp(o->device, "cuda") && open_gpu(&r, &cfg, &lay))
         goto out; /* rc 1 on every rank */
+    if (rank == 0 && !r.gpu)
+        printf("fp32 matrix products: OpenBLAS, %s kernels\n", gpt_blas_core());
     if (eio.dt == ZS_DTYPE_BF16 && !r.gpu) {
         const char *why;
         eio.mm16 = gpt_mm16_available(&why);
@@ -652,6 +662,7 @@ int main(int argc, char **argv)
     struct opts o;
     int rank, world, rc;
 
+    gpt_blas_fix_core(argv);
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
