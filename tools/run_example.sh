@@ -12,5 +12,5 @@ if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_
 # only the program: the tests are tools/test.sh's to build
 ZS_BUILD_TARGETS=zs-train-gpt bash tools/build.sh build > /dev/null
 # the recipe (README, "The main job's recipe"): a narrower model on more bytes, lower validation loss per FLOP
-exec mpirun --oversubscribe -np "$ranks" build/zs-train-gpt --config "$config" --dim 128 --steps 5000 --lr 4e-3 \
+exec mpirun --oversubscribe -np "$ranks" build/zs-train-gpt --config "$config" --dim 128 --steps 4000 --lr 4e-3 \
   --val-every 100 --sample 300 --temperature 0.6 --metrics gpt_metrics.jsonl --memory-json "$@"
