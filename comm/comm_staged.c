@@ -11,8 +11,10 @@ void zs_staged_init(struct zs_staged *s, struct zs_comm *comm, struct zs_device 
 
 void zs_staged_free(struct zs_staged *s)
 {
-    if (s->host)
+    if (s->host) {
+        s->dev->ops->host_unregister(s->dev, s->host);
         zs_comm_release(s->comm, s->host);
+    }
     s->host = NULL;
     s->cap = 0;
 }
@@ -28,7 +30,8 @@ static zs_status reserve(struct zs_staged *s, size_t bytes)
     if (!s->host)
         return zs_fail(ZS_ERR_NOMEM, "host-staged collectives: %zu bytes of host scratch", bytes);
     s->cap = bytes;
-    return ZS_OK;
+    /* pinned, so the copies down and up are DMA at full speed (cudaHostRegister on a GPU) */
+    return s->dev->ops->host_register(s->dev, s->host, bytes);
 }
 
 /* The device copy, finished before the host touches the data (down) or the scratch is reused (up). */

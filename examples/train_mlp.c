@@ -469,6 +469,15 @@ int main(int argc, char **argv)
     if (o.run.memory_json)
         ex_print_memory(ctx, rank, world);
 
+    void *engine_stream;
+    if (zs_cuda_stream(ctx, &engine_stream) == ZS_OK) { /* the engine's buffers on the GPU: the same on every rank */
+        if (rank == 0)
+            fprintf(stderr, "zeroshard: error: zeroshard.device: \"cuda\": this example reads and writes the engine's "
+                    "buffers on the host (its --device cuda copies them up); keep zeroshard.device \"cpu\"\n");
+        zs_finalize(ctx);
+        MPI_Finalize();
+        return 1;
+    }
     int64_t B = zs_micro_batch_size(ctx), gas = zs_grad_accum_steps(ctx);
     int64_t per = zs_micro_shard_size(ctx) ? B / zs_micro_shard_size(ctx) : 1; /* micro-shards a micro-batch */
     if (B > 4096) {
