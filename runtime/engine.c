@@ -420,6 +420,8 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
         st = start_threads(ctx);
     if (!st)
         st = zs_agree(ctx, start_device(ctx));
+    if (!st)
+        st = zs_dev_nccl_open(ctx);
     if (st) {
         zs_finalize(ctx);
         return st;

@@ -88,6 +88,7 @@ struct zs_ctx {
     struct zs_dev_stream *comm_stream;  /* the collectives' stream (devio.c) */
     struct zs_dev_event *ev_compute, *ev_comm; /* compute -> communication, and back */
     struct zs_staged staged;         /* collectives on device buffers (when !dev.host_access) */
+    struct zs_nccl *nccl;            /* or NCCL's (ordered mode), when every rank has a GPU of its own */
     void *stage_buf;                 /* offloaded optimizer from such a device: one unit's parameters and
                                       * gradients on the host (pinned through the device) */
     enum zs_kpath kpath;
@@ -211,6 +212,7 @@ void zs_exact_zero(struct zs_ctx *ctx);
 zs_status zs_dev_copy(struct zs_ctx *ctx, void *dst, bool dst_dev, const void *src, bool src_dev, size_t bytes);
 zs_status zs_dev_streams_open(struct zs_ctx *ctx);
 void zs_dev_streams_close(struct zs_ctx *ctx);
+zs_status zs_dev_nccl_open(struct zs_ctx *ctx); /* collective: NCCL when every rank has its own GPU */
 zs_status zs_coll_reduce_scatter(struct zs_ctx *ctx, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
                                  int64_t count, float scale, struct zs_comm_req **req);
 zs_status zs_coll_all_gather(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t count, struct zs_comm_req **req);
