@@ -469,11 +469,7 @@ int main(int argc, char **argv)
     if (o.run.memory_json)
         ex_print_memory(ctx, rank, world);
 
-    void *engine_stream;
-    if (zs_cuda_stream(ctx, &engine_stream) == ZS_OK) { /* the engine's buffers on the GPU: the same on every rank */
-        if (rank == 0)
-            fprintf(stderr, "zeroshard: error: zeroshard.device: \"cuda\": this example reads and writes the engine's "
-                    "buffers on the host (its --device cuda copies them up); keep zeroshard.device \"cpu\"\n");
+    if (ex_engine_on_gpu(ctx, rank)) {
         zs_finalize(ctx);
         MPI_Finalize();
         return 1;
