@@ -34,6 +34,11 @@ extern const char bench_overlap_usage[];
 int bench_device(int argc, char **argv);
 extern const char bench_device_usage[];
 
+/* ZeRO-Offload's step from the device against the device's host<->device copy of the same bytes. Calls
+ * MPI_Init and MPI_Finalize itself (one rank). */
+int bench_offload(int argc, char **argv);
+extern const char bench_offload_usage[];
+
 /* Monotonic seconds. */
 double bench_now(void);
 
@@ -41,6 +46,8 @@ double bench_now(void);
 int bench_parse_count(const char *s, int64_t *out);
 /* A positive integer no larger than max; 0 or -EINVAL. */
 int bench_parse_int(const char *s, int max, int *out);
+/* "cpu" or "cuda" (--device); 0 or -EINVAL. */
+int bench_parse_device(const char *s, const char **out);
 /* A finite number >= 0; 0 or -EINVAL. */
 int bench_parse_double(const char *s, double *out);
 /* Splits a comma-separated list and calls add(arg, item) for each item; 0, or -EINVAL when the list is

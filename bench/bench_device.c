@@ -29,11 +29,7 @@ static int set_option(void *arg, int which, const char *v)
     struct device_args *a = arg;
 
     switch (which) {
-    case 0:
-        if (strcmp(v, "cpu") && strcmp(v, "cuda"))
-            return -EINVAL;
-        a->device = v;
-        return 0;
+    case 0: return bench_parse_device(v, &a->device);
     case 1: return bench_parse_count(v, &a->n);
     case 2: return bench_parse_int(v, MAX_REPS, &a->reps);
     default: return bench_parse_int(v, 4096, &a->threads);

@@ -21,6 +21,8 @@ static const struct bench_cmd commands[] = {
      bench_swap_usage},
     {"device", bench_device, "AdamW through the device interface (cpu or cuda) against the device's D2D copy",
      bench_device_usage},
+    {"offload", bench_offload, "ZeRO-Offload's step from the device (down, CPU AdamW, up) against its copy bandwidth",
+     bench_offload_usage},
     {"overlap", bench_overlap, "a collective hidden behind compute: no progress, test calls, a progress thread",
      bench_overlap_usage},
 };
@@ -90,6 +92,14 @@ int bench_parse_list(void *arg, const char *v, int (*add)(void *arg, const char 
         if (add(arg, tok))
             return -EINVAL;
     return items ? 0 : -EINVAL;
+}
+
+int bench_parse_device(const char *s, const char **out)
+{
+    if (strcmp(s, "cpu") && strcmp(s, "cuda"))
+        return -EINVAL;
+    *out = s;
+    return 0;
 }
 
 int bench_parse_double(const char *s, double *out)

@@ -58,7 +58,63 @@ struct unit_view {
     void *work;
     int64_t p_base, p_count, w_base, w_count, s_base;
     bool on_disk;
+    /* a device the host cannot read in place: host copies of the arrays above that live there */
+    struct { void *host, *dev; size_t bytes; } copy[4];
+    int ncopy;
 };
+
+/* The array *p (bytes long), when it is device memory, is replaced by a host copy of it. */
+static zs_status view_down(struct zs_ctx *ctx, struct unit_view *v, void **p, bool on_dev, size_t bytes)
+{
+    void *h;
+    zs_status st;
+
+    if (!*p || !on_dev)
+        return ZS_OK;
+    h = malloc(bytes ? bytes : 1);
+    if (!h)
+        return zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory staging %zu bytes from the device", bytes);
+    st = zs_dev_copy(ctx, h, false, *p, true, bytes);
+    v->copy[v->ncopy].host = h;
+    v->copy[v->ncopy].dev = *p;
+    v->copy[v->ncopy++].bytes = bytes;
+    *p = h;
+    return st;
+}
+
+/* Ends a view: the host copies go back up when the view was written (write_back) and are freed. */
+static zs_status view_done(struct zs_ctx *ctx, struct unit_view *v, bool write_back)
+{
+    zs_status st = ZS_OK;
+
+    for (int i = 0; i < v->ncopy; i++) {
+        if (write_back && !st)
+            st = zs_dev_copy(ctx, v->copy[i].dev, true, v->copy[i].host, false, v->copy[i].bytes);
+        free(v->copy[i].host);
+    }
+    v->ncopy = 0;
+    return st;
+}
+
+static zs_status view_stage(struct zs_ctx *ctx, const struct zs_unit *un, struct unit_view *v)
+{
+    size_t sb = (size_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
+    bool pdev = !zs_params_on_host(ctx, un), odev = !zs_optstate_on_host(ctx);
+    zs_status st;
+
+    if (ctx->dev.host_access || v->on_disk)
+        return ZS_OK;
+    st = view_down(ctx, v, (void **)&v->p, v->work ? odev : pdev, (size_t)v->p_count * sizeof(float));
+    if (!st)
+        st = view_down(ctx, v, &v->work, pdev, (size_t)v->w_count * ctx->psz);
+    if (!st)
+        st = view_down(ctx, v, (void **)&v->s1, odev, sb);
+    if (!st)
+        st = view_down(ctx, v, (void **)&v->s2, odev, sb);
+    if (st)
+        view_done(ctx, v, false);
+    return st;
+}
 
 static zs_status view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
 {
@@ -90,7 +146,7 @@ static zs_status view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
         v->p_base = v->s_base;
         v->p_count = s0 ? un->part.padded : un->part.shard;
     }
-    return ZS_OK;
+    return view_stage(ctx, un, v);
 }
 
 /* New parameter values (fp32, vals[0] = unit element w_base, w_count of them) into the view: the working
@@ -174,6 +230,7 @@ static zs_status write_rank_file(struct zs_ctx *ctx, const char *tmp, uint64_t *
             st = out_write(&f, v.s1 + (begin - v.s_base), (size_t)count * sizeof(float));
         if (!st && k >= 2)
             st = out_write(&f, v.s2 + (begin - v.s_base), (size_t)count * sizeof(float));
+        view_done(ctx, &v, false);
     }
     if (!st && fsync(f.fd))
         st = zs_fail(ZS_ERR_IO, "checkpoint: fsync %s: %s", path, strerror(errno));
@@ -401,6 +458,9 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
         st = read_into(rd, u, ZS_CKPT_EXP_AVG, v.s_base, sn, v.s1, un->numel);
     if (!st && k >= 2)
         st = read_into(rd, u, ZS_CKPT_EXP_AVG_SQ, v.s_base, sn, v.s2, un->numel);
+    zs_status up = view_done(ctx, &v, !st);
+    if (!st)
+        st = up;
     if (!st && v.on_disk)
         st = zs_nvme_unit_store(ctx->nvme, u);
     return st;
@@ -522,6 +582,9 @@ zs_status zs_import_safetensors(zs_ctx *ctx, const char *path)
         if (!s)
             apply_params(ctx, &v, vals);
         free(vals);
+        zs_status up = view_done(ctx, &v, !s);
+        if (!s)
+            s = up;
         if (!s && v.on_disk)
             s = zs_nvme_unit_store(ctx->nvme, u);
     }

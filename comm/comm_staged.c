@@ -11,10 +11,14 @@ void zs_staged_init(struct zs_staged *s, struct zs_comm *comm, struct zs_device 
 
 void zs_staged_free(struct zs_staged *s)
 {
-    if (s->host)
+    if (s->host) {
+        if (s->pinned)
+            s->dev->ops->host_unregister(s->dev, s->host);
         zs_comm_release(s->comm, s->host);
+    }
     s->host = NULL;
     s->cap = 0;
+    s->pinned = false;
 }
 
 /* At least `bytes` of host scratch. Every rank asks for the same sizes in the same order, so the shared
@@ -28,6 +32,10 @@ static zs_status reserve(struct zs_staged *s, size_t bytes)
     if (!s->host)
         return zs_fail(ZS_ERR_NOMEM, "host-staged collectives: %zu bytes of host scratch", bytes);
     s->cap = bytes;
+    /* pinned, so the copies down and up are DMA at full speed (cudaHostRegister on a GPU). Only this rank can
+     * fail here while its peers go on into the collective, so a refusal is not an error: the scratch stays
+     * pageable, which the copies (cudaMemcpyDefault) handle, only slower. */
+    s->pinned = s->dev->ops->host_register(s->dev, s->host, bytes) == ZS_OK;
     return ZS_OK;
 }
 

@@ -6,6 +6,8 @@
 #ifndef ZS_COMM_STAGED_H
 #define ZS_COMM_STAGED_H
 
+#include <stdbool.h>
+
 #include "comm.h"
 #include "device.h" /* defines: struct zs_device, struct zs_dev_stream */
 
@@ -14,6 +16,7 @@ struct zs_staged {
     struct zs_device *dev;
     void *host;   /* from zs_comm_alloc: the shared heap with the shm backend, so the host step is zero copy */
     size_t cap;
+    bool pinned;  /* host_register took: unregistered on free (a refusal leaves it pageable, still correct) */
 };
 
 void zs_staged_init(struct zs_staged *s, struct zs_comm *comm, struct zs_device *dev);

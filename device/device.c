@@ -1,4 +1,5 @@
 /* device.c - opens the device backend a config names. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "device.h"
@@ -13,8 +14,10 @@ zs_status zs_device_open(struct zs_device *d, const char *name, const char *key,
     d->pool = pool;
     d->kpath = kpath;
     if (!strcmp(name, "cpu")) {
+        const char *t = getenv("ZS_TEST_DEVICE");
         d->kind = ZS_DEV_CPU;
-        d->ops = &zs_device_cpu_ops;
+        d->host_access = !t || strcmp(t, "separate") != 0;
+        d->ops = d->host_access ? &zs_device_cpu_ops : &zs_device_separate_ops;
     } else if (!strcmp(name, "cuda")) {
         d->kind = ZS_DEV_CUDA;
         d->ops = &zs_device_cuda_ops;

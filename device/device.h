@@ -5,6 +5,7 @@
 #ifndef ZS_DEVICE_H
 #define ZS_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,11 +67,29 @@ struct zs_device_ops {
     zs_status (*stream_wait)(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *e);
     /* Every tensor of l, on s; the arrays are device memory. */
     zs_status (*optim)(struct zs_device *d, const struct zs_optim_launch *l, struct zs_dev_stream *s);
+    /* Zero-fills `bytes` of device memory at p, on s. */
+    zs_status (*zero)(struct zs_device *d, void *p, size_t bytes, struct zs_dev_stream *s);
+    /* kernels/gradops.h's kernels on device memory, on s, with the CPU forms' bits. */
+    zs_status (*accumulate)(struct zs_device *d, void *dst, const void *src, zs_dtype dt, int64_t n,
+                            struct zs_dev_stream *s);
+    zs_status (*scale)(struct zs_device *d, void *x, zs_dtype dt, int64_t n, float f, struct zs_dev_stream *s);
+    zs_status (*convert)(struct zs_device *d, void *dst, zs_dtype dt, const float *src, int64_t n,
+                         struct zs_dev_stream *s);
+    /* The norm's partials: out[k] = zs_grad_sumsq(x[k], dt, n[k]) for each of count tensors, each in its
+     * fixed order. out is host memory and holds them on return (after the work queued on s). */
+    zs_status (*sumsq)(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
+                       double *out, struct zs_dev_stream *s);
+    /* Pins host memory for asynchronous copies (cudaHostRegister); nothing to do on the CPU. */
+    zs_status (*host_register)(struct zs_device *d, void *p, size_t bytes);
+    void (*host_unregister)(struct zs_device *d, void *p);
 };
 
 struct zs_device {
     const struct zs_device_ops *ops;
     enum zs_dev_kind kind;
+    /* The host may read and write this device's memory in place (the CPU). Otherwise every host access
+     * is a copy, and the collectives take a transport for device buffers (comm/comm_staged.c). */
+    bool host_access;
     int32_t ordinal;          /* the GPU this rank drives; 0 on the CPU */
     struct zs_pool *pool;     /* CPU: the optimizer's threads (borrowed) */
     enum zs_kpath kpath;      /* CPU: the kernel path */
@@ -79,10 +98,14 @@ struct zs_device {
 };
 
 extern const struct zs_device_ops zs_device_cpu_ops;
+extern const struct zs_device_ops zs_device_separate_ops; /* device_cpu.c: the test hook's device */
 extern const struct zs_device_ops zs_device_cuda_ops; /* device_cuda.c, or device_nocuda.c's refusal */
 
 /* "cpu" or "cuda", as the config key `key` names it (for the error message). On failure *d is unusable
- * and the message names the key and why (no CUDA in this build, no GPU visible). */
+ * and the message names the key and why (no CUDA in this build, no GPU visible). Test hook:
+ * ZS_TEST_DEVICE=separate makes "cpu" the separate CPU device, whose memory the host reaches only through
+ * its copies (device_cpu.c), so the CPU suite runs the GPU's data path and catches a host access that skips
+ * a copy. */
 zs_status zs_device_open(struct zs_device *d, const char *name, const char *key, struct zs_pool *pool,
                          enum zs_kpath kpath, int32_t local_rank, int32_t local_size);
 void zs_device_close(struct zs_device *d);

@@ -6,6 +6,7 @@
 
 #include "device.h"
 #include "error.h"   /* defines: zs_fail */
+#include "gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_sumsq, zs_grad_convert */
 #include "threads.h" /* defines: zs_pool_run */
 
 /* Any non-NULL address serves as a stream or an event handle. */
@@ -114,9 +115,191 @@ static zs_status cpu_optim(struct zs_device *d, const struct zs_optim_launch *l,
     return ZS_OK;
 }
 
+static zs_status cpu_zero(struct zs_device *d, void *p, size_t bytes, struct zs_dev_stream *s)
+{
+    if (bytes)
+        memset(p, 0, bytes);
+    return ZS_OK;
+}
+
+static zs_status cpu_accumulate(struct zs_device *d, void *dst, const void *src, zs_dtype dt, int64_t n,
+                                struct zs_dev_stream *s)
+{
+    zs_grad_accumulate(dst, src, dt, n);
+    return ZS_OK;
+}
+
+static zs_status cpu_scale(struct zs_device *d, void *x, zs_dtype dt, int64_t n, float f, struct zs_dev_stream *s)
+{
+    zs_grad_scale(x, dt, n, f);
+    return ZS_OK;
+}
+
+static zs_status cpu_convert(struct zs_device *d, void *dst, zs_dtype dt, const float *src, int64_t n,
+                             struct zs_dev_stream *s)
+{
+    zs_grad_convert(dst, dt, src, n);
+    return ZS_OK;
+}
+
+static zs_status cpu_sumsq(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
+                           double *out, struct zs_dev_stream *s)
+{
+    for (int32_t k = 0; k < count; k++)
+        out[k] = zs_grad_sumsq(x[k], dt, n[k]);
+    return ZS_OK;
+}
+
+static zs_status cpu_host_register(struct zs_device *d, void *p, size_t bytes)
+{
+    return ZS_OK;
+}
+
+static void cpu_host_unregister(struct zs_device *d, void *p)
+{
+}
+
 const struct zs_device_ops zs_device_cpu_ops = {
     .name = "cpu", .count = cpu_count, .open = cpu_open, .close = cpu_close, .alloc = cpu_alloc, .free = cpu_free, .copy = cpu_copy,
     .stream_create = cpu_stream_create, .stream_free = cpu_stream_free, .stream_sync = cpu_stream_sync,
     .event_create = cpu_event_create, .event_free = cpu_event_free, .event_record = cpu_event_record,
-    .stream_wait = cpu_stream_wait, .optim = cpu_optim,
+    .stream_wait = cpu_stream_wait, .optim = cpu_optim, .zero = cpu_zero, .accumulate = cpu_accumulate,
+    .scale = cpu_scale, .convert = cpu_convert, .sumsq = cpu_sumsq, .host_register = cpu_host_register,
+    .host_unregister = cpu_host_unregister,
+};
+
+/* ---------------------------------------------------------------- the separate CPU device (a test hook)
+ * Host memory handed out at an address the host cannot dereference: bit 62 set, outside every canonical
+ * x86-64 and AArch64 user address, so a load or store that skips the copy ops faults at once (and ASan
+ * reports it), while the engine's pointer arithmetic inside a buffer still works. Its ops take the bit off;
+ * copies also check their direction against where each side lives, as a GPU's would have to be right. */
+
+#define SEP_TAG ((uintptr_t)1 << 62)
+
+static bool sep_tagged(const void *p) { return ((uintptr_t)p & SEP_TAG) != 0; }
+static void *sep_host(const void *p) { return (void *)((uintptr_t)p & ~SEP_TAG); }
+
+static void *sep_alloc(struct zs_device *d, size_t bytes)
+{
+    void *p = cpu_alloc(d, bytes);
+
+    return p ? (void *)((uintptr_t)p | SEP_TAG) : NULL;
+}
+
+static void sep_free(struct zs_device *d, void *p)
+{
+    free(sep_host(p));
+}
+
+static zs_status sep_copy(struct zs_device *d, void *dst, const void *src, size_t bytes, enum zs_copy_dir dir,
+                          struct zs_dev_stream *s)
+{
+    bool want_dst = dir != ZS_COPY_D2H, want_src = dir != ZS_COPY_H2D;
+    static const char *const names[] = { "host to device", "device to host", "device to device" };
+
+    if (bytes && (sep_tagged(dst) != want_dst || sep_tagged(src) != want_src))
+        return zs_fail(ZS_ERR_INVALID, "separate test device: a %s copy from %s to %s memory", names[dir],
+                       sep_tagged(src) ? "device" : "host", sep_tagged(dst) ? "device" : "host");
+    return cpu_copy(d, sep_host(dst), sep_host(src), bytes, dir, s);
+}
+
+/* Device memory only: a host pointer here is an engine bug a GPU would fault on. */
+static zs_status sep_check(const void *p, const char *what)
+{
+    if (p && !sep_tagged(p))
+        return zs_fail(ZS_ERR_INVALID, "separate test device: %s given host memory", what);
+    return ZS_OK;
+}
+
+/* Every non-empty tensor's arrays must be device memory. */
+static zs_status sep_check_bufs(const struct zs_optim_bufs *b)
+{
+    const void *p[5] = { b->param, b->grad, b->master, b->s1, b->s2 };
+
+    for (int k = 0; k < 5; k++)
+        if (sep_check(p[k], "the optimizer"))
+            return ZS_ERR_INVALID;
+    return ZS_OK;
+}
+
+static zs_status sep_optim(struct zs_device *d, const struct zs_optim_launch *l, struct zs_dev_stream *s)
+{
+    struct zs_optim_tensor *t = calloc((size_t)(l->count ? l->count : 1), sizeof(*t));
+    struct zs_optim_launch h = *l;
+    zs_status st = ZS_OK;
+
+    if (!t)
+        return zs_fail(ZS_ERR_NOMEM, "separate test device: out of memory");
+    for (int32_t i = 0; i < l->count && !st; i++) {
+        const struct zs_optim_bufs *b = &l->t[i].bufs;
+        t[i] = l->t[i];
+        if (!l->t[i].n)
+            continue;
+        st = sep_check_bufs(b);
+        t[i].bufs.param = sep_host(b->param);
+        t[i].bufs.grad = sep_host(b->grad);
+        t[i].bufs.master = sep_host(b->master);
+        t[i].bufs.s1 = sep_host(b->s1);
+        t[i].bufs.s2 = sep_host(b->s2);
+    }
+    h.t = t;
+    if (!st)
+        st = cpu_optim(d, &h, s);
+    free(t);
+    return st;
+}
+
+static zs_status sep_zero(struct zs_device *d, void *p, size_t bytes, struct zs_dev_stream *s)
+{
+    if (sep_check(p, "zero"))
+        return ZS_ERR_INVALID;
+    return cpu_zero(d, sep_host(p), bytes, s);
+}
+
+static zs_status sep_accumulate(struct zs_device *d, void *dst, const void *src, zs_dtype dt, int64_t n,
+                                struct zs_dev_stream *s)
+{
+    if (sep_check(dst, "accumulate") || sep_check(src, "accumulate"))
+        return ZS_ERR_INVALID;
+    return cpu_accumulate(d, sep_host(dst), sep_host(src), dt, n, s);
+}
+
+static zs_status sep_scale(struct zs_device *d, void *x, zs_dtype dt, int64_t n, float f, struct zs_dev_stream *s)
+{
+    if (sep_check(x, "scale"))
+        return ZS_ERR_INVALID;
+    return cpu_scale(d, sep_host(x), dt, n, f, s);
+}
+
+static zs_status sep_convert(struct zs_device *d, void *dst, zs_dtype dt, const float *src, int64_t n,
+                             struct zs_dev_stream *s)
+{
+    if (sep_check(dst, "convert") || sep_check(src, "convert"))
+        return ZS_ERR_INVALID;
+    return cpu_convert(d, sep_host(dst), dt, sep_host(src), n, s);
+}
+
+static zs_status sep_sumsq(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
+                           double *out, struct zs_dev_stream *s)
+{
+    for (int32_t k = 0; k < count; k++) {
+        if (n[k] && sep_check(x[k], "sumsq"))
+            return ZS_ERR_INVALID;
+        out[k] = zs_grad_sumsq(sep_host(x[k]), dt, n[k]);
+    }
+    return ZS_OK;
+}
+
+static int32_t sep_count(void)
+{
+    return 1;
+}
+
+const struct zs_device_ops zs_device_separate_ops = {
+    .name = "cpu (separate test device)", .count = sep_count, .open = cpu_open, .close = cpu_close,
+    .alloc = sep_alloc, .free = sep_free, .copy = sep_copy, .stream_create = cpu_stream_create,
+    .stream_free = cpu_stream_free, .stream_sync = cpu_stream_sync, .event_create = cpu_event_create,
+    .event_free = cpu_event_free, .event_record = cpu_event_record, .stream_wait = cpu_stream_wait,
+    .optim = sep_optim, .zero = sep_zero, .accumulate = sep_accumulate, .scale = sep_scale, .convert = sep_convert,
+    .sumsq = sep_sumsq, .host_register = cpu_host_register, .host_unregister = cpu_host_unregister,
 };

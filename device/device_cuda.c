@@ -5,6 +5,7 @@
 
 #include "device.h"
 #include "error.h" /* defines: zs_fail */
+#include "gradops.h" /* defines: zs_cuda_grad_accumulate, zs_cuda_grad_scale, zs_cuda_grad_convert, zs_cuda_grad_sumsq */
 
 static zs_status cuda_fail(cudaError_t e, const char *what)
 {
@@ -67,9 +68,9 @@ static void cuda_free(struct zs_device *d, void *p)
 static zs_status cuda_copy(struct zs_device *d, void *dst, const void *src, size_t bytes, enum zs_copy_dir dir,
                            struct zs_dev_stream *s)
 {
-    enum cudaMemcpyKind kind = dir == ZS_COPY_H2D   ? cudaMemcpyHostToDevice
-                               : dir == ZS_COPY_D2H ? cudaMemcpyDeviceToHost
-                                                    : cudaMemcpyDeviceToDevice;
+    /* the runtime tells the sides apart by address (unified addressing), so pageable, pinned and device
+     * memory all copy right whatever dir says */
+    enum cudaMemcpyKind kind = cudaMemcpyDefault;
     cudaError_t e = bytes ? cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)s) : cudaSuccess;
 
     return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaMemcpyAsync");
@@ -141,9 +142,58 @@ static zs_status cuda_optim(struct zs_device *d, const struct zs_optim_launch *l
     return ZS_OK;
 }
 
+static zs_status cuda_zero(struct zs_device *d, void *p, size_t bytes, struct zs_dev_stream *s)
+{
+    cudaError_t e = bytes ? cudaMemsetAsync(p, 0, bytes, (cudaStream_t)s) : cudaSuccess;
+
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaMemsetAsync");
+}
+
+static zs_status kernel_status(int e, const char *what)
+{
+    return e ? cuda_fail((cudaError_t)e, what) : ZS_OK;
+}
+
+static zs_status cuda_accumulate(struct zs_device *d, void *dst, const void *src, zs_dtype dt, int64_t n,
+                                 struct zs_dev_stream *s)
+{
+    return kernel_status(zs_cuda_grad_accumulate(dst, src, dt, n, s), "gradient accumulation kernel");
+}
+
+static zs_status cuda_scale(struct zs_device *d, void *x, zs_dtype dt, int64_t n, float f, struct zs_dev_stream *s)
+{
+    return kernel_status(zs_cuda_grad_scale(x, dt, n, f, s), "gradient scale kernel");
+}
+
+static zs_status cuda_convert(struct zs_device *d, void *dst, zs_dtype dt, const float *src, int64_t n,
+                              struct zs_dev_stream *s)
+{
+    return kernel_status(zs_cuda_grad_convert(dst, dt, src, n, s), "conversion kernel");
+}
+
+static zs_status cuda_sumsq(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
+                            double *out, struct zs_dev_stream *s)
+{
+    return kernel_status(zs_cuda_grad_sumsq(x, n, count, dt, out, s), "gradient norm kernel");
+}
+
+static zs_status cuda_host_register(struct zs_device *d, void *p, size_t bytes)
+{
+    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaHostRegister (pinned host staging)");
+}
+
+static void cuda_host_unregister(struct zs_device *d, void *p)
+{
+    cudaHostUnregister(p);
+}
+
 const struct zs_device_ops zs_device_cuda_ops = {
     .name = "cuda", .count = cuda_count, .open = cuda_open, .close = cuda_close, .alloc = cuda_alloc,
     .free = cuda_free, .copy = cuda_copy, .stream_create = cuda_stream_create, .stream_free = cuda_stream_free,
     .stream_sync = cuda_stream_sync, .event_create = cuda_event_create, .event_free = cuda_event_free,
-    .event_record = cuda_event_record, .stream_wait = cuda_stream_wait, .optim = cuda_optim,
+    .event_record = cuda_event_record, .stream_wait = cuda_stream_wait, .optim = cuda_optim, .zero = cuda_zero,
+    .accumulate = cuda_accumulate, .scale = cuda_scale, .convert = cuda_convert, .sumsq = cuda_sumsq,
+    .host_register = cuda_host_register, .host_unregister = cuda_host_unregister,
 };

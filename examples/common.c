@@ -308,6 +308,18 @@ zs_status ex_params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int rank
     return st;
 }
 
+bool ex_engine_on_gpu(zs_ctx *ctx, int rank)
+{
+    void *stream;
+
+    if (zs_cuda_stream(ctx, &stream) != ZS_OK)
+        return false;
+    if (rank == 0)
+        fprintf(stderr, "zeroshard: error: zeroshard.device: \"cuda\": this example reads and writes the engine's "
+                "buffers on the host (its --device cuda copies them up); keep zeroshard.device \"cpu\"\n");
+    return true;
+}
+
 void ex_print_memory(zs_ctx *ctx, int rank, int world)
 {
     zs_memory_report mine, *all = NULL;

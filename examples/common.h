@@ -66,6 +66,9 @@ uint16_t ex_f2h(zs_dtype dt, float f);
  * mean equal bits. dump (rank 0, may be NULL) receives the parameters as fp32. Collective at stage 3. */
 zs_status ex_params_hash(zs_ctx *ctx, uint64_t *hash, const char *dump, int rank);
 
+/* Whether the engine keeps its model states on a GPU (zeroshard.device "cuda"), which these examples' host
+ * code cannot read in place: then rank 0 says so, naming the key, and every rank (one config) gets true. */
+bool ex_engine_on_gpu(zs_ctx *ctx, int rank);
 /* rank 0 prints one {"memory": ...} JSON line per rank. Collective. */
 void ex_print_memory(zs_ctx *ctx, int rank, int world);
 /* Deterministic mode: the mean loss of one step from each rank's gas * per micro-shard losses (mine[m *

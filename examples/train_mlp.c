@@ -469,6 +469,11 @@ int main(int argc, char **argv)
     if (o.run.memory_json)
         ex_print_memory(ctx, rank, world);
 
+    if (ex_engine_on_gpu(ctx, rank)) {
+        zs_finalize(ctx);
+        MPI_Finalize();
+        return 1;
+    }
     int64_t B = zs_micro_batch_size(ctx), gas = zs_grad_accum_steps(ctx);
     int64_t per = zs_micro_shard_size(ctx) ? B / zs_micro_shard_size(ctx) : 1; /* micro-shards a micro-batch */
     if (B > 4096) {

@@ -222,6 +222,11 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out);
 /* The CUDA stream (a cudaStream_t) the engine orders its work after, for the program's kernels, when
  * zeroshard.device is "cuda". Otherwise ZS_ERR_UNSUPPORTED naming the key, and *stream is NULL. */
 zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream);
+/* Copies between host memory and the engine's (the buffers zs_unit_fetch, zs_param_data and zs_grad_buffer
+ * hand out), complete on return: a memcpy with zeroshard.device "cpu", a copy on the engine's stream with
+ * "cuda". For a program whose own code runs on the host while the engine's memory is on the device. */
+zs_status zs_copy_to_host(zs_ctx *ctx, void *host_dst, const void *engine_src, size_t bytes);
+zs_status zs_copy_from_host(zs_ctx *ctx, void *engine_dst, const void *host_src, size_t bytes);
 zs_status zs_stats(const zs_ctx *ctx, zs_step_stats *out);
 int64_t zs_grad_accum_steps(const zs_ctx *ctx);
 int64_t zs_micro_batch_size(const zs_ctx *ctx);

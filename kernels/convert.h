@@ -58,6 +58,27 @@ ZS_HD uint16_t zs_cvt_f32_f16(float f)
     return (uint16_t)(r | sign);
 }
 
+/* Element i of an array of dtype dt (0 fp32, 1 bf16, 2 fp16, as in zeroshard.h) in fp32, exactly; and an fp32
+ * value stored there, rounded to nearest even. */
+ZS_HD float zs_elem_get(const void *p, int64_t i, int dt)
+{
+    if (dt == 1)
+        return zs_cvt_bf16_f32(((const uint16_t *)p)[i]);
+    if (dt == 2)
+        return zs_cvt_f16_f32(((const uint16_t *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+ZS_HD void zs_elem_set(void *p, int64_t i, int dt, float v)
+{
+    if (dt == 1)
+        ((uint16_t *)p)[i] = zs_cvt_f32_bf16(v);
+    else if (dt == 2)
+        ((uint16_t *)p)[i] = zs_cvt_f32_f16(v);
+    else
+        ((float *)p)[i] = v;
+}
+
 /* Arrays: n elements of dtype dt (ZS_DTYPE_FP32 = 0, BF16 = 1, FP16 = 2 as in zeroshard.h) to and from
  * fp32. To fp32 is exact; from fp32 rounds to nearest even. */
 static inline void zs_cvt_to_f32(float *dst, const void *src, int dt, int64_t n)

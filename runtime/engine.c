@@ -32,6 +32,8 @@ void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 
 void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 {
+    if (!ctx->dev.host_access) /* peers reach device buffers through the collectives' staging, not in place */
+        return zs_mem_alloc(ctx, cat, bytes);
     /* The budget is this rank's; the shared heap is the node's: a refusal here is put to the node, so
      * that no peer allocates (or grows the heap, a collective) without this rank. */
     bool admitted = zs_budget_admit(ctx, bytes, cat_names[cat]);
@@ -49,6 +51,10 @@ void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t
 {
     if (!p)
         return;
+    if (!ctx->dev.host_access) {
+        zs_mem_free(ctx, cat, p, bytes);
+        return;
+    }
     zs_comm_release(ctx->comm, p);
     ctx->mem[cat] -= bytes;
 }
@@ -321,21 +327,37 @@ static zs_status start_mpi(struct zs_ctx *ctx, const zs_init_opts *o)
     return ZS_OK;
 }
 
+/* What the engine does not yet do on a device the host cannot reach, refused by name. */
+static zs_status device_limits(struct zs_ctx *ctx)
+{
+    const struct zs_zero_config *z = &ctx->cfg.zero;
+    const char *what = ctx->cfg.cpu.deterministic ? "zeroshard.deterministic"
+                       : z->offload_optimizer.device == ZS_OFFLOAD_NVME ? "zero_optimization.offload_optimizer.device \"nvme\""
+                       : z->offload_param.device == ZS_OFFLOAD_NVME ? "zero_optimization.offload_param.device \"nvme\""
+                                                                     : NULL;
+
+    if (ctx->dev.host_access || !what)
+        return ZS_OK;
+    return zs_fail(ZS_ERR_UNSUPPORTED, "%s with zeroshard.device \"%s\" (%s): not implemented on a device the host "
+                   "cannot read in place", what, ctx->cfg.cpu.device, ctx->dev.ops->name);
+}
+
 /* The device: the CPU unless zeroshard.device asks for the GPU, which is refused by name where this library
- * has no CUDA backend or no GPU is visible, and for now also where one is: the engine's GPU data path
- * (device-resident units and buckets, NCCL collectives) is not written yet, only the device layer under
- * it. Needs the node-local rank, so it follows start_threads. */
+ * has no CUDA backend or no GPU is visible. Needs the node-local rank, so it follows start_threads; the
+ * collectives' stream and the host-staged transport follow it. */
 static zs_status start_device(struct zs_ctx *ctx)
 {
     zs_status st = zs_device_open(&ctx->dev, ctx->cfg.cpu.device, "zeroshard.device", ctx->pool, ctx->kpath,
                                   ctx->local_rank, ctx->local_size);
 
-    if (st || ctx->dev.kind == ZS_DEV_CPU)
+    if (st)
         return st;
-    zs_device_close(&ctx->dev);
-    return zs_fail(ZS_ERR_UNSUPPORTED, "zeroshard.device: \"cuda\": the engine's GPU data path (device-resident "
-                   "units, NCCL collectives) is not implemented yet; only the device layer and the optimizer "
-                   "kernels are (issue 13)");
+    ctx->host_dev = (struct zs_device){ .ops = &zs_device_cpu_ops, .kind = ZS_DEV_CPU, .host_access = true,
+                                        .pool = ctx->pool, .kpath = ctx->kpath };
+    st = device_limits(ctx);
+    if (!st)
+        st = zs_dev_streams_open(ctx);
+    return st;
 }
 
 zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream)
@@ -398,6 +420,8 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
         st = start_threads(ctx);
     if (!st)
         st = zs_agree(ctx, start_device(ctx));
+    if (!st)
+        st = zs_dev_nccl_open(ctx);
     if (st) {
         zs_finalize(ctx);
         return st;
@@ -461,8 +485,13 @@ zs_status zs_finalize(zs_ctx *ctx)
     free(ctx->rec);
     /* after a swap timeout the kernel may still write into the pool's slots: leaking it on this fatal
      * path is the safe choice, freeing it could let a late I/O land in reused memory */
+    if (ctx->stage_buf) {
+        ctx->dev.ops->host_unregister(&ctx->dev, ctx->stage_buf);
+        free(ctx->stage_buf);
+    }
     if (!zs_nvme_optim_close(ctx->nvme, ctx->rank, ctx->quiet))
         zs_host_pool_free(ctx->host);
+    zs_dev_streams_close(ctx);
     zs_device_close(&ctx->dev);
     zs_pool_free(ctx->pool);
     zs_comm_free(ctx->comm);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "comm.h"      /* defines: struct zs_comm, zs_comm_* */
+#include "comm_staged.h" /* defines: struct zs_staged */
 #include "config.h"    /* defines: struct zs_config */
 #include "device.h"    /* defines: struct zs_device, zs_device_open */
 #include "optim.h"     /* defines: zs_optim_fn, enum zs_kpath */
@@ -83,6 +84,13 @@ struct zs_ctx {
     int32_t local_rank, local_size;  /* among the ranks sharing this node */
     struct zs_pool *pool;            /* the optimizer's threads, bound to this rank's cores */
     struct zs_device dev;            /* where model states live and the optimizer runs */
+    struct zs_device host_dev;       /* the CPU, for the optimizer offloaded from a device the host cannot reach */
+    struct zs_dev_stream *comm_stream;  /* the collectives' stream (devio.c) */
+    struct zs_dev_event *ev_compute, *ev_comm; /* compute -> communication, and back */
+    struct zs_staged staged;         /* collectives on device buffers (when !dev.host_access) */
+    struct zs_nccl *nccl;            /* or NCCL's (ordered mode), when every rank has a GPU of its own */
+    void *stage_buf;                 /* offloaded optimizer from such a device: one unit's parameters and
+                                      * gradients on the host (pinned through the device) */
     enum zs_kpath kpath;
     enum zs_kopt kopt;               /* the config's optimizer as the kernels name it */
     zs_dtype pdt, cdt, gdt;          /* parameters; reduced gradients; what the optimizer reads (pdt or cdt) */
@@ -190,7 +198,7 @@ zs_status zs_grads_progress(struct zs_ctx *ctx);
 zs_status zs_grads_flush(struct zs_ctx *ctx);      /* waits for every reduction in flight */
 /* This rank's reduced gradient shard of unit u, ctx->gdt elements (valid after flush at a boundary). */
 void *zs_grads_shard(struct zs_ctx *ctx, int32_t u);
-void zs_grads_zero(struct zs_ctx *ctx);            /* starts a new accumulation window */
+zs_status zs_grads_zero(struct zs_ctx *ctx);       /* starts a new accumulation window */
 
 /* sharding/exact.c: zeroshard.deterministic "world_size_invariant" */
 zs_status zs_exact_setup(struct zs_ctx *ctx);       /* the counters, and full gradient buffers at stages 2-3 */
@@ -200,6 +208,31 @@ zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u);   /* checks every micro
 zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq); /* at the boundary: sum, round, norm */
 void zs_exact_zero(struct zs_ctx *ctx);
 uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits); /* what zs_exact_setup allocates */
+
+/* runtime/devio.c: host <-> device copies, complete on return (dst_dev / src_dev: which side is device
+ * memory; host to host is a memmove); the collectives on device buffers, comm.h's where the host reaches the
+ * device's memory, the host-staged transport otherwise (*req NULL: already complete). */
+zs_status zs_dev_copy(struct zs_ctx *ctx, void *dst, bool dst_dev, const void *src, bool src_dev, size_t bytes);
+zs_status zs_dev_streams_open(struct zs_ctx *ctx);
+void zs_dev_streams_close(struct zs_ctx *ctx);
+zs_status zs_dev_nccl_open(struct zs_ctx *ctx); /* collective: NCCL when every rank has its own GPU */
+zs_status zs_coll_reduce_scatter(struct zs_ctx *ctx, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
+                                 int64_t count, float scale, struct zs_comm_req **req);
+zs_status zs_coll_all_gather(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t count, struct zs_comm_req **req);
+zs_status zs_coll_all_reduce(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t count, float scale,
+                             struct zs_comm_req **req);
+zs_status zs_coll_wait(struct zs_ctx *ctx, struct zs_comm_req *req);
+zs_status zs_coll_test(struct zs_ctx *ctx, struct zs_comm_req *req, bool *done);
+/* Whether unit u's working parameters (the shard, at stage 3 with offload_param cpu) are host memory. */
+static inline bool zs_params_on_host(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    return ctx->dev.host_access || (un->sharded && zs_offload_params_on_host(ctx));
+}
+/* Whether the optimizer's fp32 arrays (masters, moments) are host memory. */
+static inline bool zs_optstate_on_host(const struct zs_ctx *ctx)
+{
+    return ctx->dev.host_access || zs_offload_optimizer_on_host(ctx);
+}
 
 /* runtime/memory.c */
 /* Gradient bucket elements (stages 2-3): reduce_bucket_size, never more than the model, at least the

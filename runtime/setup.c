@@ -149,11 +149,25 @@ static zs_status place_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u,
     int64_t mfirst = ctx->cfg.zero.stage == 0 ? 0 : mine; /* unit element of the masters' first */
     int64_t mcount = ctx->cfg.zero.stage == 0 ? un->part.padded : sh;
     void *work = un->sharded ? un->shard : un->full;
+    int64_t wn = un->sharded ? sh : un->part.padded;
+    zs_status st = ZS_OK;
 
-    if (work)
-        zs_cvt_from_f32(work, ctx->pdt, vals, un->sharded ? sh : un->part.padded);
-    if (un->master)
-        memcpy(un->master, vals + (mfirst - begin), (size_t)mcount * sizeof(float));
+    if (work && zs_params_on_host(ctx, un)) {
+        zs_cvt_from_f32(work, ctx->pdt, vals, wn);
+    } else if (work) { /* rounded on the host, then up */
+        void *tmp = ctx->pdt == ZS_DTYPE_FP32 ? NULL : malloc((size_t)wn * ctx->psz);
+        if (ctx->pdt != ZS_DTYPE_FP32 && !tmp)
+            return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory staging unit '%s'", un->name);
+        if (tmp)
+            zs_cvt_from_f32(tmp, ctx->pdt, vals, wn);
+        st = zs_dev_copy(ctx, work, true, tmp ? tmp : vals, false, (size_t)wn * ctx->psz);
+        free(tmp);
+    }
+    if (!st && un->master)
+        st = zs_dev_copy(ctx, un->master, !zs_optstate_on_host(ctx), vals + (mfirst - begin), false,
+                         (size_t)mcount * sizeof(float));
+    if (st)
+        return st;
     if (zs_nvme_master_on_disk(ctx->nvme, u))
         return zs_nvme_param_write(ctx->nvme, u, vals + (mine - begin), sh);
     return ZS_OK;
@@ -183,6 +197,33 @@ static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un, int
     if (!st)
         st = place_values(ctx, un, u, buf + skip, begin + skip);
     free(buf);
+    return st;
+}
+
+/* The offloaded optimizer's staging on the host (step.c: optim_from_device), for the largest unit's
+ * parameters and gradients, pinned by the device for its copies. */
+static zs_status setup_stage_buf(struct zs_ctx *ctx)
+{
+    uint64_t most = 0;
+    zs_status st;
+
+    if (ctx->dev.host_access || !zs_offload_optimizer_on_host(ctx))
+        return ZS_OK;
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        const struct zs_unit *un = &ctx->units[u];
+        uint64_t n = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard);
+        uint64_t b = (n * ctx->psz + 63) / 64 * 64 + n * zs_dtype_bytes(ctx->gdt);
+        most = b > most ? b : most;
+    }
+    if (posix_memalign(&ctx->stage_buf, 64, (size_t)most ? (size_t)most : 64))
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for %llu bytes of offload staging",
+                       (unsigned long long)most);
+    st = ctx->dev.ops->host_register(&ctx->dev, ctx->stage_buf, (size_t)most ? (size_t)most : 64);
+    if (st) {
+        free(ctx->stage_buf);
+        ctx->stage_buf = NULL;
+        zs_error_prefix("zs_setup: pinning the offload staging");
+    }
     return st;
 }
 
@@ -247,6 +288,8 @@ zs_status zs_setup(zs_ctx *ctx)
             return st;
     }
     st = ctx->cfg.cpu.deterministic ? zs_exact_setup(ctx) : setup_bucket(ctx);
+    if (!st)
+        st = setup_stage_buf(ctx);
     if (st)
         return st;
     for (int32_t p = 0; p < ctx->nparams; p++)

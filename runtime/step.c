@@ -14,7 +14,6 @@
 #include "nvme_optim.h"
 #include "optim.h"
 #include "schedule.h"
-#include "convert.h" /* defines: zs_cvt_to_f32 */
 
 static double now(void)
 {
@@ -41,23 +40,6 @@ float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n)
     if (ctx->pdt != ZS_DTYPE_FP32)
         return un->master;
     return zs_unit_working(ctx, u);
-}
-
-/* Squares of n elements of dtype dt summed in double, left to right (fp32: the shared reference). */
-static double sumsq_dt(const void *x, zs_dtype dt, int64_t n)
-{
-    float b[256];
-    double s = 0.0;
-
-    if (dt == ZS_DTYPE_FP32)
-        return zs_sumsq_ref(x, n);
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        int64_t k = n - i0 < 256 ? n - i0 : 256;
-        zs_cvt_to_f32(b, zs_at((void *)(uintptr_t)x, i0, 2), (int)dt, k);
-        for (int64_t i = 0; i < k; i++)
-            s += (double)b[i] * (double)b[i];
-    }
-    return s;
 }
 
 /* Test hook: ZS_TEST_OVERFLOW=R:B1,B2,... makes rank R see an overflow (an Inf in its gradients) at the
@@ -99,13 +81,28 @@ static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm, bool *overfl
         return st;
     }
 
-    for (int32_t u = 0; u < ctx->nunits; u++)
-        mine += sumsq_dt(zs_grads_shard(ctx, u), ctx->gdt, ctx->units[u].part.shard);
+    /* the device sums each unit's shard in the fixed order; the host adds the partials in unit order */
+    all = malloc((size_t)(ctx->world > ctx->nunits ? ctx->world : ctx->nunits) * sizeof(double));
+    const void **x = malloc((size_t)ctx->nunits * sizeof(*x));
+    int64_t *n = malloc((size_t)ctx->nunits * sizeof(*n));
+    st = all && x && n ? ZS_OK : zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
+    for (int32_t u = 0; !st && u < ctx->nunits; u++) {
+        x[u] = zs_grads_shard(ctx, u);
+        n[u] = ctx->units[u].part.shard;
+    }
+    if (!st)
+        st = ctx->dev.ops->sumsq(&ctx->dev, x, n, ctx->nunits, ctx->gdt, all, ctx->dev.compute);
+    for (int32_t u = 0; !st && u < ctx->nunits; u++)
+        mine += all[u];
+    free(x);
+    free(n);
+    if (st) {
+        free(all);
+        zs_error_prefix("zs_step: the gradient norm's partials");
+        return st;
+    }
     if (injected_overflow(ctx))
         mine = INFINITY;
-    all = malloc((size_t)ctx->world * sizeof(double));
-    if (!all)
-        return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
     zs_label(ctx, ZS_PURPOSE_NORM, -1);
     st = zs_comm_allgather_bytes(ctx->comm, &mine, all, (int32_t)sizeof(double));
     *overflow = false;
@@ -230,7 +227,44 @@ static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1,
 
     optim_tensor(ctx, u, disk_p, s1, s2, begin, end, &t);
     l = optim_launch(ctx, arg, &t, 1);
-    ctx->dev.ops->optim(&ctx->dev, &l, NULL);
+    ctx->dev.ops->optim(&ctx->dev, &l, ctx->dev.compute);
+}
+
+/* The optimizer offloaded (offload_optimizer cpu) from a device the host cannot read in place: per unit,
+ * the reduced gradients and the working parameters come down into the pinned staging buffer, the CPU
+ * kernels step them against the masters and moments in the host pool, and the parameters go back up. */
+static zs_status optim_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s)
+{
+    size_t gsz = zs_dtype_bytes(ctx->gdt);
+    zs_status st = ZS_OK;
+
+    for (int32_t u = 0; u < ctx->nunits && !st; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        struct zs_optim_tensor t;
+        struct zs_optim_launch l;
+        int64_t n;
+        bool pdev = !zs_params_on_host(ctx, un);
+        zs_unit_master(ctx, u, &n);
+        optim_tensor(ctx, u, NULL, un->m, un->v, 0, n, &t);
+        size_t pb = (size_t)n * ctx->psz, at = (pb + 63) / 64 * 64;
+        void *hp = ctx->stage_buf, *hg = (char *)ctx->stage_buf + at, *param = t.bufs.param;
+        if (!n)
+            continue;
+        st = zs_dev_copy(ctx, hg, false, t.bufs.grad, true, (size_t)n * gsz);
+        if (!st && pdev)
+            st = zs_dev_copy(ctx, hp, false, param, true, pb);
+        t.bufs.grad = hg;
+        if (pdev)
+            t.bufs.param = hp;
+        l = optim_launch(ctx, s, &t, 1);
+        if (!st)
+            st = ctx->host_dev.ops->optim(&ctx->host_dev, &l, NULL);
+        if (!st && pdev)
+            st = zs_dev_copy(ctx, param, true, hp, false, pb);
+        if (st)
+            zs_error_prefix("zs_step: offloaded optimizer, unit '%s'", un->name);
+    }
+    return st;
 }
 
 /* Every unit's owned range in one launch on the device. The kernel is elementwise, so neither the thread
@@ -246,6 +280,8 @@ static zs_status run_optimizer(struct zs_ctx *ctx, double lr, float coef)
     step_scalars(ctx, lr, coef, &s);
     if (ctx->nvme)
         return zs_nvme_optim_step(ctx, ctx->nvme, optim_paged, &s);
+    if (!ctx->dev.host_access && zs_offload_optimizer_on_host(ctx)) /* state on the host, the rest on the device */
+        return optim_from_device(ctx, &s);
     t = malloc((size_t)(ctx->nunits ? ctx->nunits : 1) * sizeof(*t));
     if (!t)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
@@ -255,7 +291,7 @@ static zs_status run_optimizer(struct zs_ctx *ctx, double lr, float coef)
         optim_tensor(ctx, u, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &t[u]);
     }
     l = optim_launch(ctx, &s, t, ctx->nunits);
-    st = ctx->dev.ops->optim(&ctx->dev, &l, NULL);
+    st = ctx->dev.ops->optim(&ctx->dev, &l, ctx->dev.compute);
     free(t);
     return st;
 }
@@ -275,12 +311,12 @@ static zs_status gather_updated(struct zs_ctx *ctx)
         if (ctx->units[u].sharded)
             continue;
         zs_label(ctx, ZS_PURPOSE_GATHER, u);
-        st = zs_comm_all_gather_dt(ctx->comm, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
+        st = zs_coll_all_gather(ctx, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
     }
     for (int32_t u = 0; u < ctx->nunits; u++) {
         if (!reqs[u])
             continue;
-        st2 = zs_comm_wait(ctx->comm, reqs[u]);
+        st2 = zs_coll_wait(ctx, reqs[u]);
         if (st2 && !st) {
             st = st2;
             zs_error_prefix("gather updated parameters of unit '%s'", ctx->units[u].name);
@@ -296,9 +332,10 @@ static zs_status end_window(struct zs_ctx *ctx)
 {
     zs_status st = zs_fetch_step_end(ctx);
 
+    if (!st)
+        st = zs_grads_zero(ctx);
     if (st)
         return st;
-    zs_grads_zero(ctx);
     ctx->global_step++;
     return ZS_OK;
 }

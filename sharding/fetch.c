@@ -44,10 +44,9 @@ static zs_status shard_in(struct zs_ctx *ctx, int32_t u)
     void *dst = zs_at(un->gathered, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
     zs_status st;
 
-    if (!zs_nvme_param_on_disk(ctx->nvme, u)) {
-        memcpy(dst, un->shard, (size_t)un->part.shard * ctx->psz);
-        return ZS_OK;
-    }
+    if (!zs_nvme_param_on_disk(ctx->nvme, u))
+        return zs_dev_copy(ctx, dst, !ctx->dev.host_access, un->shard, !zs_params_on_host(ctx, un),
+                           (size_t)un->part.shard * ctx->psz);
     st = zs_nvme_param_read(ctx->nvme, u, dst, un->part.shard);
     if (!st)
         st = read_ahead(ctx, u);
@@ -71,12 +70,12 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
          * block stays allocated on every rank alike (released by the usual wait and drop). */
         zs_comm_fail_next(ctx->comm);
         zs_label(ctx, ZS_PURPOSE_FETCH, u);
-        if (!zs_comm_all_gather_dt(ctx->comm, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
+        if (!zs_coll_all_gather(ctx, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
             un->gather = ZS_GATHER_PENDING;
     }
     if (!st) {
         zs_label(ctx, ZS_PURPOSE_FETCH, u);
-        st = zs_comm_all_gather_dt(ctx->comm, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
+        st = zs_coll_all_gather(ctx, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
     }
     if (st && un->gather == ZS_GATHER_PENDING) {
         zs_error_prefix("fetch unit '%s'", un->name);
@@ -98,7 +97,7 @@ static zs_status gather_wait(struct zs_ctx *ctx, struct zs_unit *un)
 
     if (un->gather != ZS_GATHER_PENDING)
         return ZS_OK;
-    st = zs_comm_wait(ctx->comm, un->gather_req);
+    st = zs_coll_wait(ctx, un->gather_req);
     un->gather_req = NULL;
     if (st) { /* the request is gone and the copy is not the unit: dropped here, on every rank alike */
         zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));

@@ -7,7 +7,6 @@
 
 #include "engine.h"
 #include "error.h"
-#include "convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
 #include "optim.h"   /* defines: zs_dtype_name */
 
 static bool at_boundary(const struct zs_ctx *ctx)
@@ -15,51 +14,35 @@ static bool at_boundary(const struct zs_ctx *ctx)
     return (ctx->micro_step + 1) % ctx->cfg.grad_accum_steps == 0;
 }
 
-/* dst += src over n elements of dtype dt: in fp32, rounded back to nearest even for 16-bit. */
-static void accumulate(void *dst, const void *src, zs_dtype dt, int64_t n)
-{
-    float a[256], b[256];
-
-    if (dt == ZS_DTYPE_FP32) {
-        float *d = dst;
-        const float *s = src;
-        for (int64_t i = 0; i < n; i++)
-            d[i] += s[i];
-        return;
-    }
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        int64_t k = n - i0 < 256 ? n - i0 : 256;
-        zs_cvt_to_f32(a, zs_at(dst, i0, 2), (int)dt, k);
-        zs_cvt_to_f32(b, zs_at((void *)(uintptr_t)src, i0, 2), (int)dt, k);
-        for (int64_t i = 0; i < k; i++)
-            a[i] += b[i];
-        zs_cvt_from_f32(zs_at(dst, i0, 2), (int)dt, a, k);
-    }
-}
-
 /* Completion of one unit's reduction: at stages 2-3 the reduced shard lands in the accumulator
  * (copied for the first micro-batch so that no extra rounding or -0.0 + 0.0 creeps in). */
-static void finish_reduction(struct zs_ctx *ctx, int32_t u)
+static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
+    struct zs_device *d = &ctx->dev;
+    bool dev = !d->host_access;
+    zs_status st;
 
     un->grad_state = ZS_GRAD_IDLE;
     if (ctx->cfg.zero.stage < 2)
-        return;
+        return ZS_OK;
     if (un->accumulated == 0)
-        memcpy(un->grad_shard, un->reduced, (size_t)un->part.shard * ctx->csz);
+        st = zs_dev_copy(ctx, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
     else
-        accumulate(un->grad_shard, un->reduced, ctx->cdt, un->part.shard);
+        st = d->ops->accumulate(d, un->grad_shard, un->reduced, ctx->cdt, un->part.shard, d->compute);
     un->accumulated++;
     un->grad = NULL;
     un->reduced = NULL;
+    if (st)
+        zs_error_prefix("fold the reduced gradients of unit '%s'", un->name);
+    return st;
 }
 
 static zs_status pop_head(struct zs_ctx *ctx)
 {
     int32_t u = ctx->pending[0];
     struct zs_unit *un = &ctx->units[u];
-    zs_status st = zs_comm_wait(ctx->comm, un->reduce_req);
+    zs_status st = zs_coll_wait(ctx, un->reduce_req);
 
     un->reduce_req = NULL;
     memmove(ctx->pending, ctx->pending + 1, (size_t)(--ctx->npending) * sizeof(int32_t));
@@ -67,8 +50,7 @@ static zs_status pop_head(struct zs_ctx *ctx)
         zs_error_prefix("reduce gradients of unit '%s'", un->name);
         return st;
     }
-    finish_reduction(ctx, u);
-    return ZS_OK;
+    return finish_reduction(ctx, u);
 }
 
 /* Completions are taken in launch order, so accumulation order never depends on timing. */
@@ -78,7 +60,7 @@ zs_status zs_grads_progress(struct zs_ctx *ctx)
 
     while (!st && ctx->npending > 0) {
         bool done = false;
-        st = zs_comm_test(ctx->comm, ctx->units[ctx->pending[0]].reduce_req, &done);
+        st = zs_coll_test(ctx, ctx->units[ctx->pending[0]].reduce_req, &done);
         if (st || !done)
             break;
         st = pop_head(ctx);
@@ -102,24 +84,22 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
     void *g = un->grad;
     zs_status st;
 
-    if (ctx->pre_scale != 1.0f) /* prescale_gradients: in the gradients' dtype, as the program left them */
-        for (int64_t i0 = 0; i0 < un->part.padded; i0 += 256) {
-            float b[256];
-            int64_t k = un->part.padded - i0 < 256 ? un->part.padded - i0 : 256;
-            zs_cvt_to_f32(b, zs_at(g, i0, ctx->psz), (int)ctx->pdt, k);
-            for (int64_t i = 0; i < k; i++)
-                b[i] *= ctx->pre_scale;
-            zs_cvt_from_f32(zs_at(g, i0, ctx->psz), (int)ctx->pdt, b, k);
-        }
+    /* prescale_gradients: in the gradients' dtype, as the program left them */
+    st = ctx->pre_scale != 1.0f ? ctx->dev.ops->scale(&ctx->dev, g, ctx->pdt, un->part.padded, ctx->pre_scale,
+                                                      ctx->dev.compute)
+                                : ZS_OK;
+    if (st) {
+        zs_error_prefix("prescale gradients of unit '%s'", un->name);
+        return st;
+    }
     zs_label(ctx, ZS_PURPOSE_GRAD, u);
     if (ctx->cfg.zero.stage == 0 || (ctx->cfg.zero.stage == 1 && !ctx->cfg.zero.reduce_scatter))
-        st = zs_comm_all_reduce_dt(ctx->comm, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
+        st = zs_coll_all_reduce(ctx, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else if (ctx->cfg.zero.stage == 1)
-        st = zs_comm_reduce_scatter_dt(ctx->comm, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->rank), ctx->psz),
-                                       ctx->pdt, s, ctx->post_scale, &un->reduce_req);
+        st = zs_coll_reduce_scatter(ctx, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->rank), ctx->psz),
+                                    ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else
-        st = zs_comm_reduce_scatter_dt(ctx->comm, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale,
-                                       &un->reduce_req);
+        st = zs_coll_reduce_scatter(ctx, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale, &un->reduce_req);
     if (st) {
         zs_error_prefix("reduce gradients of unit '%s'", un->name);
         return st;
@@ -214,7 +194,9 @@ zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad)
         un->reduced = ctx->cdt != ctx->pdt ? ctx->arena + ctx->arena_used + stage_b
                                            : zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
         ctx->arena_used += need;
-        memset(un->grad, 0, (size_t)stage_b);
+        st = ctx->dev.ops->zero(&ctx->dev, un->grad, (size_t)stage_b, ctx->dev.compute);
+        if (st)
+            return st;
     }
     un->grad_state = ZS_GRAD_OPEN;
     *grad = un->grad;
@@ -253,17 +235,20 @@ void *zs_grads_shard(struct zs_ctx *ctx, int32_t u)
     return zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz); /* stage 0: the norm's part */
 }
 
-void zs_grads_zero(struct zs_ctx *ctx)
+zs_status zs_grads_zero(struct zs_ctx *ctx)
 {
+    zs_status st = ZS_OK;
+
     ctx->arena_used = 0; /* called after the step flushed every reduction */
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
-        if (ctx->cfg.zero.stage < 2) /* deterministic mode: the deposits left the stage 2-3 buffers zero */
-            memset(un->grad, 0, (size_t)un->part.padded * ctx->psz);
+        if (ctx->cfg.zero.stage < 2 && !st) /* deterministic mode: the deposits left the stage 2-3 buffers zero */
+            st = ctx->dev.ops->zero(&ctx->dev, un->grad, (size_t)un->part.padded * ctx->psz, ctx->dev.compute);
         un->accumulated = 0;
     }
     if (ctx->cfg.cpu.deterministic)
         zs_exact_zero(ctx);
+    return st;
 }
 
 /* ---------------------------------------------------------------- public API */

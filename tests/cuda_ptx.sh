@@ -7,14 +7,14 @@ set -u
 fail=0
 for f in "$@"; do
   name=$(basename "$f")
-  loose=$(grep -cE '\b(add|sub|mul)\.f32\b' "$f")
+  loose=$(grep -cE '\b(add|sub|mul)\.f(32|64)\b' "$f")
   flush=$(grep -cE '\.(ftz|approx)\b' "$f")
   fma=$(grep -cE '\bfma\.rn\.f32\b' "$f")
   div=$(grep -cE '\bdiv\.rn\.f32\b' "$f")
   sqrt=$(grep -cE '\bsqrt\.rn\.f32\b' "$f")
   echo "$name: fma.rn $fma, div.rn $div, sqrt.rn $sqrt, contractible add/sub/mul $loose, ftz/approx $flush"
   [ "$loose" = 0 ] && [ "$flush" = 0 ] || { echo "FAIL: $name has arithmetic that is not IEEE round-to-nearest"; fail=1; }
-  grep -E '\b(add|sub|mul)\.f32\b|\.(ftz|approx)\b' "$f" | head -3
+  grep -E '\b(add|sub|mul)\.f(32|64)\b|\.(ftz|approx)\b' "$f" | head -3
 done
 case " $* " in
   *optim_cuda*) ;;

@@ -1,7 +1,8 @@
-/* test_device.c BACKEND - one device backend ("cpu" or "cuda") through the device interface: memory comes
- * back zero-filled, copies ordered across two streams by an event arrive intact, and a multi-tensor
+/* test_device.c BACKEND - one device backend ("cpu", "separate" or "cuda") through the device interface:
+ * memory comes back zero-filled, copies ordered across two streams by an event arrive intact, a multi-tensor
  * optimizer launch (every optimizer x dtype pair x SGD form, two steps, awkward lengths, more tensors
- * than one CUDA kernel takes, hostile values) gives the CPU scalar reference's bits in every array.
+ * than one CUDA kernel takes, hostile values) gives the CPU scalar reference's bits in every array, and so
+ * do the kernels around it (accumulate, scale, convert, zero, the norm's partials) per dtype.
  * Exits 77 (skip) when the backend sees no device (no GPU, or no CUDA backend in this build). */
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "check.h"
 #include "convert.h" /* defines: zs_float, zs_cvt_f32_bf16, zs_cvt_f32_f16 */
 #include "device.h"
+#include "gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_convert, zs_grad_sumsq */
 #include "threads.h"
 
 static const zs_dtype pairs[][2] = {
@@ -215,15 +217,100 @@ out:
     free(back);
 }
 
+/* n hostile values of dtype dt on the host (fp32, or rounded to the 16-bit dtype). */
+static void *hostile_array(zs_dtype dt, int64_t n)
+{
+    size_t esz = dt == ZS_DTYPE_FP32 ? 4 : 2;
+    unsigned char *h = malloc((size_t)n * esz + 4);
+
+    for (int64_t i = 0; h && i < n; i++) {
+        float v = hostile();
+        if (dt == ZS_DTYPE_FP32)
+            memcpy(h + i * 4, &v, 4);
+        else {
+            uint16_t r = dt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(v) : zs_cvt_f32_f16(v);
+            memcpy(h + i * 2, &r, 2);
+        }
+    }
+    return h;
+}
+
+/* n elements of device memory at d equal the host's at h, byte for byte. */
+static bool same_bytes(const void *d, const void *h, size_t bytes)
+{
+    unsigned char *back = malloc(bytes + 1);
+    bool ok = back && !dev.ops->copy(&dev, back, d, bytes, ZS_COPY_D2H, NULL) && !dev.ops->stream_sync(&dev, NULL) &&
+              !memcmp(back, h, bytes);
+
+    free(back);
+    return ok;
+}
+
+/* The kernels around the optimizer (kernels/gradops.h) for one dtype, every length, against their CPU forms:
+ * accumulate, scale, convert from fp32, zero-fill, and the norm's partials of all lengths in one call. */
+static void t_gradops(zs_dtype dt)
+{
+    size_t esz = dt == ZS_DTYPE_FP32 ? 4 : 2;
+    const void *dx[NLEN];
+    int64_t n[NLEN];
+    double want[NLEN], got[NLEN];
+    void *keep[NLEN] = { 0 }, *keep_h[NLEN] = { 0 };
+    const char *dn = zs_dtype_name(dt);
+
+    for (int k = 0; k < NLEN; k++) {
+        size_t b = (size_t)lengths[k] * esz;
+        void *a = hostile_array(dt, lengths[k]), *c = hostile_array(dt, lengths[k]);
+        float *f = hostile_array(ZS_DTYPE_FP32, lengths[k]);
+        void *da = dev_put(a, b), *dc = dev_put(c, b), *df = dev_put(f, (size_t)lengths[k] * 4);
+        void *conv = malloc(b + 4), *dconv = dev.ops->alloc(&dev, b);
+        CHECK(a && c && f && da && dc && df && conv && dconv, "%s: allocation failed", dn);
+        if (!a || !c || !f || !da || !dc || !df || !conv || !dconv)
+            return;
+        zs_grad_accumulate(a, c, dt, lengths[k]);
+        CHECK(!dev.ops->accumulate(&dev, da, dc, dt, lengths[k], NULL) && same_bytes(da, a, b),
+              "%s accumulate, n %lld: differs from the CPU form", dn, (long long)lengths[k]);
+        zs_grad_scale(a, dt, lengths[k], 0.3f);
+        CHECK(!dev.ops->scale(&dev, da, dt, lengths[k], 0.3f, NULL) && same_bytes(da, a, b),
+              "%s scale, n %lld: differs from the CPU form", dn, (long long)lengths[k]);
+        zs_grad_convert(conv, dt, f, lengths[k]);
+        CHECK(!dev.ops->convert(&dev, dconv, dt, df, lengths[k], NULL) && same_bytes(dconv, conv, b),
+              "%s convert, n %lld: differs from the CPU form", dn, (long long)lengths[k]);
+        memset(c, 0, b);
+        CHECK(!dev.ops->zero(&dev, dc, b, NULL) && same_bytes(dc, c, b), "%s zero, n %lld", dn, (long long)lengths[k]);
+        /* the partials: of the scaled values, finite ones only for some lengths, Inf/NaN kept for others */
+        dx[k] = da;
+        n[k] = lengths[k];
+        want[k] = zs_grad_sumsq(a, dt, lengths[k]);
+        keep[k] = da;
+        keep_h[k] = a;
+        free(c);
+        free(f);
+        free(conv);
+        dev.ops->free(&dev, dc);
+        dev.ops->free(&dev, df);
+        dev.ops->free(&dev, dconv);
+    }
+    CHECK(!dev.ops->sumsq(&dev, dx, n, NLEN, dt, got, NULL), "%s sumsq failed: %s", dn, zs_last_error());
+    for (int k = 0; k < NLEN; k++) {
+        CHECK(!memcmp(&got[k], &want[k], sizeof(double)), "%s sumsq, n %lld: %.17g, the CPU form %.17g", dn,
+              (long long)n[k], got[k], want[k]);
+        dev.ops->free(&dev, keep[k]);
+        free(keep_h[k]);
+    }
+}
+
 int main(int argc, char **argv)
 {
-    const char *name = argc > 1 ? argv[1] : "cpu";
+    const char *arg = argc > 1 ? argv[1] : "cpu";
+    const char *name = !strcmp(arg, "separate") ? "cpu" : arg;
     const struct zs_device_ops *ops = !strcmp(name, "cuda") ? &zs_device_cuda_ops : &zs_device_cpu_ops;
     struct zs_pool *pool = NULL;
     struct zs_pool_opts po = { .threads = 2, .local_size = 1 };
 
     if (zs_pool_create(&pool, &po, NULL, 0))
         return 1;
+    if (!strcmp(arg, "separate")) /* the CPU's kernels behind the separate test device's copies */
+        setenv("ZS_TEST_DEVICE", "separate", 1);
     if (zs_device_open(&dev, name, "test_device", pool, zs_kpath_best(), 0, 1)) {
         bool none = ops->count() <= 0;
         printf("%s: %s device did not open: %s\n", none ? "SKIP" : "FAIL", name, zs_last_error());
@@ -233,11 +320,13 @@ int main(int argc, char **argv)
     /* the program's stream (zs_cuda_stream): the GPU opens one, the CPU has none */
     CHECK((dev.compute != NULL) == (dev.kind == ZS_DEV_CUDA), "%s: compute stream %p", name, (void *)dev.compute);
     t_memory_streams();
+    for (int dt = 0; dt < 3; dt++)
+        t_gradops((zs_dtype)dt);
     for (int opt = 0; opt < ZS_KOPT_COUNT; opt++)
         for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
             for (int form = 0; form < (opt == ZS_KOPT_SGD ? 3 : 1); form++)
                 t_optim((enum zs_kopt)opt, pairs[p][0], pairs[p][1], form);
     zs_device_close(&dev);
     zs_pool_free(pool);
-    return zs_test_summary(name);
+    return zs_test_summary(arg);
 }

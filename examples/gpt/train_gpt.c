@@ -576,6 +576,8 @@ static int run_program(const struct opts *o, int rank, int world)
             goto out_abort;
         goto out;
     }
+    if (ex_engine_on_gpu(r.ctx, rank))
+        goto out;
     r.B = zs_micro_batch_size(r.ctx);
     r.gas = zs_grad_accum_steps(r.ctx);
     eio = (struct engine_io){.ctx = r.ctx, .cfg = &cfg, .lay = &lay, .dt = zs_param_dtype(r.ctx)};
