@@ -11,8 +11,9 @@ bash tools/build.sh build
 ctest --test-dir build --output-on-failure -j 2
 bash tools/build.sh build-release -DCMAKE_BUILD_TYPE=Release > build-release.log 2>&1 || { tail -40 build-release.log; exit 1; }
 if command -v clang > /dev/null; then # clang, warnings as errors: the library, examples and tools (the tests
-  # use GCC's _Float16, which clang 14 lacks on x86-64)
-  CC=clang ZS_BUILD_TARGETS="zeroshard zeroshard_static zs-train-mlp zs-train-gpt zs-bench zs-ckpt zs-config-check \
+  # use GCC's _Float16, which clang 14 lacks on x86-64; zs-train-gpt's vmath.c passes 64-byte GCC vectors
+  # between helpers of its baseline x86-64 path, which clang 14 refuses without AVX512)
+  CC=clang ZS_BUILD_TARGETS="zeroshard zeroshard_static zs-train-mlp zs-bench zs-ckpt zs-config-check \
 zs-estimate zs-flight" bash tools/build.sh build-clang -DZS_CUDA=OFF > build-clang.log 2>&1 || { tail -40 build-clang.log; exit 1; }
 fi
 if [ "${ZS_TEST_SANITIZE:-1}" != 0 ]; then
