@@ -332,9 +332,9 @@ static zs_status device_limits(struct zs_ctx *ctx)
 {
     const struct zs_zero_config *z = &ctx->cfg.zero;
     const char *what = ctx->cfg.cpu.deterministic ? "zeroshard.deterministic"
+                       /* offload_param nvme requires offload_optimizer nvme (config_zero.c), so this names both */
                        : z->offload_optimizer.device == ZS_OFFLOAD_NVME ? "zero_optimization.offload_optimizer.device \"nvme\""
-                       : z->offload_param.device == ZS_OFFLOAD_NVME ? "zero_optimization.offload_param.device \"nvme\""
-                                                                     : NULL;
+                                                                         : NULL;
 
     if (ctx->dev.host_access || !what)
         return ZS_OK;

@@ -228,6 +228,35 @@ static zs_status session(const char *device, const char *json, const char *load,
     return st;
 }
 
+/* What the engine refuses on a device the host cannot read in place: zs_init fails, naming the key. */
+static void check_refusals(void)
+{
+    /* offload_param nvme needs offload_optimizer nvme (set-up refuses it alone), so case 2 holds both */
+    static const char *const keys[] = { "zeroshard.deterministic", "offload_optimizer.device \"nvme\"",
+                                        "offload_optimizer.device \"nvme\"" };
+    char json[1024];
+
+    for (int k = 0; k < 3; k++) {
+        const char *zero = k == 0 ? "\"stage\": 0"
+                           : k == 1 ? "\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}"
+                                    : "\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, "
+                                      "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}";
+        char zbuf[512];
+        snprintf(zbuf, sizeof(zbuf), zero, dir, dir);
+        snprintf(json, sizeof(json),
+                 "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {%s}, "
+                 "\"zeroshard\": {\"device\": \"%s\"%s}}",
+                 zbuf, !strcmp(devname, "cuda") ? "cuda" : "cpu",
+                 k == 0 ? ", \"deterministic\": \"world_size_invariant\"" : "");
+        struct run r;
+        zs_status st = run_open(&r, devname, json);
+        CHECK(st == ZS_ERR_UNSUPPORTED && strstr(zs_last_error(), keys[k]),
+              "refusal %d: status %d, \"%s\" should name %s", k, (int)st, zs_last_error(), keys[k]);
+        if (r.ctx)
+            zs_finalize(r.ctx);
+    }
+}
+
 static void one_case(int stage, bool offload, const char *dtype, int gas, bool prescale)
 {
     char json[1024], name[128], why[600] = "", dref[300], ddev[300];
@@ -297,6 +326,8 @@ int main(int argc, char **argv)
     }
     MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
     CHECK(dir[0], "mkdtemp");
+    if (dir[0])
+        check_refusals();
     static const char *const dtypes[] = { "fp32", "bf16", "fp16" };
     for (int stage = 0; dir[0] && stage <= 3; stage++)
         for (int off = 0; off <= (stage > 0); off++) /* offload needs stage 1-3 */
