@@ -79,13 +79,6 @@ static int zero(struct gpt_gpu *g, void *p, size_t bytes)
     return e == cudaSuccess ? 0 : fail(g, "cudaMemsetAsync", e);
 }
 
-#define TRY(call)            \
-    do {                     \
-        int rc_ = (call);    \
-        if (rc_)             \
-            return rc_;      \
-    } while (0)
-
 /* ---------------------------------------------------------------- products, row-major as cblas_sgemm */
 
 /* C[M, N] = op(A)[M, K] op(B)[K, N] + beta C, all row-major with leading dimensions as the CPU's GPT_GEMM
@@ -111,7 +104,7 @@ static int mm(struct gpt_gpu *g, bool ta, bool tb, int64_t M, int64_t N, int64_t
 static int linear_forward(struct gpt_gpu *g, float *y, const float *x, const float *w, const float *b, int64_t N,
                           int64_t in, int64_t out)
 {
-    TRY(mm(g, false, false, N, out, in, x, in, 0, w, out, 0, 0.0f, y, out, 0, 1, "cublasSgemm (linear forward)"));
+    GPT_TRY(mm(g, false, false, N, out, in, x, in, 0, w, out, 0, 0.0f, y, out, 0, 1, "cublasSgemm (linear forward)"));
     GK_LAUNCH(gk_add_bias, gk_blocks(N * out), g->s)(y, b, N, out);
     return launched(g, "bias kernel");
 }
@@ -120,10 +113,10 @@ static int linear_forward(struct gpt_gpu *g, float *y, const float *x, const flo
 static int linear_backward(struct gpt_gpu *g, float *dx, float *dw, float *db, const float *dy, const float *x,
                            const float *w, int64_t N, int64_t in, int64_t out)
 {
-    TRY(mm(g, false, true, N, in, out, dy, out, 0, w, out, 0, 0.0f, dx, in, 0, 1, "cublasSgemm (input gradient)"));
-    TRY(mm(g, true, false, in, out, N, x, in, 0, dy, out, 0, 1.0f, dw, out, 0, 1, "cublasSgemm (weight gradient)"));
+    GPT_TRY(mm(g, false, true, N, in, out, dy, out, 0, w, out, 0, 0.0f, dx, in, 0, 1, "cublasSgemm (input gradient)"));
+    GPT_TRY(mm(g, true, false, in, out, N, x, in, 0, dy, out, 0, 1.0f, dw, out, 0, 1, "cublasSgemm (weight gradient)"));
     GK_LAUNCH(gk_col_sum_part, dim3(gk_blocks(out), gk_chunks(N)), g->s)(g->part, dy, N, out);
-    TRY(launched(g, "bias gradient kernel"));
+    GPT_TRY(launched(g, "bias gradient kernel"));
     GK_LAUNCH(gk_col_fold, gk_blocks(out), g->s)(db, g->part, gk_chunks(N), out, 0, out);
     return launched(g, "bias gradient fold kernel");
 }
@@ -139,12 +132,12 @@ static int layernorm_backward(struct gpt_gpu *g, float *dx, float *dw, float *db
                               const float *mean, const float *rstd, const float *w, int64_t N, int64_t C)
 {
     GK_LAUNCH(gk_layernorm_backward_x, gk_row_blocks(N), g->s)(dx, dy, x, mean, rstd, w, N, C);
-    TRY(launched(g, "layernorm backward kernel"));
+    GPT_TRY(launched(g, "layernorm backward kernel"));
     GK_LAUNCH(gk_layernorm_backward_part, dim3(gk_blocks(C), gk_chunks(N)), g->s)(g->part, dy, x, mean,
                                                                                          rstd, N, C);
-    TRY(launched(g, "layernorm parameter gradient kernel"));
+    GPT_TRY(launched(g, "layernorm parameter gradient kernel"));
     GK_LAUNCH(gk_col_fold, gk_blocks(C), g->s)(dw, g->part, gk_chunks(N), 2 * C, 0, C);
-    TRY(launched(g, "layernorm weight gradient fold kernel"));
+    GPT_TRY(launched(g, "layernorm weight gradient fold kernel"));
     GK_LAUNCH(gk_col_fold, gk_blocks(C), g->s)(db, g->part, gk_chunks(N), 2 * C, C, C);
     return launched(g, "layernorm bias gradient fold kernel");
 }
@@ -158,14 +151,14 @@ static int attention_forward(struct gpt_gpu *g, float *y, float *att, const floa
     unsigned nb = gk_blocks(B * T * C);
 
     GK_LAUNCH(gk_qkv_split, nb, g->s)(g->q, g->k, g->v, qkv, B, T, C, H);
-    TRY(launched(g, "qkv split kernel"));
+    GPT_TRY(launched(g, "qkv split kernel"));
     /* scores [T, T] = q [T, hs] @ k^T, per (b, h) */
-    TRY(mm(g, false, true, T, T, hs, g->q, hs, T * hs, g->k, hs, T * hs, 0.0f, att, T, T * T, BH,
+    GPT_TRY(mm(g, false, true, T, T, hs, g->q, hs, T * hs, g->k, hs, T * hs, 0.0f, att, T, T * T, BH,
            "cublasSgemmStridedBatched (scores)"));
     GK_LAUNCH(gk_softmax_forward, gk_row_blocks(BH * T), g->s)(att, BH * T, T, 1.0f / sqrtf((float)hs));
-    TRY(launched(g, "softmax kernel"));
+    GPT_TRY(launched(g, "softmax kernel"));
     /* yh [T, hs] = att [T, T] @ v [T, hs]: the zeros above the diagonal add nothing */
-    TRY(mm(g, false, false, T, hs, T, att, T, T * T, g->v, hs, T * hs, 0.0f, g->yh, hs, T * hs, BH,
+    GPT_TRY(mm(g, false, false, T, hs, T, att, T, T * T, g->v, hs, T * hs, 0.0f, g->yh, hs, T * hs, BH,
            "cublasSgemmStridedBatched (attention output)"));
     GK_LAUNCH(gk_from_heads, nb, g->s)(y, g->yh, B, T, C, H);
     return launched(g, "head merge kernel");
@@ -179,21 +172,21 @@ static int attention_backward(struct gpt_gpu *g, float *dqkv, float *datt, const
     unsigned nb = gk_blocks(B * T * C);
 
     GK_LAUNCH(gk_qkv_split, nb, g->s)(g->q, g->k, g->v, qkv, B, T, C, H);
-    TRY(launched(g, "qkv split kernel"));
+    GPT_TRY(launched(g, "qkv split kernel"));
     GK_LAUNCH(gk_to_heads, nb, g->s)(g->yh, dy, B, T, C, H);
-    TRY(launched(g, "head split kernel"));
+    GPT_TRY(launched(g, "head split kernel"));
     /* datt [T, T] = dyh [T, hs] @ v^T; dv [T, hs] = att^T @ dyh */
-    TRY(mm(g, false, true, T, T, hs, g->yh, hs, T * hs, g->v, hs, T * hs, 0.0f, datt, T, T * T, BH,
+    GPT_TRY(mm(g, false, true, T, T, hs, g->yh, hs, T * hs, g->v, hs, T * hs, 0.0f, datt, T, T * T, BH,
            "cublasSgemmStridedBatched (probability gradient)"));
-    TRY(mm(g, true, false, T, hs, T, att, T, T * T, g->yh, hs, T * hs, 0.0f, g->dv, hs, T * hs, BH,
+    GPT_TRY(mm(g, true, false, T, hs, T, att, T, T * T, g->yh, hs, T * hs, 0.0f, g->dv, hs, T * hs, BH,
            "cublasSgemmStridedBatched (value gradient)"));
     GK_LAUNCH(gk_softmax_backward, gk_row_blocks(BH * T), g->s)(datt, att, BH * T, T,
                                                                          1.0f / sqrtf((float)hs));
-    TRY(launched(g, "softmax backward kernel"));
+    GPT_TRY(launched(g, "softmax backward kernel"));
     /* dq [T, hs] = ds [T, T] @ k; dk [T, hs] = ds^T @ q */
-    TRY(mm(g, false, false, T, hs, T, datt, T, T * T, g->k, hs, T * hs, 0.0f, g->dq, hs, T * hs, BH,
+    GPT_TRY(mm(g, false, false, T, hs, T, datt, T, T * T, g->k, hs, T * hs, 0.0f, g->dq, hs, T * hs, BH,
            "cublasSgemmStridedBatched (query gradient)"));
-    TRY(mm(g, true, false, T, hs, T, datt, T, T * T, g->q, hs, T * hs, 0.0f, g->dk, hs, T * hs, BH,
+    GPT_TRY(mm(g, true, false, T, hs, T, datt, T, T * T, g->q, hs, T * hs, 0.0f, g->dk, hs, T * hs, BH,
            "cublasSgemmStridedBatched (key gradient)"));
     GK_LAUNCH(gk_qkv_merge, nb, g->s)(dqkv, g->dq, g->dk, g->dv, B, T, C, H);
     return launched(g, "qkv merge kernel");
@@ -206,17 +199,17 @@ static int block_forward(struct gpt_gpu *g, float *const *w, const float *x, str
 {
     int64_t C = g->cfg.dim, N = B * g->cfg.ctx;
 
-    TRY(layernorm_forward(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C));
-    TRY(linear_forward(g, a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C));
-    TRY(attention_forward(g, a->atty, a->att, a->qkv, B));
-    TRY(linear_forward(g, a->res2, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], N, C, C));
+    GPT_TRY(layernorm_forward(g, a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C));
+    GPT_TRY(linear_forward(g, a->qkv, a->ln1, w[GPT_QKV_W], w[GPT_QKV_B], N, C, 3 * C));
+    GPT_TRY(attention_forward(g, a->atty, a->att, a->qkv, B));
+    GPT_TRY(linear_forward(g, a->res2, a->atty, w[GPT_ATTPROJ_W], w[GPT_ATTPROJ_B], N, C, C));
     GK_LAUNCH(gk_add, gk_blocks(N * C), g->s)(a->res2, x, N * C);
-    TRY(launched(g, "residual kernel"));
-    TRY(layernorm_forward(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B], N, C));
-    TRY(linear_forward(g, a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C));
+    GPT_TRY(launched(g, "residual kernel"));
+    GPT_TRY(layernorm_forward(g, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B], N, C));
+    GPT_TRY(linear_forward(g, a->fch, a->ln2, w[GPT_FC_W], w[GPT_FC_B], N, C, 4 * C));
     GK_LAUNCH(gk_gelu_forward, gk_blocks(N * 4 * C), g->s)(a->fchg, a->fch, N * 4 * C);
-    TRY(launched(g, "gelu kernel"));
-    TRY(linear_forward(g, out, a->fchg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C));
+    GPT_TRY(launched(g, "gelu kernel"));
+    GPT_TRY(linear_forward(g, out, a->fchg, w[GPT_FCPROJ_W], w[GPT_FCPROJ_B], N, 4 * C, C));
     GK_LAUNCH(gk_add, gk_blocks(N * C), g->s)(out, a->res2, N * C);
     return launched(g, "residual kernel");
 }
@@ -228,15 +221,15 @@ static int block_backward(struct gpt_gpu *g, float *const *w, float *const *gw, 
     int64_t C = g->cfg.dim, N = B * g->cfg.ctx;
     float *dres = g->dres, *dln = g->dln;
 
-    TRY(linear_backward(g, g->dh, gw[GPT_FCPROJ_W], gw[GPT_FCPROJ_B], dres, a->fchg, w[GPT_FCPROJ_W], N, 4 * C, C));
+    GPT_TRY(linear_backward(g, g->dh, gw[GPT_FCPROJ_W], gw[GPT_FCPROJ_B], dres, a->fchg, w[GPT_FCPROJ_W], N, 4 * C, C));
     GK_LAUNCH(gk_gelu_backward, gk_blocks(N * 4 * C), g->s)(g->dh, a->fch, N * 4 * C);
-    TRY(launched(g, "gelu backward kernel"));
-    TRY(linear_backward(g, dln, gw[GPT_FC_W], gw[GPT_FC_B], g->dh, a->ln2, w[GPT_FC_W], N, C, 4 * C));
-    TRY(layernorm_backward(g, dres, gw[GPT_LN2_W], gw[GPT_LN2_B], dln, a->res2, a->ln2_mean, a->ln2_rstd,
+    GPT_TRY(launched(g, "gelu backward kernel"));
+    GPT_TRY(linear_backward(g, dln, gw[GPT_FC_W], gw[GPT_FC_B], g->dh, a->ln2, w[GPT_FC_W], N, C, 4 * C));
+    GPT_TRY(layernorm_backward(g, dres, gw[GPT_LN2_W], gw[GPT_LN2_B], dln, a->res2, a->ln2_mean, a->ln2_rstd,
                            w[GPT_LN2_W], N, C));
-    TRY(linear_backward(g, dln, gw[GPT_ATTPROJ_W], gw[GPT_ATTPROJ_B], dres, a->atty, w[GPT_ATTPROJ_W], N, C, C));
-    TRY(attention_backward(g, g->dqkv, g->datt, dln, a->att, a->qkv, B));
-    TRY(linear_backward(g, dln, gw[GPT_QKV_W], gw[GPT_QKV_B], g->dqkv, a->ln1, w[GPT_QKV_W], N, C, 3 * C));
+    GPT_TRY(linear_backward(g, dln, gw[GPT_ATTPROJ_W], gw[GPT_ATTPROJ_B], dres, a->atty, w[GPT_ATTPROJ_W], N, C, C));
+    GPT_TRY(attention_backward(g, g->dqkv, g->datt, dln, a->att, a->qkv, B));
+    GPT_TRY(linear_backward(g, dln, gw[GPT_QKV_W], gw[GPT_QKV_B], g->dqkv, a->ln1, w[GPT_QKV_W], N, C, 3 * C));
     return layernorm_backward(g, dres, gw[GPT_LN1_W], gw[GPT_LN1_B], dln, x, a->ln1_mean, a->ln1_rstd,
                               w[GPT_LN1_W], N, C);
 }
@@ -256,7 +249,7 @@ static int fetch_unit(struct gpt_gpu *g, const struct gpt_io_f32 *io, int32_t un
 {
     const float *host;
 
-    TRY(io->fetch(io->arg, unit, &host));
+    GPT_TRY(io->fetch(io->arg, unit, &host));
     *dev = g->w[slot(unit)];
     return copy(g, *dev, host, unit_bytes(g, unit), cudaMemcpyHostToDevice, "parameters to the GPU");
 }
@@ -264,7 +257,7 @@ static int fetch_unit(struct gpt_gpu *g, const struct gpt_io_f32 *io, int32_t un
 /* the io's zeroed host buffer for the unit's gradient (*host), and a zeroed device slot to sum it in (*dev) */
 static int grad_unit(struct gpt_gpu *g, const struct gpt_io_f32 *io, int32_t unit, float **dev, float **host)
 {
-    TRY(io->grad(io->arg, unit, host));
+    GPT_TRY(io->grad(io->arg, unit, host));
     *dev = g->gr[slot(unit)];
     return zero(g, *dev, unit_bytes(g, unit));
 }
@@ -273,7 +266,7 @@ static int grad_unit(struct gpt_gpu *g, const struct gpt_io_f32 *io, int32_t uni
 static int grad_unit_done(struct gpt_gpu *g, const struct gpt_io_f32 *io, int32_t unit, const float *dev,
                           float *host)
 {
-    TRY(copy(g, host, dev, unit_bytes(g, unit), cudaMemcpyDeviceToHost, "gradient from the GPU"));
+    GPT_TRY(copy(g, host, dev, unit_bytes(g, unit), cudaMemcpyDeviceToHost, "gradient from the GPU"));
     return io->grad_done(io->arg, unit);
 }
 
@@ -288,10 +281,10 @@ static int forward_blocks(struct gpt_gpu *g, const struct gpt_io_f32 *io, int64_
     for (int64_t l = 0; l < g->cfg.layers; l++) {
         int32_t u = GPT_UNIT_BLOCK((int32_t)l);
         float *base, *w[GPT_MAX_TENSORS];
-        TRY(fetch_unit(g, io, u, &base));
+        GPT_TRY(fetch_unit(g, io, u, &base));
         tensors(g, u, base, w);
-        TRY(block_forward(g, w, g->resid[l], &g->acts[l], g->resid[l + 1], B));
-        TRY(io->release(io->arg, u)); /* the device copy is made: the kernels read only that */
+        GPT_TRY(block_forward(g, w, g->resid[l], &g->acts[l], g->resid[l + 1], B));
+        GPT_TRY(io->release(io->arg, u)); /* the device copy is made: the kernels read only that */
     }
     return 0;
 }
@@ -301,13 +294,13 @@ static int backward_blocks(struct gpt_gpu *g, const struct gpt_io_f32 *io, int64
     for (int64_t l = g->cfg.layers - 1; l >= 0; l--) {
         int32_t u = GPT_UNIT_BLOCK((int32_t)l);
         float *base, *w[GPT_MAX_TENSORS], *gbase, *host, *gw[GPT_MAX_TENSORS];
-        TRY(fetch_unit(g, io, u, &base));
+        GPT_TRY(fetch_unit(g, io, u, &base));
         tensors(g, u, base, w);
-        TRY(grad_unit(g, io, u, &gbase, &host));
+        GPT_TRY(grad_unit(g, io, u, &gbase, &host));
         tensors(g, u, gbase, gw);
-        TRY(block_backward(g, w, gw, g->resid[l], &g->acts[l], B));
-        TRY(grad_unit_done(g, io, u, gbase, host));
-        TRY(io->release(io->arg, u));
+        GPT_TRY(block_backward(g, w, gw, g->resid[l], &g->acts[l], B));
+        GPT_TRY(grad_unit_done(g, io, u, gbase, host));
+        GPT_TRY(io->release(io->arg, u));
     }
     return 0;
 }
@@ -319,8 +312,8 @@ static int loss_down(struct gpt_gpu *g, int64_t N, int train, double grad_scale,
 
     GK_LAUNCH(gk_xent, gk_row_blocks(N), g->s)(g->logits, g->row_loss, g->tg, N, g->cfg.vocab, train,
                                                       (float)(grad_scale / (double)N));
-    TRY(launched(g, "cross-entropy kernel"));
-    TRY(copy(g, g->host_loss, g->row_loss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost,
+    GPT_TRY(launched(g, "cross-entropy kernel"));
+    GPT_TRY(copy(g, g->host_loss, g->row_loss, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost,
              "losses from the GPU"));
     for (int64_t i = 0; i < N; i++)
         sum += (double)g->host_loss[i];
@@ -347,50 +340,50 @@ extern "C" int gpt_gpu_run(struct gpt_gpu *g, const struct gpt_io_f32 *io, const
         return -1;
     }
     train = train && targets;
-    TRY(copy(g, g->in, in, ntok, cudaMemcpyHostToDevice, "tokens to the GPU"));
+    GPT_TRY(copy(g, g->in, in, ntok, cudaMemcpyHostToDevice, "tokens to the GPU"));
     if (targets)
-        TRY(copy(g, g->tg, targets, ntok, cudaMemcpyHostToDevice, "targets to the GPU"));
-    TRY(fetch_unit(g, io, E, &e));
+        GPT_TRY(copy(g, g->tg, targets, ntok, cudaMemcpyHostToDevice, "targets to the GPU"));
+    GPT_TRY(fetch_unit(g, io, E, &e));
     GK_LAUNCH(gk_embed_forward, gk_blocks(N * C), g->s)(g->resid[0], g->in, e + oe[GPT_WTE],
                                                                 e + oe[GPT_WPE], N, T, C);
-    TRY(launched(g, "embedding kernel"));
-    TRY(io->release(io->arg, E));
-    TRY(forward_blocks(g, io, B));
-    TRY(fetch_unit(g, io, F, &f));
-    TRY(layernorm_forward(g, g->lnf, g->lnf_mean, g->lnf_rstd, g->resid[c->layers], f + of[GPT_LNF_W],
+    GPT_TRY(launched(g, "embedding kernel"));
+    GPT_TRY(io->release(io->arg, E));
+    GPT_TRY(forward_blocks(g, io, B));
+    GPT_TRY(fetch_unit(g, io, F, &f));
+    GPT_TRY(layernorm_forward(g, g->lnf, g->lnf_mean, g->lnf_rstd, g->resid[c->layers], f + of[GPT_LNF_W],
                           f + of[GPT_LNF_B], N, C));
-    TRY(fetch_unit(g, io, E, &e));
+    GPT_TRY(fetch_unit(g, io, E, &e));
     const float *wte = e + oe[GPT_WTE];
     /* the head, tied to wte [V, C]: logits = lnf @ wte^T */
-    TRY(mm(g, false, true, N, V, C, g->lnf, C, 0, wte, C, 0, 0.0f, g->logits, V, 0, 1, "cublasSgemm (head)"));
+    GPT_TRY(mm(g, false, true, N, V, C, g->lnf, C, 0, wte, C, 0, 0.0f, g->logits, V, 0, 1, "cublasSgemm (head)"));
     if (targets) {
-        TRY(loss_down(g, N, train, grad_scale, loss));
+        GPT_TRY(loss_down(g, N, train, grad_scale, loss));
     } else {
-        TRY(copy(g, g->host_logits, g->logits, (size_t)(N * V) * sizeof(float), cudaMemcpyDeviceToHost,
+        GPT_TRY(copy(g, g->host_logits, g->logits, (size_t)(N * V) * sizeof(float), cudaMemcpyDeviceToHost,
                  "logits from the GPU"));
         g->have_logits = true;
     }
     if (train) { /* g->logits now holds dlogits: dln = dlogits @ wte; gwte += dlogits^T @ lnf */
-        TRY(grad_unit(g, io, E, &ge, &he));
-        TRY(mm(g, false, false, N, C, V, g->logits, V, 0, wte, C, 0, 0.0f, g->dln, C, 0, 1,
+        GPT_TRY(grad_unit(g, io, E, &ge, &he));
+        GPT_TRY(mm(g, false, false, N, C, V, g->logits, V, 0, wte, C, 0, 0.0f, g->dln, C, 0, 1,
                "cublasSgemm (head input gradient)"));
-        TRY(mm(g, true, false, V, C, N, g->logits, V, 0, g->lnf, C, 0, 1.0f, ge + oe[GPT_WTE], C, 0, 1,
+        GPT_TRY(mm(g, true, false, V, C, N, g->logits, V, 0, g->lnf, C, 0, 1.0f, ge + oe[GPT_WTE], C, 0, 1,
                "cublasSgemm (head weight gradient)"));
     }
-    TRY(io->release(io->arg, E));
+    GPT_TRY(io->release(io->arg, E));
     if (!train)
         return io->release(io->arg, F);
-    TRY(grad_unit(g, io, F, &gf, &hf));
-    TRY(zero(g, g->dres, (size_t)(N * C) * sizeof(float)));
-    TRY(layernorm_backward(g, g->dres, gf + of[GPT_LNF_W], gf + of[GPT_LNF_B], g->dln, g->resid[c->layers],
+    GPT_TRY(grad_unit(g, io, F, &gf, &hf));
+    GPT_TRY(zero(g, g->dres, (size_t)(N * C) * sizeof(float)));
+    GPT_TRY(layernorm_backward(g, g->dres, gf + of[GPT_LNF_W], gf + of[GPT_LNF_B], g->dln, g->resid[c->layers],
                            g->lnf_mean, g->lnf_rstd, f + of[GPT_LNF_W], N, C));
-    TRY(grad_unit_done(g, io, F, gf, hf));
-    TRY(io->release(io->arg, F));
-    TRY(backward_blocks(g, io, B));
+    GPT_TRY(grad_unit_done(g, io, F, gf, hf));
+    GPT_TRY(io->release(io->arg, F));
+    GPT_TRY(backward_blocks(g, io, B));
     GK_LAUNCH(gk_embed_backward_wte, gk_blocks(V * C), g->s)(ge + oe[GPT_WTE], g->dres, g->in, N, V, C);
-    TRY(launched(g, "embedding gradient kernel"));
+    GPT_TRY(launched(g, "embedding gradient kernel"));
     GK_LAUNCH(gk_embed_backward_wpe, gk_blocks(T * C), g->s)(ge + oe[GPT_WPE], g->dres, B, T, C);
-    TRY(launched(g, "position embedding gradient kernel"));
+    GPT_TRY(launched(g, "position embedding gradient kernel"));
     return grad_unit_done(g, io, E, ge, he);
 }
 

@@ -70,4 +70,12 @@ float gpt_init_value(const struct gpt_tensor_info *t, uint64_t seed, int32_t uni
 #undef GPT_REAL
 #undef GPT_SUF
 
+/* a step of a pass that returns the callbacks' nonzero status (the CPU passes and gpt_cuda.cu) */
+#define GPT_TRY(call)        \
+    do {                     \
+        int rc_ = (call);    \
+        if (rc_)             \
+            return rc_;      \
+    } while (0)
+
 #endif /* GPT_MODEL_H */

@@ -163,23 +163,16 @@ static void block_backward(model_t *m, const real *const *w, const uint16_t *con
 
 /* ---------------------------------------------------------------- the whole model */
 
-#define TRY(call)            \
-    do {                     \
-        int rc_ = (call);    \
-        if (rc_)             \
-            return rc_;      \
-    } while (0)
-
 static int forward_blocks(model_t *m, const io_t *io, int64_t B)
 {
     for (int64_t l = 0; l < m->cfg.layers; l++) {
         int32_t u = GPT_UNIT_BLOCK((int32_t)l);
         const real *base, *w[GPT_MAX_TENSORS];
         const uint16_t *h[GPT_MAX_TENSORS];
-        TRY(io->fetch(io->arg, u, &base));
+        GPT_TRY(io->fetch(io->arg, u, &base));
         tensors(m, io, u, base, w, h);
         block_forward(m, w, h, m->resid[l], &m->acts[m->recompute ? 0 : l], m->resid[l + 1], B);
-        TRY(io->release(io->arg, u));
+        GPT_TRY(io->release(io->arg, u));
     }
     return 0;
 }
@@ -192,16 +185,16 @@ static int backward_blocks(model_t *m, const io_t *io, int64_t B)
         const uint16_t *h[GPT_MAX_TENSORS];
         real *gbase, *g[GPT_MAX_TENSORS];
         acts_t *a = &m->acts[m->recompute ? 0 : l];
-        TRY(io->fetch(io->arg, u, &base));
+        GPT_TRY(io->fetch(io->arg, u, &base));
         tensors(m, io, u, base, w, h);
         if (m->recompute) /* the same operations on the same input: the same activations, bit for bit */
             block_forward(m, w, h, m->resid[l], a, m->resid[l + 1], B);
-        TRY(io->grad(io->arg, u, &gbase));
+        GPT_TRY(io->grad(io->arg, u, &gbase));
         for (int32_t k = 0; k < GPT_MAX_TENSORS; k++)
             g[k] = gbase + m->lay->off[u][k];
         block_backward(m, w, h, g, m->resid[l], a, B);
-        TRY(io->grad_done(io->arg, u));
-        TRY(io->release(io->arg, u));
+        GPT_TRY(io->grad_done(io->arg, u));
+        GPT_TRY(io->release(io->arg, u));
     }
     return 0;
 }
@@ -255,14 +248,14 @@ int GPT_SUF(gpt_model_run)(model_t *m, const io_t *io, const int32_t *in, const 
     if (B > m->max_batch)
         return -1;
     train = train && targets;
-    TRY(io->fetch(io->arg, E, &e));
+    GPT_TRY(io->fetch(io->arg, E, &e));
     embed_forward(m->resid[0], in, e + m->lay->off[E][GPT_WTE], e + m->lay->off[E][GPT_WPE], B, T, C);
-    TRY(io->release(io->arg, E));
-    TRY(forward_blocks(m, io, B));
-    TRY(io->fetch(io->arg, F, &f));
+    GPT_TRY(io->release(io->arg, E));
+    GPT_TRY(forward_blocks(m, io, B));
+    GPT_TRY(io->fetch(io->arg, F, &f));
     layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[c->layers], f + m->lay->off[F][GPT_LNF_W],
                       f + m->lay->off[F][GPT_LNF_B], N, C);
-    TRY(io->fetch(io->arg, E, &e));
+    GPT_TRY(io->fetch(io->arg, E, &e));
     wte = e + m->lay->off[E][GPT_WTE];
     e16 = io->fetched16 ? io->fetched16(io->arg, E) : NULL;
     head_forward(m, (struct mat){wte, e16 ? e16 + m->lay->off[E][GPT_WTE] : NULL}, N);
@@ -274,20 +267,20 @@ int GPT_SUF(gpt_model_run)(model_t *m, const io_t *io, const int32_t *in, const 
         *loss = sum / (double)N;
     }
     if (train) { /* m->logits now holds dlogits */
-        TRY(io->grad(io->arg, E, &ge));
+        GPT_TRY(io->grad(io->arg, E, &ge));
         head_backward(m, (struct mat){wte, e16 ? e16 + m->lay->off[E][GPT_WTE] : NULL},
                       ge + m->lay->off[E][GPT_WTE], N);
     }
-    TRY(io->release(io->arg, E));
+    GPT_TRY(io->release(io->arg, E));
     if (!train)
         return io->release(io->arg, F);
-    TRY(io->grad(io->arg, F, &gf));
+    GPT_TRY(io->grad(io->arg, F, &gf));
     memset(m->dres, 0, (size_t)(N * C) * sizeof(real));
     layernorm_backward(m->dres, gf + m->lay->off[F][GPT_LNF_W], gf + m->lay->off[F][GPT_LNF_B], m->dln,
                        m->resid[c->layers], m->lnf_mean, m->lnf_rstd, f + m->lay->off[F][GPT_LNF_W], N, C);
-    TRY(io->grad_done(io->arg, F));
-    TRY(io->release(io->arg, F));
-    TRY(backward_blocks(m, io, B));
+    GPT_TRY(io->grad_done(io->arg, F));
+    GPT_TRY(io->release(io->arg, F));
+    GPT_TRY(backward_blocks(m, io, B));
     embed_backward(ge + m->lay->off[E][GPT_WTE], ge + m->lay->off[E][GPT_WPE], m->dres, in, B, T, C);
     return io->grad_done(io->arg, E);
 }
