@@ -9,7 +9,8 @@
  * - bits: the AVX512 path (where the CPU has it) equals the generic one, and an element's result does not
  *   depend on where it lies in the array (whole-array calls against one-element calls, all lengths 1-67),
  *   which is what keeps the passes' bits independent of the thread count; bf16 accumulation equals the
- *   one-element formula (its rounding is test_mm16's). */
+ *   one-element formula (its rounding is test_mm16's); GELU and its derivative fused with bf16 rounding
+ *   give what the separate passes give. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +189,38 @@ static void check_rows(const struct gpt_vmath *v)
     CHECK(worst <= 1e-6, "%s rows: relative error %.2e", v->name, worst);
 }
 
+/* GELU fused with bf16 rounding against GELU, then to_bf16, on lengths 1-67 (the tails), values around the
+ * rounding's ties included: the differences */
+static int check_fused(const struct gpt_vmath *v)
+{
+    enum { M = 67 };
+    float x[M], y[M], d[M], d2[M];
+    uint16_t h[M], h2[M], e[M], e2[M];
+    int bad = 0;
+
+    for (int i = 0; i < M; i++)
+        x[i] = (float)(16 * uniform() - 8);
+    for (int n = 1; n <= M; n++) {
+        memset(h, 0, sizeof(h));
+        memset(h2, 0, sizeof(h2));
+        memset(e, 0, sizeof(e));
+        memset(e2, 0, sizeof(e2));
+        v->gelu_forward(y, x, n);
+        v->to_bf16(h, y, n);
+        v->gelu_forward16(h2, x, n);
+        for (int i = 0; i < M; i++)
+            d[i] = d2[i] = (float)(uniform() - 0.5);
+        v->gelu_backward(d, x, n);
+        v->to_bf16(e, d, n);
+        v->gelu_backward16(d2, e2, x, n);
+        int diff = memcmp(h, h2, sizeof(h)) || memcmp(e, e2, sizeof(e)) || memcmp(d, d2, sizeof(d));
+        if (diff && bad < 5)
+            printf("%s: fused gelu and bf16 rounding differ from the two passes at length %d\n", v->name, n);
+        bad += diff;
+    }
+    return bad;
+}
+
 /* every function on lengths 1-67: path against path, and whole arrays against one element at a time */
 static void check_bits(const struct gpt_vmath *g, const struct gpt_vmath *f)
 {
@@ -241,6 +274,7 @@ static void check_bits(const struct gpt_vmath *g, const struct gpt_vmath *f)
         memcpy(&u, &s, 4);
         bad += acc[1][i] != (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
     }
+    bad += check_fused(g) + (f != g ? check_fused(f) : 0);
     printf("bits: %s against %s, whole arrays against single elements: %d differences\n", f->name, g->name, bad);
     CHECK(!bad, "%d differences in bits", bad);
 }

@@ -5,6 +5,7 @@
  * passes (GPT_FAST) take attention through matrix products (attention.c) and their exp, GELU, softmax and
  * cross-entropy from vmath.h's 16-lane kernels; the double passes keep the plain loops, the reference. */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 #include <cblas.h>  /* defines: cblas_sgemm, cblas_dgemm */
 #if GPT_MM16
@@ -26,36 +27,46 @@ struct mat {
     const uint16_t *h;
 };
 
-/* y[N, out] = x[N, in] @ w[in, out] + b. In bf16, x is rounded into x16 [N, in] first. */
-static void linear_forward(real *y, const real *x, struct mat w, uint16_t *x16, const real *b, int64_t N, int64_t in,
-                           int64_t out)
+/* y[N, out] = x[N, in] @ w[in, out] + b (+ res, the residual stream, when given: one pass adds both, in the
+ * order (x @ w + b) + res). In bf16, x rounded lies in x16 [N, in]: rounded here unless x16_ready; the
+ * backward reads it there again. */
+static void linear_forward(real *y, const real *x, struct mat w, uint16_t *x16, bool x16_ready, const real *b,
+                           const real *res, int64_t N, int64_t in, int64_t out)
 {
 #if GPT_MM16
     if (w.h) {
-        gpt_f32_to_bf16(x16, x, N * in);
+        if (!x16_ready)
+            gpt_f32_to_bf16(x16, x, N * in);
         gpt_mm16(false, false, N, out, in, x16, in, w.h, out, 0, y, out);
     } else
 #endif
         GPT_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)N, (int)out, (int)in, 1, x, (int)in, w.f, (int)out, 0,
                  y, (int)out);
     (void)x16;
-    if (!b)
+    (void)x16_ready;
+    if (!b && !res)
         return;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < N; i++)
-        for (int64_t j = 0; j < out; j++)
-            y[i * out + j] += b[j];
+    for (int64_t i = 0; i < N; i++) {
+        real *yi = y + i * out;
+        if (b)
+            for (int64_t j = 0; j < out; j++)
+                yi[j] += b[j];
+        if (res)
+            for (int64_t j = 0; j < out; j++)
+                yi[j] += res[i * out + j];
+    }
 }
 
-/* dx = dy @ w^T (overwritten); dw += x^T @ dy; db += column sums of dy. In bf16, x and dy are rounded into
- * x16 [N, in] and dy16 [N, out]; dw still sums in fp32. */
-static void linear_backward(real *dx, real *dw, real *db, const real *dy, const real *x, struct mat w, uint16_t *x16,
-                            uint16_t *dy16, int64_t N, int64_t in, int64_t out)
+/* dx = dy @ w^T (overwritten); dw += x^T @ dy; db += column sums of dy. In bf16, x16 holds x rounded (by the
+ * forward) and dy is rounded into dy16 [N, out] unless dy16_ready; dw still sums in fp32. */
+static void linear_backward(real *dx, real *dw, real *db, const real *dy, const real *x, struct mat w,
+                            const uint16_t *x16, uint16_t *dy16, bool dy16_ready, int64_t N, int64_t in, int64_t out)
 {
 #if GPT_MM16
     if (w.h) {
-        gpt_f32_to_bf16(dy16, dy, N * out);
-        gpt_f32_to_bf16(x16, x, N * in);
+        if (!dy16_ready)
+            gpt_f32_to_bf16(dy16, dy, N * out);
         gpt_mm16(false, true, N, in, out, dy16, out, w.h, out, 0, dx, in);
         gpt_mm16(true, false, in, out, N, x16, in, dy16, out, 1, dw, out);
     } else
@@ -68,6 +79,7 @@ static void linear_backward(real *dx, real *dw, real *db, const real *dy, const 
     }
     (void)x16;
     (void)dy16;
+    (void)dy16_ready;
     if (!db)
         return;
     for (int64_t i = 0; i < N; i++)

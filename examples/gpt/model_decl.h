@@ -26,7 +26,8 @@ struct GPT_SUF(gpt_block_acts) {
     GPT_REAL *atty;                        /* [N, C] attention output before its projection */
     GPT_REAL *res2;                        /* [N, C] residual after attention */
     GPT_REAL *ln2, *ln2_mean, *ln2_rstd;
-    GPT_REAL *fch, *fchg;                  /* [N, 4C] before and after GELU */
+    GPT_REAL *fch, *fchg;                  /* [N, 4C] before and after GELU (fchg unwritten in bf16) */
+    uint16_t *ln1_16, *atty16, *ln2_16, *fchg16; /* bf16 products: their inputs rounded, kept for backward */
 };
 
 struct GPT_SUF(gpt_model) {
@@ -39,7 +40,7 @@ struct GPT_SUF(gpt_model) {
     GPT_REAL *lnf, *lnf_mean, *lnf_rstd, *logits;
     GPT_REAL *dres, *dln, *dh, *dqkv, *datt; /* backward scratch */
     double *row_loss;
-    uint16_t *x16, *y16;                   /* bf16 products: activations and their gradients rounded to bf16 */
+    uint16_t *x16, *y16;                   /* bf16 products: the head's input rounded; gradients rounded */
 };
 
 int GPT_SUF(gpt_model_init)(struct GPT_SUF(gpt_model) *m, const struct gpt_config *cfg,

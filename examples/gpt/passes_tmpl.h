@@ -34,14 +34,24 @@ static void acts_alloc(acts_t *a, int64_t B, const struct gpt_config *c, int *fa
     a->ln2_rstd = alloc_real(N, fail);
     a->fch = alloc_real(N * 4 * C, fail);
     a->fchg = alloc_real(N * 4 * C, fail);
+#if GPT_MM16 /* untouched (no resident pages) unless the products run in bf16 */
+    a->ln1_16 = calloc((size_t)(N * C), sizeof(uint16_t));
+    a->atty16 = calloc((size_t)(N * C), sizeof(uint16_t));
+    a->ln2_16 = calloc((size_t)(N * C), sizeof(uint16_t));
+    a->fchg16 = calloc((size_t)(N * 4 * C), sizeof(uint16_t));
+    *fail |= !a->ln1_16 || !a->atty16 || !a->ln2_16 || !a->fchg16;
+#endif
 }
 
 static void acts_free(acts_t *a)
 {
     real *all[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att, a->atty, a->res2, a->ln2, a->ln2_mean,
                    a->ln2_rstd, a->fch, a->fchg};
+    uint16_t *all16[] = {a->ln1_16, a->atty16, a->ln2_16, a->fchg16};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         free(all[i]);
+    for (size_t i = 0; i < sizeof(all16) / sizeof(all16[0]); i++)
+        free(all16[i]);
 }
 
 int GPT_SUF(gpt_model_init)(model_t *m, const struct gpt_config *cfg, const struct gpt_layout *lay,
@@ -72,7 +82,7 @@ int GPT_SUF(gpt_model_init)(model_t *m, const struct gpt_config *cfg, const stru
     m->dqkv = alloc_real(N * 3 * C, &fail);
     m->datt = alloc_real(max_batch * cfg->heads * cfg->ctx * cfg->ctx, &fail);
 #if GPT_MM16 /* untouched (no resident pages) unless the products run in bf16 */
-    m->x16 = calloc((size_t)(N * 4 * C), sizeof(uint16_t));
+    m->x16 = calloc((size_t)(N * C), sizeof(uint16_t));
     m->y16 = calloc((size_t)(N * (cfg->vocab > 4 * C ? cfg->vocab : 4 * C)), sizeof(uint16_t));
     fail |= !m->x16 || !m->y16;
 #endif
@@ -122,23 +132,47 @@ static void tensors(const model_t *m, const io_t *io, int32_t unit, const real *
 
 #define MAT(k) ((struct mat){w[k], h[k]})
 
+/* GELU, and in bf16 its result rounded in the same pass (the fp32 one is then never read) */
+static void block_gelu(acts_t *a, bool mm16, int64_t n)
+{
+#if GPT_MM16
+    if (mm16) {
+        gpt_vmath()->gelu_forward16(a->fchg16, a->fch, n);
+        return;
+    }
+#endif
+    (void)mm16;
+    gelu_forward(a->fchg, a->fch, n);
+}
+
 static void block_forward(const model_t *m, const real *const *w, const uint16_t *const *h, const real *x, acts_t *a,
                           real *out, int64_t B)
 {
     int64_t T = m->cfg.ctx, C = m->cfg.dim, N = B * T;
+    bool fc16 = h[GPT_FCPROJ_W] != NULL;
 
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w[GPT_LN1_W], w[GPT_LN1_B], N, C);
-    linear_forward(a->qkv, a->ln1, MAT(GPT_QKV_W), m->x16, w[GPT_QKV_B], N, C, 3 * C);
+    linear_forward(a->qkv, a->ln1, MAT(GPT_QKV_W), a->ln1_16, false, w[GPT_QKV_B], NULL, N, C, 3 * C);
     attention_forward(a->atty, a->att, a->qkv, B, T, C, m->cfg.heads);
-    linear_forward(a->res2, a->atty, MAT(GPT_ATTPROJ_W), m->x16, w[GPT_ATTPROJ_B], N, C, C);
-    for (int64_t i = 0; i < N * C; i++)
-        a->res2[i] += x[i];
+    linear_forward(a->res2, a->atty, MAT(GPT_ATTPROJ_W), a->atty16, false, w[GPT_ATTPROJ_B], x, N, C, C);
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w[GPT_LN2_W], w[GPT_LN2_B], N, C);
-    linear_forward(a->fch, a->ln2, MAT(GPT_FC_W), m->x16, w[GPT_FC_B], N, C, 4 * C);
-    gelu_forward(a->fchg, a->fch, N * 4 * C);
-    linear_forward(out, a->fchg, MAT(GPT_FCPROJ_W), m->x16, w[GPT_FCPROJ_B], N, 4 * C, C);
-    for (int64_t i = 0; i < N * C; i++)
-        out[i] += a->res2[i];
+    linear_forward(a->fch, a->ln2, MAT(GPT_FC_W), a->ln2_16, false, w[GPT_FC_B], NULL, N, C, 4 * C);
+    block_gelu(a, fc16, N * 4 * C);
+    linear_forward(out, a->fchg, MAT(GPT_FCPROJ_W), a->fchg16, fc16, w[GPT_FCPROJ_B], a->res2, N, 4 * C, C);
+}
+
+/* d = dh * gelu'(fch) in place, and in bf16 also rounded into d16 for the next product */
+static void block_dgelu(real *d, uint16_t *d16, const acts_t *a, bool mm16, int64_t n)
+{
+#if GPT_MM16
+    if (mm16) {
+        gpt_vmath()->gelu_backward16(d, d16, a->fch, n);
+        return;
+    }
+#endif
+    (void)d16;
+    (void)mm16;
+    gelu_backward(d, a->fch, n);
 }
 
 /* m->dres holds the gradient at the block's output and leaves with the gradient at its input x */
@@ -147,15 +181,19 @@ static void block_backward(model_t *m, const real *const *w, const uint16_t *con
 {
     int64_t T = m->cfg.ctx, C = m->cfg.dim, N = B * T;
     real *dres = m->dres, *dln = m->dln;
-    uint16_t *x16 = m->x16, *y16 = m->y16;
+    uint16_t *y16 = m->y16;
+    bool fc16 = h[GPT_FC_W] != NULL;
 
-    linear_backward(m->dh, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fchg, MAT(GPT_FCPROJ_W), x16, y16, N, 4 * C, C);
-    gelu_backward(m->dh, a->fch, N * 4 * C);
-    linear_backward(dln, g[GPT_FC_W], g[GPT_FC_B], m->dh, a->ln2, MAT(GPT_FC_W), x16, y16, N, C, 4 * C);
+    linear_backward(m->dh, g[GPT_FCPROJ_W], g[GPT_FCPROJ_B], dres, a->fchg, MAT(GPT_FCPROJ_W), a->fchg16, y16, false,
+                    N, 4 * C, C);
+    block_dgelu(m->dh, y16, a, fc16, N * 4 * C);
+    linear_backward(dln, g[GPT_FC_W], g[GPT_FC_B], m->dh, a->ln2, MAT(GPT_FC_W), a->ln2_16, y16, fc16, N, C, 4 * C);
     layernorm_backward(dres, g[GPT_LN2_W], g[GPT_LN2_B], dln, a->res2, a->ln2_mean, a->ln2_rstd, w[GPT_LN2_W], N, C);
-    linear_backward(dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, MAT(GPT_ATTPROJ_W), x16, y16, N, C, C);
+    linear_backward(dln, g[GPT_ATTPROJ_W], g[GPT_ATTPROJ_B], dres, a->atty, MAT(GPT_ATTPROJ_W), a->atty16, y16, false,
+                    N, C, C);
     attention_backward(m->dqkv, m->datt, dln, a->att, a->qkv, B, T, C, m->cfg.heads);
-    linear_backward(dln, g[GPT_QKV_W], g[GPT_QKV_B], m->dqkv, a->ln1, MAT(GPT_QKV_W), x16, y16, N, C, 3 * C);
+    linear_backward(dln, g[GPT_QKV_W], g[GPT_QKV_B], m->dqkv, a->ln1, MAT(GPT_QKV_W), a->ln1_16, y16, false, N, C,
+                    3 * C);
     layernorm_backward(dres, g[GPT_LN1_W], g[GPT_LN1_B], dln, x, a->ln1_mean, a->ln1_rstd, w[GPT_LN1_W], N, C);
 }
 
@@ -222,8 +260,7 @@ static void head_backward(model_t *m, struct mat wte, real *gwte, int64_t N)
 
 #if GPT_MM16
     if (wte.h) {
-        gpt_f32_to_bf16(m->y16, m->logits, N * V);
-        gpt_f32_to_bf16(m->x16, m->lnf, N * C);
+        gpt_f32_to_bf16(m->y16, m->logits, N * V); /* m->x16 still holds lnf rounded by head_forward */
         gpt_mm16(false, false, N, C, V, m->y16, V, wte.h, C, 0, m->dln, C);
         gpt_mm16(true, false, V, C, N, m->y16, V, m->x16, C, 1, gwte, C);
         return;

@@ -20,6 +20,10 @@ struct gpt_vmath {
     void (*gelu_forward)(float *y, const float *x, int64_t n);
     /* d *= gelu'(x) */
     void (*gelu_backward)(float *d, const float *x, int64_t n);
+    /* fused with the rounding of the result (the bf16 products' input): h = bf16(gelu(x)); and
+     * d *= gelu'(x), h = bf16(d). The same bits as gelu_forward or gelu_backward followed by to_bf16. */
+    void (*gelu_forward16)(uint16_t *h, const float *x, int64_t n);
+    void (*gelu_backward16)(float *d, uint16_t *h, const float *x, int64_t n);
     /* a[0..n) = softmax(a[0..n)), a[n..len) = 0 */
     void (*softmax_causal)(float *a, int64_t n, int64_t len);
     /* In: d[0..n) the gradient at the probabilities p. Out: d[s] = scale * p[s] (d[s] - sum p d) for s < n,

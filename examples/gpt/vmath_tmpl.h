@@ -249,10 +249,28 @@ static void VM_SUF(add_bf16)(uint16_t *h, const float *g, int64_t n)
     }
 }
 
+/* GELU fused with the rounding of its result for the next bf16 matrix product (one pass, not two) */
+static void VM_SUF(gelu_forward16)(uint16_t *h, const float *x, int64_t n)
+{
+    VM_CHUNKS(n, i, k)
+        VM_SUF(hstore_part)(h + i, VM_SUF(bf16_round)(VM_SUF(gelu1)(VM_SUF(load_part)(x + i, k, 0))), k);
+}
+
+static void VM_SUF(gelu_backward16)(float *d, uint16_t *h, const float *x, int64_t n)
+{
+    VM_CHUNKS(n, i, k) {
+        vf r = VM_SUF(dgelu1)(VM_SUF(load_part)(d + i, k, 0), VM_SUF(load_part)(x + i, k, 0));
+        VM_SUF(store_part)(d + i, r, k);
+        VM_SUF(hstore_part)(h + i, VM_SUF(bf16_round)(r), k);
+    }
+}
+
 static const struct gpt_vmath VM_SUF(ops) = {
     .exp = VM_SUF(exp_array),
     .gelu_forward = VM_SUF(gelu_forward),
     .gelu_backward = VM_SUF(gelu_backward),
+    .gelu_forward16 = VM_SUF(gelu_forward16),
+    .gelu_backward16 = VM_SUF(gelu_backward16),
     .softmax_causal = VM_SUF(softmax_causal),
     .softmax_backward = VM_SUF(softmax_backward),
     .xent = VM_SUF(xent),
