@@ -10,7 +10,8 @@
  * much as a GPU would let happen some of the time. The legacy default stream (0) is one more stream: the
  * backend's streams are non-blocking, so nothing orders them with it.
  * Device memory is host memory filled with 0xff (NaN) at cudaMalloc; every copy and memset checks that its
- * device side lies inside one allocation. One emulated GPU per process. Calls are serialized by one lock. */
+ * device side lies inside one allocation. Each process emulates one GPU (ZS_CUDA_EMU_GPUS=N: it sees N and
+ * drives the one it sets). Calls are serialized by one lock. */
 #ifndef ZS_CUDA_EMU_RUNTIME_API_H
 #define ZS_CUDA_EMU_RUNTIME_API_H
 

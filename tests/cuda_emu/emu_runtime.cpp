@@ -194,37 +194,55 @@ cudaError_t cudaPeekAtLastError(void)
 
 /* ---------------------------------------------------------------- the device */
 
+/* ZS_CUDA_EMU_GPUS=N: the GPUs each process sees (1 by default). Each process emulates the one it picks on its
+ * own; ranks that pick the same ordinal share it (the same PCI address), as on one host. */
+static int gpus(void)
+{
+    const char *e = getenv("ZS_CUDA_EMU_GPUS");
+    int n = e ? atoi(e) : 1;
+
+    return n < 1 ? 1 : n > 16 ? 16 : n;
+}
+
+static int current;
+
 cudaError_t cudaGetDeviceCount(int *n)
 {
-    *n = 1;
+    *n = gpus();
     return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice, "cudaSetDevice"); }
+cudaError_t cudaSetDevice(int d)
+{
+    if (d < 0 || d >= gpus())
+        return fail(cudaErrorInvalidDevice, "cudaSetDevice");
+    current = d;
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetDevice(int *d)
 {
-    *d = 0;
+    *d = current;
     return cudaSuccess;
 }
 
-/* Every process's emulated GPU has the same address: ranks on one host share it, as they would one GPU. */
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d)
 {
-    if (d != 0 || len < 1)
+    if (d < 0 || d >= gpus() || len < 1)
         return fail(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId");
-    snprintf(bus, (size_t)len, "0000:00:00.0");
+    snprintf(bus, (size_t)len, "0000:%02x:00.0", d + 1);
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 {
-    if (d != 0)
+    if (d < 0 || d >= gpus())
         return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties");
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "ZeroShard CUDA emulator (tests/cuda_emu)");
     p->totalGlobalMem = (size_t)16 << 30;
     p->major = 9;
+    p->pciBusID = d + 1;
     p->multiProcessorCount = 4;
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
