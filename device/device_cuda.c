@@ -53,7 +53,10 @@ static void *cuda_alloc(struct zs_device *d, size_t bytes)
 
     if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess)
         return NULL;
-    if (cudaMemset(p, 0, bytes ? bytes : 64) != cudaSuccess) {
+    /* cudaMemset queues on the legacy default stream and, on device memory, returns before it runs; our
+     * streams are non-blocking, so nothing would order a later upload on the compute stream after the zeroing
+     * (tests/cuda_emu found it): it is done before the memory is handed out */
+    if (cudaMemset(p, 0, bytes ? bytes : 64) != cudaSuccess || cudaStreamSynchronize(0) != cudaSuccess) {
         cudaFree(p);
         return NULL;
     }

@@ -4,6 +4,7 @@
 
 #include "comm_cuda.h"
 #include "convert.h"   /* defines: zs_cvt_* */
+#include "cuda_launch.h" /* defines: ZS_LAUNCH */
 #include "zeroshard.h" /* defines: ZS_DTYPE_* */
 
 enum { THREADS = 256 };
@@ -55,8 +56,8 @@ extern "C" int zs_cuda_sum_ranks(const void *stage, int dt_in, void *out, int dt
 {
     if (count <= 0)
         return 0;
-    sum_ranks<<<grid_for(count), THREADS, 0, (cudaStream_t)stream>>>((const char *)stage, dt_in, out, dt_out, count,
-                                                                      nranks, scale);
+    ZS_LAUNCH(sum_ranks, grid_for(count), THREADS, (cudaStream_t)stream)((const char *)stage, dt_in, out, dt_out,
+                                                                         count, nranks, scale);
     return (int)cudaGetLastError();
 }
 
@@ -64,6 +65,6 @@ extern "C" int zs_cuda_scale(float *buf, int64_t count, float scale, void *strea
 {
     if (count <= 0)
         return 0;
-    scale_f32<<<grid_for(count), THREADS, 0, (cudaStream_t)stream>>>(buf, count, scale);
+    ZS_LAUNCH(scale_f32, grid_for(count), THREADS, (cudaStream_t)stream)(buf, count, scale);
     return (int)cudaGetLastError();
 }

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "convert.h" /* defines: zs_elem_get, zs_elem_set */
+#include "cuda_launch.h" /* defines: ZS_LAUNCH */
 #include "gradops.h"
 
 enum { THREADS = 256 };
@@ -53,7 +54,7 @@ extern "C" int zs_cuda_grad_accumulate(void *dst, const void *src, zs_dtype dt, 
 {
     if (n <= 0)
         return 0;
-    accumulate_kernel<<<blocks(n), THREADS, 0, (cudaStream_t)stream>>>(dst, src, (int)dt, n);
+    ZS_LAUNCH(accumulate_kernel, blocks(n), THREADS, (cudaStream_t)stream)(dst, src, (int)dt, n);
     return (int)cudaGetLastError();
 }
 
@@ -61,7 +62,7 @@ extern "C" int zs_cuda_grad_scale(void *x, zs_dtype dt, int64_t n, float f, void
 {
     if (n <= 0)
         return 0;
-    scale_kernel<<<blocks(n), THREADS, 0, (cudaStream_t)stream>>>(x, (int)dt, n, f);
+    ZS_LAUNCH(scale_kernel, blocks(n), THREADS, (cudaStream_t)stream)(x, (int)dt, n, f);
     return (int)cudaGetLastError();
 }
 
@@ -69,7 +70,7 @@ extern "C" int zs_cuda_grad_convert(void *dst, zs_dtype dt, const float *src, in
 {
     if (n <= 0)
         return 0;
-    convert_kernel<<<blocks(n), THREADS, 0, (cudaStream_t)stream>>>(dst, (int)dt, src, n);
+    ZS_LAUNCH(convert_kernel, blocks(n), THREADS, (cudaStream_t)stream)(dst, (int)dt, src, n);
     return (int)cudaGetLastError();
 }
 
@@ -89,8 +90,8 @@ extern "C" int zs_cuda_grad_sumsq(const void *const *x, const int64_t *n, int32_
         return (int)e;
     if ((e = cudaMemcpyAsync(d, x, b, cudaMemcpyHostToDevice, s)) == cudaSuccess &&
         (e = cudaMemcpyAsync(d + b, n, b, cudaMemcpyHostToDevice, s)) == cudaSuccess) {
-        sumsq_kernel<<<(unsigned)((count + 127) / 128), 128, 0, s>>>((const void *const *)d, (const int64_t *)(d + b),
-                                                                    count, (int)dt, (double *)(d + 2 * b));
+        ZS_LAUNCH(sumsq_kernel, (unsigned)((count + 127) / 128), 128, s)((const void *const *)d, (const int64_t *)(d + b),
+                                                                         count, (int)dt, (double *)(d + 2 * b));
         e = cudaGetLastError();
     }
     if (e == cudaSuccess)

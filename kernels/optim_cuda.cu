@@ -4,6 +4,7 @@
  * scalar reference's bits; tests/test_device.c holds them equal. */
 #include <cuda_runtime.h>
 
+#include "cuda_launch.h" /* defines: ZS_LAUNCH */
 #include "device.h" /* defines: struct zs_optim_launch, zs_cuda_optim_launch */
 #include "optim_elem.h" /* defines: zs_adam_elem, zs_sgd_elem, zs_lion_elem, zs_adagrad_elem */
 
@@ -141,7 +142,7 @@ extern "C" int zs_cuda_optim_launch(const struct zs_optim_launch *l, void *strea
             break;
         if (blocks > 0x7fffffff)
             return (int)cudaErrorInvalidConfiguration;
-        fn<<<(unsigned)blocks, THREADS, 0, (cudaStream_t)stream>>>(a);
+        ZS_LAUNCH(fn, (unsigned)blocks, THREADS, (cudaStream_t)stream)(a);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)
             return (int)e;

@@ -83,6 +83,8 @@ static void t_reduce_scatter(struct zs_nccl *n, zs_dtype dt_in, zs_dtype dt_out,
     fill(h, rank, dt_in, count);
     reference(want, dt_in, dt_out, count, scale);
     st = dev.ops->copy(&dev, d, h, in_bytes, ZS_COPY_H2D, NULL);
+    if (!st) /* NCCL's stream is not ordered after the default stream's upload (tests/cuda_emu found it) */
+        st = dev.ops->stream_sync(&dev, NULL);
     if (!st)
         st = zs_nccl_reduce_scatter(n, d, dt_in, out, dt_out, count, scale, NULL);
     if (!st)

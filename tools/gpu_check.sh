@@ -27,7 +27,7 @@ line "gpu" "$gpus visible: $(nvidia-smi -L | head -1)"
 
 t0=$(date +%s)
 if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZS_CUDA=ON -DZS_WERROR=ON &&
-       cmake --build "$dir" -j "$(nproc)" --target test_device test_nccl test_staged test_devpath zs-bench zs-train-mlp; } > "$log" 2>&1; then
+       cmake --build "$dir" -j "$(nproc)" --target test_device test_comm_cuda test_nccl test_staged test_devpath zs-bench zs-train-mlp; } > "$log" 2>&1; then
   line "build (ZS_CUDA=ON, -Werror)" "FAIL (see $log)"
   exit 1
 fi
@@ -42,6 +42,11 @@ case $rc in
   77) line "CUDA kernels = CPU bits" "SKIP ($(echo "$out" | tail -1))" ;;
   *) line "CUDA kernels = CPU bits" "FAIL rc $rc ($(echo "$out" | grep -m1 FAIL))"; fail=1 ;;
 esac
+
+# the collectives' kernels (the rank-order sum, fp32/bf16/fp16, and the scale) = comm/comm.c's bits, 2 ranks
+out=$(timeout 120 mpirun --oversubscribe -np 2 "$dir/tests/test_comm_cuda" 2>&1); rc=$?
+echo "$out" >> "$log"
+verdict "comm kernels = comm.c bits np2" $rc "$out"
 
 # the NCCL transport: ordered reduce-scatter = comm/comm.c's rank-order sum bit for bit, all-gather, all-reduce
 for n in 1 2; do

@@ -1,20 +1,33 @@
-/* cuda_runtime.h (tests/cuda_emu) - a CPU stand-in for the few CUDA runtime calls and kernel features that
- * examples/gpt/gpt_cuda.cu uses, so that its kernels and its walk over the units run (slowly) where no GPU
- * is: tests/test_gpt_cuda_emu.cpp compiles gpt_cuda.cu with g++ and this directory first on the include path.
- * Device memory is host memory; each CUDA thread is a fiber (ucontext), a warp's 32 run in turn and meet at
- * every shuffle and __syncwarp, so warp-level code runs as on a GPU. Launches are synchronous; a kernel
- * that reads or writes out of bounds is caught by AddressSanitizer like any host code. Not a general CUDA. */
+/* cuda_runtime.h (tests/cuda_emu) - a CPU stand-in for the CUDA kernel language, on top of the host API of
+ * cuda_runtime_api.h, so that CUDA sources compiled with g++ and this directory first on the include path run
+ * where no GPU is: examples/gpt/gpt_cuda.cu (tests/test_gpt_cuda_emu.cpp) and the .cu files of kernels/
+ * (the _emu.cpp files here). A launch is queued on its stream like any other work (cuda_runtime_api.h says
+ * when queued work runs) with its arguments copied, as CUDA copies them. GK_LAUNCH runs each CUDA thread as
+ * a fiber (ucontext): a warp's 32 run in turn and meet at every shuffle and __syncwarp, so warp-level code runs
+ * as on a GPU. ZS_LAUNCH, for kernels without warp-level code, calls the kernel once per thread, blocks and
+ * threads in reverse order, so a kernel whose threads depend on each other's order shows. A kernel that reads
+ * or writes out of bounds is caught by AddressSanitizer like any host code. Not a general CUDA. */
 #ifndef ZS_CUDA_EMU_RUNTIME_H
 #define ZS_CUDA_EMU_RUNTIME_H
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ucontext.h>
 
+#include <functional>
+#include <tuple>
+#include <type_traits>
+
+#include "cuda_runtime_api.h"
+
 #define __global__
 #define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
 
 struct dim3 {
     unsigned x, y, z;
@@ -23,59 +36,6 @@ struct dim3 {
 
 /* the running fiber's coordinates, set by the scheduler before each switch into a lane */
 static dim3 blockIdx, threadIdx, blockDim, gridDim;
-
-/* ---------------------------------------------------------------- the runtime's calls */
-
-enum cudaError_t { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1 };
-enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
-typedef struct emu_stream *cudaStream_t;
-#define cudaStreamNonBlocking 1
-
-static inline const char *cudaGetErrorString(cudaError_t e) { return e ? "emulated failure" : "no error"; }
-static inline const char *cudaGetErrorName(cudaError_t e) { return e ? "cudaErrorEmulated" : "cudaSuccess"; }
-static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-static inline cudaError_t cudaGetDeviceCount(int *n)
-{
-    *n = 1;
-    return cudaSuccess;
-}
-static inline cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
-static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned)
-{
-    *s = (cudaStream_t)malloc(1);
-    return *s ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-static inline cudaError_t cudaStreamDestroy(cudaStream_t s)
-{
-    free(s);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-
-/* fresh device memory holds NaN bytes (0xff), so a value read before it is written shows in the results */
-static inline cudaError_t cudaMalloc(void **p, size_t bytes)
-{
-    *p = malloc(bytes ? bytes : 1);
-    if (!*p)
-        return cudaErrorMemoryAllocation;
-    memset(*p, 0xff, bytes);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaFree(void *p)
-{
-    free(p);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind, cudaStream_t)
-{
-    memcpy(dst, src, bytes);
-    return cudaSuccess;
-}
-static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t)
-{
-    memset(p, v, bytes);
-    return cudaSuccess;
-}
 
 /* ---------------------------------------------------------------- fibers: one warp at a time */
 
@@ -89,11 +49,19 @@ struct emu_warp {
     void (*body)(void *);    /* runs the kernel for the current lane */
     void *arg;
     char *stacks;
+    bool fibers;             /* a GK_LAUNCH is running (ZS_LAUNCH has no warps to meet in) */
 };
 static emu_warp emu_w;
 
 /* back to the scheduler: the lane waits there until every lane of the warp has reached the same point */
-static inline void emu_yield(void) { swapcontext(&emu_w.lane[emu_w.cur], &emu_w.sched); }
+static inline void emu_yield(void)
+{
+    if (!emu_w.fibers) {
+        fprintf(stderr, "cuda_emu: a warp-level call in a kernel launched with ZS_LAUNCH (use fibers)\n");
+        abort();
+    }
+    swapcontext(&emu_w.lane[emu_w.cur], &emu_w.sched);
+}
 
 static inline void __syncwarp(unsigned = 0xffffffffu) { emu_yield(); }
 
@@ -147,31 +115,82 @@ static inline void emu_run(dim3 grid, unsigned threads, void (*body)(void *), vo
         abort();
     emu_w.body = body;
     emu_w.arg = arg;
+    emu_w.fibers = true;
     gridDim = grid;
     blockDim = dim3(threads);
     for (unsigned by = 0; by < grid.y; by++)
         for (unsigned bx = 0; bx < grid.x; bx++)
             for (unsigned w0 = 0; w0 < threads; w0 += 32)
                 emu_run_warp(dim3(bx, by), w0, threads - w0 < 32 ? threads - w0 : 32);
+    emu_w.fibers = false;
 }
 
-/* GK_LAUNCH(kernel, grid, stream)(args...): the kernel with its arguments, for every thread */
+/* runs body once per thread, the last block's last thread first */
+static inline void emu_run_plain(dim3 grid, unsigned threads, const std::function<void()> &body)
+{
+    gridDim = grid;
+    blockDim = dim3(threads);
+    for (unsigned by = grid.y; by-- > 0;)
+        for (unsigned bx = grid.x; bx-- > 0;)
+            for (unsigned t = threads; t-- > 0;) {
+                blockIdx = dim3(bx, by);
+                threadIdx = dim3(t);
+                body();
+            }
+}
+
+/* emu_runtime.cpp: queues work on a stream; records a launch's configuration error for cudaGetLastError */
+void emu_enqueue(cudaStream_t s, std::function<void()> op);
+void emu_launch_error(cudaError_t e, const char *what);
+/* whether a kernel may dereference p: device memory, or pinned host memory (mapped, as CUDA maps it) */
+bool emu_device_visible(const void *p);
+
+/* a pointer argument must be one the GPU can reach (null passes): pageable host memory would fault there */
+template <typename T> static inline bool emu_arg_ok(const T &a)
+{
+    if constexpr (std::is_pointer<T>::value)
+        return !a || emu_device_visible((const void *)a);
+    else
+        return true;
+}
+
+/* kernel(args...) for every thread of the grid, queued on the stream; the arguments are converted to the
+ * kernel's parameter types and copied now, as a CUDA launch copies them */
 template <typename... P> struct emu_launch {
     void (*k)(P...);
     dim3 grid;
     unsigned threads;
+    cudaStream_t stream;
+    bool fibers;
     template <typename... A> void operator()(A... a)
     {
+        if (!threads || threads > 1024 || !grid.x || !grid.y || grid.y > 65535)
+            return emu_launch_error(cudaErrorInvalidConfiguration, "kernel launch");
         void (*kernel)(P...) = k;
-        auto bound = [&]() { kernel(((P)a)...); };
-        using B = decltype(bound);
-        emu_run(grid, threads, [](void *p) { (*(B *)p)(); }, &bound);
+        std::tuple<P...> args(((P)a)...);
+        bool visible = std::apply([](const auto &...x) { return (emu_arg_ok(x) && ...); }, args);
+        if (!visible)
+            return emu_launch_error(cudaErrorInvalidValue, "kernel launch with a pointer to pageable host memory");
+        dim3 g = grid;
+        unsigned n = threads;
+        if (fibers)
+            emu_enqueue(stream, [kernel, args, g, n]() {
+                auto bound = [&]() { std::apply(kernel, args); };
+                using B = decltype(bound);
+                emu_run(g, n, [](void *p) { (*(B *)p)(); }, &bound);
+            });
+        else
+            emu_enqueue(stream, [kernel, args, g, n]() { emu_run_plain(g, n, [&]() { std::apply(kernel, args); }); });
     }
 };
-template <typename... P> static emu_launch<P...> emu_make_launch(void (*k)(P...), dim3 grid, unsigned threads)
+template <typename... P>
+static emu_launch<P...> emu_make_launch(void (*k)(P...), dim3 grid, unsigned threads, cudaStream_t s, bool fibers)
 {
-    return emu_launch<P...>{k, grid, threads};
+    return emu_launch<P...>{ k, grid, threads, s, fibers };
 }
-#define GK_LAUNCH(kernel, grid, stream) emu_make_launch(kernel, dim3(grid), GK_THREADS)
+/* GK_LAUNCH(kernel, grid, stream)(args...): examples/gpt's spelling, warp-level code allowed */
+#define GK_LAUNCH(kernel, grid, stream) emu_make_launch(kernel, dim3(grid), GK_THREADS, (stream), true)
+/* ZS_LAUNCH(kernel, grid, threads, stream)(args...): kernels/cuda_launch.h's spelling */
+#define ZS_LAUNCH(kernel, grid, threads, stream) emu_make_launch(kernel, dim3(grid), (threads), (stream), false)
 
 #endif /* ZS_CUDA_EMU_RUNTIME_H */
