@@ -356,6 +356,22 @@ static void test_pin_refused(int rank, int world)
     zs_finalize(ctx);
 }
 
+/* The caller's thread as the kernel binds it (the real topology, read back): PU 1 alone. */
+static bool bound_to_pu1(void)
+{
+    hwloc_topology_t t;
+    hwloc_bitmap_t set = hwloc_bitmap_alloc();
+    bool ok = set && !hwloc_topology_init(&t);
+
+    if (ok) {
+        ok = !hwloc_topology_load(t) && !hwloc_get_cpubind(t, set, HWLOC_CPUBIND_THREAD) && hwloc_bitmap_isset(set, 1) &&
+             hwloc_bitmap_weight(set) == 1;
+        hwloc_topology_destroy(t);
+    }
+    hwloc_bitmap_free(set);
+    return ok;
+}
+
 /* ZS_TEST_DEVICE_PCI names the device's bus id and HWLOC_XMLFILE the topology above (HWLOC_THISSYSTEM: bind on
  * this machine): the engine finds NUMA node 1 and moves its threads to the core there. */
 static void test_engine_placement(int rank)
@@ -381,6 +397,7 @@ static void test_engine_placement(int rank)
         CHECK(ctx->place.numa == 1, "rank %d: NUMA node %d, expected 1 (%s)", rank, ctx->place.numa, ctx->place.desc);
         CHECK(strstr(ctx->place.desc, "PCI 00000000:3B:00.0, NUMA node 1") && strstr(ctx->place.desc, "core 1-1"),
               "placement: %s", ctx->place.desc);
+        CHECK(bound_to_pu1(), "rank %d: the caller's thread is not bound to PU 1, the core near the device", rank);
         CHECK(one_step(ctx, unit) == ZS_OK, "a step: %s", zs_last_error());
     }
     zs_finalize(ctx);
