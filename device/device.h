@@ -79,9 +79,14 @@ struct zs_device_ops {
      * fixed order. out is host memory and holds them on return (after the work queued on s). */
     zs_status (*sumsq)(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
                        double *out, struct zs_dev_stream *s);
-    /* Pins host memory for asynchronous copies (cudaHostRegister); nothing to do on the CPU. */
+    /* Pins host memory for asynchronous copies (cudaHostRegister): the offload staging, the host-staged
+     * collectives' scratch and the host pool (offload.c: zs_offload_pin); nothing to do on the CPU. The separate
+     * test device records each range and refuses an overlapping one or an unknown unregister, as CUDA does. */
     zs_status (*host_register)(struct zs_device *d, void *p, size_t bytes);
     void (*host_unregister)(struct zs_device *d, void *p);
+    /* The PCI bus id of the processor ("0000:3b:00.0", cudaDeviceGetPCIBusId), to place the rank's threads and
+     * host pool near it (device/placement.c); NULL (the op) where there is none to place near (the CPU). */
+    zs_status (*pci_bus_id)(struct zs_device *d, char *buf, size_t len);
 };
 
 struct zs_device {
@@ -109,6 +114,12 @@ extern const struct zs_device_ops zs_device_cuda_ops; /* device_cuda.c, or devic
 zs_status zs_device_open(struct zs_device *d, const char *name, const char *key, struct zs_pool *pool,
                          enum zs_kpath kpath, int32_t local_rank, int32_t local_size);
 void zs_device_close(struct zs_device *d);
+
+/* Test hooks of the separate device (its pins are one registry per process): whether [p, p + bytes) lies inside
+ * one range pinned through it; how many ranges are pinned now, -1 once an unregister named no pinned range.
+ * ZS_TEST_PIN_FAIL=1 makes it refuse every pin, as a GPU refuses one over the locked-memory limit. */
+bool zs_device_separate_pinned(const void *p, size_t bytes);
+int zs_device_separate_pin_count(void);
 
 /* The CUDA optimizer kernels (kernels/optim_cuda.cu): every tensor of l in one launch on `stream` (a
  * cudaStream_t). 0, or the cudaError_t of the launch. */

@@ -1,6 +1,7 @@
 /* device_cpu.c - the CPU as the device: host memory, memcpy, and the optimizer kernels of kernels/ run
  * through the rank's thread pool. Work runs on the caller, in call order, so streams and events are
  * tokens and synchronizing is free. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,11 +180,16 @@ const struct zs_device_ops zs_device_cpu_ops = {
 static bool sep_tagged(const void *p) { return ((uintptr_t)p & SEP_TAG) != 0; }
 static void *sep_host(const void *p) { return (void *)((uintptr_t)p & ~SEP_TAG); }
 
+/* 256-byte aligned and zero-filled, as cudaMalloc's memory (the device arena's blocks inherit the alignment). */
 static void *sep_alloc(struct zs_device *d, size_t bytes)
 {
-    void *p = cpu_alloc(d, bytes);
+    void *p = NULL;
+    size_t sz = bytes ? (bytes + 255) / 256 * 256 : 256;
 
-    return p ? (void *)((uintptr_t)p | SEP_TAG) : NULL;
+    if (posix_memalign(&p, 256, sz))
+        return NULL;
+    memset(p, 0, sz);
+    return (void *)((uintptr_t)p | SEP_TAG);
 }
 
 static void sep_free(struct zs_device *d, void *p)
@@ -295,11 +301,72 @@ static int32_t sep_count(void)
     return 1;
 }
 
+/* Pinned host ranges, as the CUDA runtime keeps them: an overlapping registration is refused, an unregister
+ * must name a registered start. */
+#define SEP_PINS 64
+static struct { const char *p; size_t n; } sep_pins[SEP_PINS];
+static int sep_npins, sep_bad_unpin;
+
+static zs_status sep_host_register(struct zs_device *d, void *p, size_t bytes)
+{
+    const char *c = p, *hook = getenv("ZS_TEST_PIN_FAIL");
+
+    if (!p || !bytes || sep_tagged(p))
+        return zs_fail(ZS_ERR_INVALID, "separate test device: pinning %zu bytes at %p, which is not host memory", bytes, p);
+    if (hook && *hook && strcmp(hook, "0"))
+        return zs_fail(ZS_ERR_NOMEM, "separate test device: pinning %zu bytes refused (ZS_TEST_PIN_FAIL)", bytes);
+    for (int i = 0; i < sep_npins; i++)
+        if (c < sep_pins[i].p + sep_pins[i].n && sep_pins[i].p < c + bytes)
+            return zs_fail(ZS_ERR_INVALID, "separate test device: %zu bytes at %p overlap a pinned range", bytes, p);
+    if (sep_npins == SEP_PINS)
+        return zs_fail(ZS_ERR_NOMEM, "separate test device: more than %d pinned ranges", SEP_PINS);
+    sep_pins[sep_npins].p = c;
+    sep_pins[sep_npins++].n = bytes;
+    return ZS_OK;
+}
+
+static void sep_host_unregister(struct zs_device *d, void *p)
+{
+    for (int i = 0; i < sep_npins; i++)
+        if (sep_pins[i].p == p) {
+            sep_pins[i] = sep_pins[--sep_npins];
+            return;
+        }
+    sep_bad_unpin = 1;
+}
+
+bool zs_device_separate_pinned(const void *p, size_t bytes)
+{
+    const char *c = p;
+
+    for (int i = 0; i < sep_npins; i++)
+        if (c >= sep_pins[i].p && bytes <= sep_pins[i].n && (size_t)(c - sep_pins[i].p) <= sep_pins[i].n - bytes)
+            return true;
+    return false;
+}
+
+int zs_device_separate_pin_count(void)
+{
+    return sep_bad_unpin ? -1 : sep_npins;
+}
+
+/* A test may name a PCI bus id for the device (ZS_TEST_DEVICE_PCI), to drive the placement near it. */
+static zs_status sep_pci_bus_id(struct zs_device *d, char *buf, size_t len)
+{
+    const char *id = getenv("ZS_TEST_DEVICE_PCI");
+
+    if (!id || !*id)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "separate test device: no PCI bus id (ZS_TEST_DEVICE_PCI)");
+    snprintf(buf, len, "%s", id);
+    return ZS_OK;
+}
+
 const struct zs_device_ops zs_device_separate_ops = {
     .name = "cpu (separate test device)", .count = sep_count, .open = cpu_open, .close = cpu_close,
     .alloc = sep_alloc, .free = sep_free, .copy = sep_copy, .stream_create = cpu_stream_create,
     .stream_free = cpu_stream_free, .stream_sync = cpu_stream_sync, .event_create = cpu_event_create,
     .event_free = cpu_event_free, .event_record = cpu_event_record, .stream_wait = cpu_stream_wait,
     .optim = sep_optim, .zero = sep_zero, .accumulate = sep_accumulate, .scale = sep_scale, .convert = sep_convert,
-    .sumsq = sep_sumsq, .host_register = cpu_host_register, .host_unregister = cpu_host_unregister,
+    .sumsq = sep_sumsq, .host_register = sep_host_register, .host_unregister = sep_host_unregister,
+    .pci_bus_id = sep_pci_bus_id,
 };

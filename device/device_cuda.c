@@ -192,11 +192,18 @@ static void cuda_host_unregister(struct zs_device *d, void *p)
     cudaHostUnregister(p);
 }
 
+static zs_status cuda_pci_bus_id(struct zs_device *d, char *buf, size_t len)
+{
+    cudaError_t e = cudaDeviceGetPCIBusId(buf, (int)len, d->ordinal);
+
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaDeviceGetPCIBusId");
+}
+
 const struct zs_device_ops zs_device_cuda_ops = {
     .name = "cuda", .count = cuda_count, .open = cuda_open, .close = cuda_close, .alloc = cuda_alloc,
     .free = cuda_free, .copy = cuda_copy, .stream_create = cuda_stream_create, .stream_free = cuda_stream_free,
     .stream_sync = cuda_stream_sync, .event_create = cuda_event_create, .event_free = cuda_event_free,
     .event_record = cuda_event_record, .stream_wait = cuda_stream_wait, .optim = cuda_optim, .zero = cuda_zero,
     .accumulate = cuda_accumulate, .scale = cuda_scale, .convert = cuda_convert, .sumsq = cuda_sumsq,
-    .host_register = cuda_host_register, .host_unregister = cuda_host_unregister,
+    .host_register = cuda_host_register, .host_unregister = cuda_host_unregister, .pci_bus_id = cuda_pci_bus_id,
 };

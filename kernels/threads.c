@@ -50,7 +50,7 @@ static void chunk(const struct zs_pool *p, int32_t k, int64_t *begin, int64_t *e
 /* Worker k (k >= 1) is pinned to one hardware thread of core first_core + k. The caller's thread (k = 0)
  * is the application's own: it gets the rank's whole share instead, because the threads it starts later
  * (BLAS, OpenMP) inherit its binding, and pinned to one core they would all share that core. */
-static int bind_to_core(struct zs_pool *p, int32_t k)
+static int bind_thread(struct zs_pool *p, int32_t k, pthread_t tid, bool self)
 {
     int32_t lo = k ? k % p->ncores : 0, hi = k ? lo + 1 : p->ncores;
     hwloc_bitmap_t set;
@@ -71,10 +71,16 @@ static int bind_to_core(struct zs_pool *p, int32_t k)
     }
     if (!rc && k)
         hwloc_bitmap_singlify(set); /* one hardware thread, so the OS does not move a worker inside its core */
-    if (!rc && hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD))
+    if (!rc && (self ? hwloc_set_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD)
+                     : hwloc_set_thread_cpubind(p->topo, tid, set, 0)))
         rc = -errno;
     hwloc_bitmap_free(set);
     return rc;
+}
+
+static int bind_to_core(struct zs_pool *p, int32_t k)
+{
+    return bind_thread(p, k, pthread_self(), true);
 }
 
 static void *worker_main(void *argp)
@@ -83,7 +89,9 @@ static void *worker_main(void *argp)
     struct zs_pool *p = w->pool;
     uint64_t seen = 0;
 
+    pthread_mutex_lock(&p->mu); /* zs_pool_place may move the share meanwhile */
     bind_to_core(p, w->index);
+    pthread_mutex_unlock(&p->mu);
     for (;;) {
         int64_t begin, end;
 
@@ -122,6 +130,13 @@ static void find_share(struct zs_pool *p, const struct zs_pool_opts *o)
         p->first_core = lr % total;
         p->ncores = 1;
     }
+}
+
+static void describe(struct zs_pool *p, const char *near)
+{
+    snprintf(p->desc, sizeof(p->desc), "%d thread%s on core%s %d-%d of %d%s%s", p->nthreads, p->nthreads > 1 ? "s" : "",
+             p->ncores > 1 ? "s" : "", p->first_core, p->first_core + p->ncores - 1,
+             p->topo ? hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_CORE) : 1, p->bind ? ", bound" : ", unbound", near);
 }
 
 int zs_pool_create(struct zs_pool **out, const struct zs_pool_opts *o, char *warning, int warnlen)
@@ -165,11 +180,46 @@ int zs_pool_create(struct zs_pool **out, const struct zs_pool_opts *o, char *war
             return -rc;
         }
     }
-    snprintf(p->desc, sizeof(p->desc), "%d thread%s on core%s %d-%d of %d%s", p->nthreads, p->nthreads > 1 ? "s" : "",
-             p->ncores > 1 ? "s" : "", p->first_core, p->first_core + p->ncores - 1,
-             p->topo ? hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_CORE) : 1, p->bind ? ", bound" : ", unbound");
+    describe(p, "");
     *out = p;
     return 0;
+}
+
+int zs_pool_place(struct zs_pool *p, hwloc_const_cpuset_t near, int32_t index, int32_t count, const char *what)
+{
+    int total = p->topo ? hwloc_get_nbobjs_by_type(p->topo, HWLOC_OBJ_CORE) : 0, first = -1, n = 0, rc = 0;
+    char tail[96];
+
+    if (!p->topo || !p->bind)
+        return 0;
+    for (int c = 0; c < total; c++) {
+        hwloc_obj_t core = hwloc_get_obj_by_type(p->topo, HWLOC_OBJ_CORE, (unsigned)c);
+        if (!core || !core->cpuset || !hwloc_bitmap_isincluded(core->cpuset, near))
+            continue;
+        if (first >= 0 && c != first + n)
+            return -ERANGE; /* not one run of cores in hwloc's order: the share arithmetic needs one */
+        first = first < 0 ? c : first;
+        n++;
+    }
+    if (!n)
+        return -ENOENT;
+    count = count > 0 ? count : 1;
+    index = index >= 0 ? index % count : 0;
+    pthread_mutex_lock(&p->mu);
+    if (count <= n) {
+        p->first_core = first + (int32_t)((int64_t)index * n / count);
+        p->ncores = first + (int32_t)((int64_t)(index + 1) * n / count) - p->first_core;
+    } else { /* more ranks near this GPU than cores: they share them round robin */
+        p->first_core = first + index % n;
+        p->ncores = 1;
+    }
+    rc = bind_to_core(p, 0);
+    for (int32_t k = 1; k < p->nthreads && !rc; k++)
+        rc = bind_thread(p, k, p->workers[k].tid, false);
+    snprintf(tail, sizeof(tail), ", near %s", what);
+    describe(p, tail);
+    pthread_mutex_unlock(&p->mu);
+    return rc;
 }
 
 void zs_pool_free(struct zs_pool *p)

@@ -14,11 +14,12 @@
 struct zs_host_pool {
     char *base;
     size_t size, used;
-    bool pinned, huge;
+    bool pinned, huge, dev_pinned;
     char *raw;           /* the mapping base is aligned inside */
     size_t raw_size;
     hwloc_topology_t topo;
     char desc[192];
+    char where[48];
 };
 
 /* Transparent huge pages: a 1 MiB direct I/O into 4 KiB pages carries 256 segments, into a huge page
@@ -26,14 +27,14 @@ struct zs_host_pool {
  * reads at queue depth 16). The pool is 2 MiB-aligned so every huge page of it can be one. */
 #define ZS_HUGE (2u << 20)
 
-/* An anonymous mapping, 2 MiB-aligned, asked for huge pages, and bound to the NUMA nodes near the cores
- * this thread runs on (before anything touches it) where hwloc can. */
-static void *alloc_local(struct zs_host_pool *p, size_t bytes, const char **where)
+/* An anonymous mapping, 2 MiB-aligned, asked for huge pages, and bound (before anything touches it, where
+ * hwloc can) to NUMA node `numa`, or with -1 to the nodes near the cores this thread runs on. */
+static void *alloc_local(struct zs_host_pool *p, size_t bytes, int numa)
 {
     hwloc_bitmap_t set;
     char *raw, *mem;
 
-    *where = "anywhere";
+    snprintf(p->where, sizeof(p->where), "anywhere");
     raw = mmap(NULL, bytes + ZS_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED)
         return NULL;
@@ -42,18 +43,29 @@ static void *alloc_local(struct zs_host_pool *p, size_t bytes, const char **wher
     p->raw_size = bytes + ZS_HUGE;
     p->huge = madvise(mem, bytes, MADV_HUGEPAGE) == 0;
     if (!hwloc_topology_init(&p->topo) && !hwloc_topology_load(p->topo) && (set = hwloc_bitmap_alloc())) {
-        if (!hwloc_get_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD) &&
-            !hwloc_set_area_membind(p->topo, mem, bytes, set, HWLOC_MEMBIND_BIND, 0))
-            *where = "on the rank's NUMA node";
+        if (numa >= 0) {
+            hwloc_bitmap_only(set, (unsigned)numa);
+            if (!hwloc_set_area_membind(p->topo, mem, bytes, set, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET))
+                snprintf(p->where, sizeof(p->where), "on NUMA node %d (the GPU's)", numa);
+        } else if (!hwloc_get_cpubind(p->topo, set, HWLOC_CPUBIND_THREAD) &&
+                   !hwloc_set_area_membind(p->topo, mem, bytes, set, HWLOC_MEMBIND_BIND, 0)) {
+            snprintf(p->where, sizeof(p->where), "on the rank's NUMA node");
+        }
         hwloc_bitmap_free(set);
     }
     return mem;
 }
 
-int zs_host_pool_create(struct zs_host_pool **out, size_t bytes, bool pin, char *warn, size_t warnlen)
+static void describe(struct zs_host_pool *p)
+{
+    snprintf(p->desc, sizeof(p->desc), "%.1f MiB, %s, %s, %s", (double)p->size / (1 << 20),
+             p->dev_pinned ? "pinned by the device" : p->pinned ? "pinned" : "pageable",
+             p->huge ? "huge pages" : "4 KiB pages", p->where);
+}
+
+int zs_host_pool_create(struct zs_host_pool **out, size_t bytes, bool pin, int numa, char *warn, size_t warnlen)
 {
     struct zs_host_pool *p = calloc(1, sizeof(*p));
-    const char *where;
 
     if (warn && warnlen)
         warn[0] = '\0';
@@ -62,7 +74,7 @@ int zs_host_pool_create(struct zs_host_pool **out, size_t bytes, bool pin, char 
     p->size = (bytes + ZS_POOL_ALIGN - 1) / ZS_POOL_ALIGN * ZS_POOL_ALIGN;
     if (p->size == 0)
         p->size = ZS_POOL_ALIGN;
-    p->base = alloc_local(p, p->size, &where);
+    p->base = alloc_local(p, p->size, numa);
     if (!p->base) {
         zs_host_pool_free(p);
         return -ENOMEM;
@@ -75,8 +87,7 @@ int zs_host_pool_create(struct zs_host_pool **out, size_t bytes, bool pin, char 
             snprintf(warn, warnlen, "could not pin the %.1f MiB host pool (%s; raise RLIMIT_MEMLOCK, ulimit -l); "
                      "it stays pageable", (double)p->size / (1 << 20), strerror(errno));
     }
-    snprintf(p->desc, sizeof(p->desc), "%.1f MiB, %s, %s, %s", (double)p->size / (1 << 20),
-             p->pinned ? "pinned" : "pageable", p->huge ? "huge pages" : "4 KiB pages", where);
+    describe(p);
     *out = p;
     return 0;
 }
@@ -108,5 +119,12 @@ void *zs_host_pool_alloc(struct zs_host_pool *p, size_t bytes)
 }
 
 uint64_t zs_host_pool_size(const struct zs_host_pool *p) { return p ? p->size : 0; }
-bool zs_host_pool_pinned(const struct zs_host_pool *p) { return p && p->pinned; }
+bool zs_host_pool_pinned(const struct zs_host_pool *p) { return p && (p->pinned || p->dev_pinned); }
+void *zs_host_pool_base(const struct zs_host_pool *p) { return p ? p->base : NULL; }
+
+void zs_host_pool_set_device_pinned(struct zs_host_pool *p, bool pinned)
+{
+    p->dev_pinned = pinned;
+    describe(p);
+}
 const char *zs_host_pool_describe(const struct zs_host_pool *p) { return p ? p->desc : "none"; }

@@ -223,6 +223,15 @@ static uint64_t host_need(const struct zs_ctx *ctx)
     return bytes;
 }
 
+static void log_pool(const struct zs_ctx *ctx)
+{
+    if (ctx->rank == 0 && !ctx->quiet)
+        zs_log("offload: host pool per rank %s (%s%s)", zs_host_pool_describe(ctx->host),
+               ctx->nvme ? "NVMe swap slots" : zs_offload_optimizer_on_host(ctx) ? "optimizer state" : "",
+               zs_offload_params_on_host(ctx) ? ", parameter shards"
+               : zs_offload_params_on_nvme(ctx) ? ", parameter read-ahead buffers" : "");
+}
+
 zs_status zs_offload_setup(struct zs_ctx *ctx)
 {
     uint64_t bytes;
@@ -243,16 +252,14 @@ zs_status zs_offload_setup(struct zs_ctx *ctx)
         return ZS_OK;
     pin = (zs_offload_optimizer_on_host(ctx) || zs_offload_optimizer_on_nvme(ctx)) ?
               ctx->cfg.zero.offload_optimizer.pin_memory : ctx->cfg.zero.offload_param.pin_memory;
-    rc = zs_host_pool_create(&ctx->host, bytes, pin, warn, sizeof(warn));
+    /* on a device the host cannot read in place the device pins the pool (zs_offload_pin), not mlock */
+    rc = zs_host_pool_create(&ctx->host, bytes, pin && ctx->dev.host_access, ctx->place.numa, warn, sizeof(warn));
     if (rc)
         return zs_fail(ZS_ERR_NOMEM, "offload: cannot allocate the %.1f MiB host pool", (double)bytes / (1 << 20));
     if (warn[0] && !ctx->quiet)
         zs_log("rank %d: warning: %s", ctx->rank, warn);
-    if (ctx->rank == 0 && !ctx->quiet)
-        zs_log("offload: host pool per rank %s (%s%s)", zs_host_pool_describe(ctx->host),
-               ctx->nvme ? "NVMe swap slots" : zs_offload_optimizer_on_host(ctx) ? "optimizer state" : "",
-               zs_offload_params_on_host(ctx) ? ", parameter shards"
-               : zs_offload_params_on_nvme(ctx) ? ", parameter read-ahead buffers" : "");
+    if (ctx->dev.host_access)
+        log_pool(ctx);
     if (ctx->nvme) {
         char *buf = zs_mem_alloc_host(ctx, ZS_MEM_SWAP, (uint64_t)slots);
         st = buf ? zs_nvme_optim_open(ctx, ctx->nvme, buf)
@@ -274,4 +281,28 @@ void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
         ctx->mem_host += bytes;
     }
     return p;
+}
+
+/* Asynchronous copies between a GPU and pageable memory go through the driver's own bounce buffers; pinned,
+ * they are DMA at full PCIe speed. The whole pool is registered, whatever pin_memory says: every byte of it
+ * crosses to the device (masters' updates, offloaded parameter shards). */
+void zs_offload_pin(struct zs_ctx *ctx)
+{
+    struct zs_device *d = &ctx->dev;
+
+    if (!ctx->host || d->host_access)
+        return;
+    ctx->pool_pinned = !d->ops->host_register(d, zs_host_pool_base(ctx->host), (size_t)zs_host_pool_size(ctx->host));
+    zs_host_pool_set_device_pinned(ctx->host, ctx->pool_pinned);
+    if (!ctx->pool_pinned && !ctx->quiet)
+        zs_log("rank %d: warning: the host pool stays pageable (copies to the device are slower): %s", ctx->rank,
+               zs_last_error());
+    log_pool(ctx);
+}
+
+void zs_offload_unpin(struct zs_ctx *ctx)
+{
+    if (ctx->pool_pinned)
+        ctx->dev.ops->host_unregister(&ctx->dev, zs_host_pool_base(ctx->host));
+    ctx->pool_pinned = false;
 }

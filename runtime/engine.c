@@ -12,16 +12,22 @@
 
 /* ---------------------------------------------------------------- accounted memory */
 
-static const char *const cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "optimizer state", "buffers",
-                                                    "gathered parameters" };
+const char *const zs_mem_cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "fp32 masters", "optimizer state",
+                                                    "gradient bucket", "swap buffers", "gathered parameters" };
 
+/* From the device arena where the device has one (setup.c: open_arena), else one device allocation. */
 void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 {
     void *p;
 
-    if (!zs_budget_admit(ctx, bytes, cat_names[cat]))
+    if (!zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]))
         return NULL;
-    p = ctx->dev.ops->alloc(&ctx->dev, (size_t)bytes);
+    if (ctx->dev_arena.open) {
+        p = zs_dev_arena_alloc(&ctx->dev_arena, (int32_t)cat, bytes);
+        ctx->over_budget = !p; /* the arena's message names the region and the sizes */
+    } else {
+        p = ctx->dev.ops->alloc(&ctx->dev, (size_t)bytes);
+    }
     if (!p)
         return NULL;
     ctx->mem[cat] += bytes;
@@ -36,7 +42,7 @@ void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
         return zs_mem_alloc(ctx, cat, bytes);
     /* The budget is this rank's; the shared heap is the node's: a refusal here is put to the node, so
      * that no peer allocates (or grows the heap, a collective) without this rank. */
-    bool admitted = zs_budget_admit(ctx, bytes, cat_names[cat]);
+    bool admitted = zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]);
     void *p = zs_comm_alloc_agreed(ctx->comm, (size_t)bytes, admitted);
 
     if (!p)
@@ -63,7 +69,10 @@ void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t byte
 {
     if (!p)
         return;
-    ctx->dev.ops->free(&ctx->dev, p);
+    if (!ctx->dev_arena.open)
+        ctx->dev.ops->free(&ctx->dev, p);
+    else if (zs_dev_arena_free(&ctx->dev_arena, (int32_t)cat, p, bytes) && !ctx->quiet)
+        zs_log("rank %d: warning: %s", ctx->rank, zs_last_error()); /* an engine bug; the arena frees it at finalize */
     ctx->mem[cat] -= bytes;
 }
 
@@ -404,6 +413,7 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
     ctx = calloc(1, sizeof(*ctx));
     if (!ctx)
         return zs_fail(ZS_ERR_NOMEM, "zs_init: out of memory");
+    ctx->place.numa = -1;
     st = start_mpi(ctx, o);
     if (st) {
         free(ctx);
@@ -421,6 +431,8 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
     if (!st)
         st = zs_agree(ctx, start_device(ctx));
     if (!st)
+        st = zs_agree(ctx, zs_dev_place(ctx));
+    if (!st)
         st = zs_dev_nccl_open(ctx);
     if (st) {
         zs_finalize(ctx);
@@ -436,6 +448,8 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
         zs_log("optimizer kernels: %s, %s per rank (%d ranks on this node)", zs_kpath_name(ctx->kpath),
                zs_pool_describe(ctx->pool), ctx->local_size);
         zs_log("collectives: %s", zs_comm_describe(ctx->comm));
+        if (!ctx->dev.host_access)
+            zs_log("device: %s, %s", ctx->dev.ops->name, ctx->place.desc);
         if (ctx->cfg.warning[0])
             zs_log("warning: %s", ctx->cfg.warning);
     }
@@ -486,11 +500,15 @@ zs_status zs_finalize(zs_ctx *ctx)
     /* after a swap timeout the kernel may still write into the pool's slots: leaking it on this fatal
      * path is the safe choice, freeing it could let a late I/O land in reused memory */
     if (ctx->stage_buf) {
-        ctx->dev.ops->host_unregister(&ctx->dev, ctx->stage_buf);
+        if (ctx->stage_pinned)
+            ctx->dev.ops->host_unregister(&ctx->dev, ctx->stage_buf);
         free(ctx->stage_buf);
     }
-    if (!zs_nvme_optim_close(ctx->nvme, ctx->rank, ctx->quiet))
+    zs_dev_arena_close(&ctx->dev_arena);
+    if (!zs_nvme_optim_close(ctx->nvme, ctx->rank, ctx->quiet)) {
+        zs_offload_unpin(ctx);
         zs_host_pool_free(ctx->host);
+    }
     zs_dev_streams_close(ctx);
     zs_device_close(&ctx->dev);
     zs_pool_free(ctx->pool);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arena.h"     /* defines: struct zs_dev_arena */
 #include "comm.h"      /* defines: struct zs_comm, zs_comm_* */
 #include "comm_staged.h" /* defines: struct zs_staged */
 #include "config.h"    /* defines: struct zs_config */
@@ -23,6 +24,7 @@
 enum zs_mem_cat {
     ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_MASTER, ZS_MEM_OPTIM, ZS_MEM_BUFFERS, ZS_MEM_SWAP, ZS_MEM_LIVE, ZS_MEM_NCAT
 };
+extern const char *const zs_mem_cat_names[ZS_MEM_NCAT]; /* "parameters", ... (messages, the arena's regions) */
 
 enum zs_gather_state { ZS_GATHER_NONE, ZS_GATHER_PENDING, ZS_GATHER_READY };
 enum zs_grad_state { ZS_GRAD_IDLE, ZS_GRAD_OPEN, ZS_GRAD_REDUCING };
@@ -75,6 +77,13 @@ struct zs_scaler {
     bool dynamic;
 };
 
+/* Where the rank sits relative to its GPU (engine.c: place_near_device): the NUMA node nearest it (-1: not
+ * known, the host pool then goes near the rank's cores as on the CPU), for the start-up line. */
+struct zs_place {
+    int32_t numa;
+    char desc[256];
+};
+
 struct zs_ctx {
     struct zs_config cfg;
     char *config_text;               /* the config as given (for checkpoint manifests) */
@@ -85,12 +94,16 @@ struct zs_ctx {
     struct zs_pool *pool;            /* the optimizer's threads, bound to this rank's cores */
     struct zs_device dev;            /* where model states live and the optimizer runs */
     struct zs_device host_dev;       /* the CPU, for the optimizer offloaded from a device the host cannot reach */
+    struct zs_place place;           /* the threads and the host pool near the device's PCI link */
     struct zs_dev_stream *comm_stream;  /* the collectives' stream (devio.c) */
     struct zs_dev_event *ev_compute, *ev_comm; /* compute -> communication, and back */
     struct zs_staged staged;         /* collectives on device buffers (when !dev.host_access) */
     struct zs_nccl *nccl;            /* or NCCL's (ordered mode), when every rank has a GPU of its own */
     void *stage_buf;                 /* offloaded optimizer from such a device: one unit's parameters and
                                       * gradients on the host (pinned through the device) */
+    bool stage_pinned;               /* the device took stage_buf's pin (else it stays pageable) */
+    bool pool_pinned;                /* the device pinned the host pool (offload.c: zs_offload_pin) */
+    struct zs_dev_arena dev_arena;   /* the device's memory, where the host cannot read it in place */
     enum zs_kpath kpath;
     enum zs_kopt kopt;               /* the config's optimizer as the kernels name it */
     zs_dtype pdt, cdt, gdt;          /* parameters; reduced gradients; what the optimizer reads (pdt or cdt) */
@@ -128,7 +141,7 @@ struct zs_ctx {
     uint64_t peak_live;
     uint64_t mem_host;               /* of mem[], the bytes living in the host pool (offloaded) */
     uint64_t device_budget;          /* 0: none; else device (non-host) bytes a rank may hold */
-    bool over_budget;                /* the last failed allocation hit the budget (message already set) */
+    bool over_budget;                /* the last failed allocation hit the budget or the arena (message set) */
     struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */
     struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload_optimizer.device nvme) */
     int32_t *xacc;                   /* deterministic mode: exact gradient counters, 3 per element */
@@ -171,6 +184,11 @@ zs_status zs_agree(struct zs_ctx *ctx, zs_status local);
 
 /* offload/offload.c: where offloaded state lives, and the device memory budget of the CPU backend */
 zs_status zs_offload_setup(struct zs_ctx *ctx);     /* sizes and creates the host pool; checks the budget */
+/* On a device the host cannot read in place, pins the host pool through the device (cudaHostRegister), near
+ * the device's NUMA node where it is known; a refusal leaves it pageable with a warning, never an error, so
+ * no rank fails where its peers go on into a collective. zs_offload_unpin undoes it before the pool goes. */
+void zs_offload_pin(struct zs_ctx *ctx);
+void zs_offload_unpin(struct zs_ctx *ctx);
 void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes);
 bool zs_offload_optimizer_on_host(const struct zs_ctx *ctx);
 bool zs_offload_params_on_host(const struct zs_ctx *ctx);
@@ -233,6 +251,11 @@ static inline bool zs_optstate_on_host(const struct zs_ctx *ctx)
 {
     return ctx->dev.host_access || zs_offload_optimizer_on_host(ctx);
 }
+
+/* runtime/devplace.c: on a device with a PCI bus id, moves the rank's threads to the cores nearest it and
+ * records its NUMA node for the host pool (ctx->place); warnings, never errors, where that cannot be done.
+ * Collective over the node. */
+zs_status zs_dev_place(struct zs_ctx *ctx);
 
 /* runtime/memory.c */
 /* Gradient bucket elements (stages 2-3): reduce_bucket_size, never more than the model, at least the

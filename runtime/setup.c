@@ -69,48 +69,72 @@ static zs_status agree_on_registration(struct zs_ctx *ctx)
     return st;
 }
 
-/* Optimizer-side fp32 arrays: in the host pool with offload_optimizer cpu, else on the device. */
-static float *alloc_opt(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
-{
-    return zs_offload_optimizer_on_host(ctx) ? zs_mem_alloc_host(ctx, cat, bytes) : zs_mem_alloc(ctx, cat, bytes);
-}
+/* Where one of a unit's buffers lives: device memory, device memory other ranks read in the collectives (the
+ * node's shared heap on the CPU), or the host pool (offloaded). */
+enum buf_home { HOME_DEV, HOME_COMM, HOME_HOST };
+enum buf_slot { SLOT_PARAMS, SLOT_GRAD, SLOT_MASTER, SLOT_M, SLOT_V };
 
-static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
+struct unit_buf {
+    enum buf_slot slot;
+    enum zs_mem_cat cat;
+    uint64_t bytes;
+    enum buf_home home;
+};
+
+/* What a unit keeps at this stage, and where: alloc_unit allocates these and the device arena's plan adds
+ * them up, so the two cannot drift apart. Adam keeps m and v; SGD a momentum buffer when it has momentum;
+ * Lion m; Adagrad the squared sum. With the optimizer on NVMe they (and the fp32 masters of 16-bit
+ * parameters) live in the swap file, and so does a stage-3 shard with offload_param nvme. */
+static int32_t unit_bufs(struct zs_ctx *ctx, struct zs_unit *un, struct unit_buf *b)
 {
     int stage = ctx->cfg.zero.stage;
     uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
     uint64_t opt = (uint64_t)(stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
-    /* Adam keeps m and v; SGD a momentum buffer when it has momentum; Lion m; Adagrad the squared sum.
-     * With the optimizer on NVMe they (and the fp32 masters of 16-bit parameters) live in the swap file. */
     bool on_disk = zs_offload_optimizer_on_nvme(ctx);
-    bool momentum = !on_disk && zs_config_state_arrays(&ctx->cfg) >= 1;
-    bool second = !on_disk && zs_config_state_arrays(&ctx->cfg) == 2;
-    bool master = !on_disk && ctx->pdt != ZS_DTYPE_FP32;
+    int arrays = on_disk ? 0 : zs_config_state_arrays(&ctx->cfg);
+    enum buf_home opt_home = zs_offload_optimizer_on_host(ctx) ? HOME_HOST : HOME_DEV;
+    int32_t n = 0;
 
     un->sharded = zs_unit_is_sharded(ctx, un);
-    if (un->sharded && zs_offload_params_on_nvme(ctx))
-        un->shard = NULL; /* the shard lives in the swap file (zs_nvme_param_*) */
-    else if (un->sharded)
-        un->shard = zs_offload_params_on_host(ctx) ? zs_mem_alloc_host(ctx, ZS_MEM_PARAMS, sh)
-                                                   : zs_mem_alloc(ctx, ZS_MEM_PARAMS, sh);
-    else
-        un->full = stage == 0 ? zs_mem_alloc(ctx, ZS_MEM_PARAMS, pad) : zs_mem_alloc_comm(ctx, ZS_MEM_PARAMS, pad);
+    if (un->sharded && !zs_offload_params_on_nvme(ctx))
+        b[n++] = (struct unit_buf){ SLOT_PARAMS, ZS_MEM_PARAMS, sh,
+                                    zs_offload_params_on_host(ctx) ? HOME_HOST : HOME_DEV };
+    else if (!un->sharded)
+        b[n++] = (struct unit_buf){ SLOT_PARAMS, ZS_MEM_PARAMS, pad, stage == 0 ? HOME_DEV : HOME_COMM };
     if (stage <= 1)
-        un->grad = zs_mem_alloc_comm(ctx, ZS_MEM_GRADS, pad);
+        b[n++] = (struct unit_buf){ SLOT_GRAD, ZS_MEM_GRADS, pad, HOME_COMM };
     else
-        un->grad_shard = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)un->part.shard * ctx->csz);
-    if (master)
-        un->master = alloc_opt(ctx, ZS_MEM_MASTER, opt);
-    if (momentum)
-        un->m = alloc_opt(ctx, ZS_MEM_OPTIM, opt);
-    if (second)
-        un->v = alloc_opt(ctx, ZS_MEM_OPTIM, opt);
-    if ((un->sharded ? !un->shard && !zs_offload_params_on_nvme(ctx) : !un->full) ||
-        (stage <= 1 ? !un->grad : !un->grad_shard) || (master && !un->master) || (momentum && !un->m) ||
-        (second && !un->v))
-        return ctx->over_budget ? ZS_ERR_NOMEM
-                                : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory allocating unit '%s' (%lld elements)",
-                                          un->name, (long long)un->part.padded);
+        b[n++] = (struct unit_buf){ SLOT_GRAD, ZS_MEM_GRADS, (uint64_t)un->part.shard * ctx->csz, HOME_DEV };
+    if (!on_disk && ctx->pdt != ZS_DTYPE_FP32)
+        b[n++] = (struct unit_buf){ SLOT_MASTER, ZS_MEM_MASTER, opt, opt_home };
+    if (arrays >= 1)
+        b[n++] = (struct unit_buf){ SLOT_M, ZS_MEM_OPTIM, opt, opt_home };
+    if (arrays == 2)
+        b[n++] = (struct unit_buf){ SLOT_V, ZS_MEM_OPTIM, opt, opt_home };
+    return n;
+}
+
+static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
+{
+    struct unit_buf b[5];
+    int32_t n = unit_bufs(ctx, un, b);
+
+    for (int32_t i = 0; i < n; i++) {
+        void *p = b[i].home == HOME_HOST ? zs_mem_alloc_host(ctx, b[i].cat, b[i].bytes)
+                  : b[i].home == HOME_COMM ? zs_mem_alloc_comm(ctx, b[i].cat, b[i].bytes)
+                                           : zs_mem_alloc(ctx, b[i].cat, b[i].bytes);
+        if (!p)
+            return ctx->over_budget ? ZS_ERR_NOMEM
+                                    : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory allocating unit '%s' (%lld elements)",
+                                              un->name, (long long)un->part.padded);
+        switch (b[i].slot) {
+        case SLOT_PARAMS: *(un->sharded ? &un->shard : &un->full) = p; break;
+        case SLOT_GRAD: *(ctx->cfg.zero.stage <= 1 ? &un->grad : &un->grad_shard) = p; break;
+        case SLOT_MASTER: un->master = p; break;
+        case SLOT_M: un->m = p; break;
+        case SLOT_V: un->v = p; break;
+        }
+    }
     return ZS_OK;
 }
 
@@ -201,11 +225,11 @@ static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un, int
 }
 
 /* The offloaded optimizer's staging on the host (step.c: optim_from_device), for the largest unit's
- * parameters and gradients, pinned by the device for its copies. */
+ * parameters and gradients, pinned by the device for its copies. A refused pin leaves it pageable (slower
+ * copies, the same bits) rather than failing this rank alone while its peers go on into a collective. */
 static zs_status setup_stage_buf(struct zs_ctx *ctx)
 {
     uint64_t most = 0;
-    zs_status st;
 
     if (ctx->dev.host_access || !zs_offload_optimizer_on_host(ctx))
         return ZS_OK;
@@ -218,32 +242,108 @@ static zs_status setup_stage_buf(struct zs_ctx *ctx)
     if (posix_memalign(&ctx->stage_buf, 64, (size_t)most ? (size_t)most : 64))
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for %llu bytes of offload staging",
                        (unsigned long long)most);
-    st = ctx->dev.ops->host_register(&ctx->dev, ctx->stage_buf, (size_t)most ? (size_t)most : 64);
-    if (st) {
-        free(ctx->stage_buf);
-        ctx->stage_buf = NULL;
-        zs_error_prefix("zs_setup: pinning the offload staging");
-    }
-    return st;
+    ctx->stage_pinned = !ctx->dev.ops->host_register(&ctx->dev, ctx->stage_buf, (size_t)most ? (size_t)most : 64);
+    if (!ctx->stage_pinned && !ctx->quiet)
+        zs_log("rank %d: warning: the offload staging stays pageable: %s", ctx->rank, zs_last_error());
+    return ZS_OK;
 }
 
-static zs_status setup_bucket(struct zs_ctx *ctx)
+/* The gradient bucket's bytes (stages 2-3), and its capacity in elements. */
+static int64_t bucket_bytes(const struct zs_ctx *ctx, int64_t *elems)
 {
     int64_t largest = 0, cap;
 
-    if (ctx->cfg.zero.stage < 2)
-        return ZS_OK;
     for (int32_t u = 0; u < ctx->nunits; u++)
         if (ctx->units[u].part.padded > largest)
             largest = ctx->units[u].part.padded;
     cap = zs_bucket_elems(&ctx->cfg, (int64_t)ctx->numel_padded, largest);
+    if (elems)
+        *elems = cap;
     /* bytes: each unit's staging (pdt), and its reduced part when that is wider (fp32 reduction) */
     /* each unit's staging starts on a 64-byte boundary (grads.c): up to 63 bytes of slack per unit */
-    int64_t per = (int64_t)zs_bucket_elem_bytes(&ctx->cfg), bytes = cap * per + 64 * (int64_t)ctx->nunits;
+    return cap * (int64_t)zs_bucket_elem_bytes(&ctx->cfg) + 64 * (int64_t)ctx->nunits;
+}
+
+static zs_status setup_bucket(struct zs_ctx *ctx)
+{
+    int64_t cap, bytes;
+
+    if (ctx->cfg.zero.stage < 2)
+        return ZS_OK;
+    bytes = bucket_bytes(ctx, &cap);
     ctx->arena = zs_mem_alloc_comm(ctx, ZS_MEM_BUFFERS, (uint64_t)bytes);
     if (!ctx->arena)
-        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket", (long long)cap);
+        return ctx->over_budget ? ZS_ERR_NOMEM
+                                : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket",
+                                          (long long)cap);
     ctx->arena_cap = bytes;
+    return ZS_OK;
+}
+
+/* ---------------------------------------------------------------- the device arena's plan */
+
+static uint64_t arena_block(uint64_t b)
+{
+    return b ? (b + ZS_ARENA_ALIGN - 1) / ZS_ARENA_ALIGN * ZS_ARENA_ALIGN : ZS_ARENA_ALIGN;
+}
+
+/* Device bytes per category, each buffer rounded as the arena hands it out: the units' buffers (unit_bufs),
+ * the bucket, and at stage 3 the gathered units. Those come and go, so their region holds the live cap
+ * (stage3_max_live_parameters, at least the largest unit: fetch.c keeps non-held units under it) plus one
+ * largest unit, for a unit the program holds above the cap and for the holes blocks of different sizes leave. */
+static void arena_plan(struct zs_ctx *ctx, uint64_t plan[ZS_MEM_NCAT])
+{
+    uint64_t largest = 0, total = 0, live;
+    int32_t gathered = 0;
+
+    memset(plan, 0, ZS_MEM_NCAT * sizeof(plan[0]));
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        struct unit_buf b[5];
+        int32_t n = unit_bufs(ctx, un, b);
+        for (int32_t i = 0; i < n; i++)
+            if (b[i].home != HOME_HOST)
+                plan[b[i].cat] += arena_block(b[i].bytes);
+        if (!un->sharded)
+            continue;
+        gathered++;
+        total += (uint64_t)un->part.padded;
+        largest = (uint64_t)un->part.padded > largest ? (uint64_t)un->part.padded : largest;
+    }
+    if (ctx->cfg.zero.stage >= 2)
+        plan[ZS_MEM_BUFFERS] += arena_block((uint64_t)bucket_bytes(ctx, NULL));
+    if (!gathered)
+        return;
+    live = (uint64_t)ctx->cfg.zero.max_live_parameters;
+    live = live > total ? total : live;
+    live = live < largest ? largest : live;
+    plan[ZS_MEM_LIVE] = ctx->psz * (live + largest) + (uint64_t)gathered * ZS_ARENA_ALIGN;
+}
+
+/* On a device the host cannot read in place, every accounted buffer comes from the arena (engine.c:
+ * zs_mem_alloc); the CPU device keeps one allocation per buffer (its collectives' buffers come from the node's
+ * shared heap, and each rank's pages are first touched by its own bound threads). */
+static zs_status open_arena(struct zs_ctx *ctx)
+{
+    uint64_t plan[ZS_MEM_NCAT];
+    int regions = 0;
+    zs_status st;
+
+    if (ctx->dev.host_access)
+        return ZS_OK;
+    arena_plan(ctx, plan);
+    for (int c = 0; c < ZS_MEM_NCAT; c++)
+        regions += plan[c] != 0;
+    st = zs_dev_arena_open(&ctx->dev_arena, &ctx->dev, plan, zs_mem_cat_names, ZS_MEM_NCAT);
+    if (st)
+        return st;
+    if (ctx->rank == 0 && !ctx->quiet)
+        zs_log("device arena per rank: %.2f MiB in %d regions (parameters %.2f, gradients %.2f, fp32 masters %.2f, "
+               "optimizer state %.2f, gradient bucket %.2f, gathered parameters %.2f MiB)",
+               (double)zs_dev_arena_size(&ctx->dev_arena) / (1 << 20), regions,
+               (double)plan[ZS_MEM_PARAMS] / (1 << 20), (double)plan[ZS_MEM_GRADS] / (1 << 20),
+               (double)plan[ZS_MEM_MASTER] / (1 << 20), (double)plan[ZS_MEM_OPTIM] / (1 << 20),
+               (double)plan[ZS_MEM_BUFFERS] / (1 << 20), (double)plan[ZS_MEM_LIVE] / (1 << 20));
     return ZS_OK;
 }
 
@@ -278,6 +378,10 @@ zs_status zs_setup(zs_ctx *ctx)
             return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
     }
     st = zs_agree(ctx, zs_offload_setup(ctx)); /* a disk or budget problem on one rank stops them all */
+    if (!st)
+        st = zs_agree(ctx, open_arena(ctx));
+    if (!st)
+        zs_offload_pin(ctx); /* never fails: a refused pin leaves the pool pageable (a warning) */
     if (st)
         return st;
     for (int32_t u = 0; u < ctx->nunits; u++) {

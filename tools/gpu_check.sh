@@ -27,7 +27,7 @@ line "gpu" "$gpus visible: $(nvidia-smi -L | head -1)"
 
 t0=$(date +%s)
 if ! { cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZS_CUDA=ON -DZS_WERROR=ON &&
-       cmake --build "$dir" -j "$(nproc)" --target test_device test_comm_cuda test_nccl test_staged test_devpath zs-bench zs-train-mlp; } > "$log" 2>&1; then
+       cmake --build "$dir" -j "$(nproc)" --target test_device test_comm_cuda test_nccl test_staged test_devpath test_devmem zs-bench zs-train-mlp; } > "$log" 2>&1; then
   line "build (ZS_CUDA=ON, -Werror)" "FAIL (see $log)"
   exit 1
 fi
@@ -100,6 +100,15 @@ for n in 1 2 3 4; do
   echo "$out" >> "$log"
   verdict "engine oracle on the GPU np$n" $rc "$out"
 done
+
+# device memory (zeroshard.device cuda, stage 3, both offloads cpu): the engine's buffers come from the device
+# arena, a third stage-3 unit held beyond the gathered region is refused by name, the host pool is pinned by
+# cudaHostRegister (a second registration of it is refused), and where hwloc placed the rank near the GPU
+out=$(timeout 60 mpirun --oversubscribe -np 1 "$dir/tests/test_devmem" cuda 2>&1); rc=$?
+echo "$out" >> "$log"
+verdict "device arena, pinned host pool" $rc "$out"
+p=$(echo "$out" | grep -m1 '^placement:')
+[ -n "$p" ] && line "placement near the GPU" "${p#placement: }"
 
 # ZeRO-Offload from the GPU (stage 2, offload_optimizer cpu): gradients down, the CPU's AdamW, parameters up,
 # against the pinned D2H + H2D copy of the same bytes measured in the same run (ratio copy/optimizer: 1.0 would
