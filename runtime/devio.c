@@ -1,9 +1,10 @@
 /* devio.c - the engine's reach into the device that holds its model states: copies to and from it that are
  * finished before the host looks, and the collectives on its buffers. Where the host can read the device's
- * memory (the CPU) they are comm/comm.c's, nonblocking and in place; on GPUs of their own, NCCL's ordered mode
- * (comm.c's bits) on NCCL's stream; otherwise (ranks sharing a GPU, the separate test device) the host-staged
- * transport on the communication stream. Either stream starts after the compute stream's work (an event) and
- * the compute stream's later work waits for it (another), so the engine treats the collective as complete. */
+ * memory (the CPU) they are comm/comm.c's, nonblocking and in place; on GPUs of their own, NCCL (the ordered
+ * mode, comm.c's bits, or NCCL's own sums: zeroshard.device_comm) on NCCL's stream; otherwise (ranks sharing
+ * a GPU, the separate test device) the host-staged transport on the communication stream. Either stream starts
+ * after the compute stream's work (an event) and the compute stream's later work waits for it (another), so the
+ * engine treats the collective as complete. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,23 +51,62 @@ zs_status zs_dev_streams_open(struct zs_ctx *ctx)
     return st ? dev_fail(st, "streams") : ZS_OK;
 }
 
-/* Collective. NCCL where every rank of every node has a GPU of its own (NCCL refuses two ranks on one) and
- * ZS_DEVICE_COMM is not "staged"; where NCCL cannot start on some rank (no libnccl, ...), every rank keeps
- * the host-staged transport and rank 0 says why. */
-zs_status zs_dev_nccl_open(struct zs_ctx *ctx)
+/* zeroshard.device_comm, or ZS_DEVICE_COMM over it: "auto" (NCCL's ordered mode where every rank has a GPU of
+ * its own and NCCL starts, host-staged otherwise), "nccl", "ordered" or "staged". */
+static zs_status device_comm(struct zs_ctx *ctx, const char **mode, const char **key)
 {
     const char *e = getenv("ZS_DEVICE_COMM");
-    bool want = ctx->dev.kind == ZS_DEV_CUDA && ctx->dev.ops->count() >= ctx->local_size && !(e && !strcmp(e, "staged"));
-    zs_status st;
 
-    if (ctx->dev.host_access || zs_agree(ctx, want ? ZS_OK : ZS_ERR_UNSUPPORTED))
-        return ZS_OK; /* some rank shares its GPU: host-staged everywhere */
-    st = zs_agree(ctx, zs_nccl_init(&ctx->nccl, zs_comm_mpi(ctx->comm), ZS_NCCL_ORDERED));
+    *mode = ctx->cfg.cpu.device_comm[0] ? ctx->cfg.cpu.device_comm : "auto";
+    *key = "zeroshard.device_comm";
+    if (e && *e) {
+        *mode = e;
+        *key = "ZS_DEVICE_COMM";
+    }
+    if (strcmp(*mode, "auto") && strcmp(*mode, "nccl") && strcmp(*mode, "ordered") && strcmp(*mode, "staged"))
+        return zs_fail(ZS_ERR_CONFIG, "%s: expected \"auto\", \"nccl\", \"ordered\" or \"staged\", got \"%.40s\"",
+                       *key, *mode);
+    /* the environment may be the job's, set for its GPU runs: the CPU device, which has no device transport,
+     * ignores it; the config key asks for one and is refused */
+    if (ctx->dev.host_access && strcmp(*mode, "auto")) {
+        if (e && *e)
+            return ZS_OK;
+        return zs_fail(ZS_ERR_CONFIG, "%s: \"%s\" needs zeroshard.device \"cuda\" (the CPU device's collectives "
+                       "are comm/comm.c's, in place)", *key, *mode);
+    }
+    if (ctx->cfg.cpu.deterministic && !strcmp(*mode, "nccl"))
+        return zs_fail(ZS_ERR_CONFIG, "%s: \"nccl\" is not bit-identical and zeroshard.deterministic needs exact "
+                       "sums; use \"ordered\"", *key);
+    if (ctx->dev.kind != ZS_DEV_CUDA && (!strcmp(*mode, "nccl") || !strcmp(*mode, "ordered")))
+        return zs_fail(ZS_ERR_CONFIG, "%s: \"%s\" needs zeroshard.device \"cuda\"", *key, *mode);
+    return ZS_OK;
+}
+
+/* Collective. "auto": NCCL (ordered) where every rank of every node has a GPU of its own (NCCL refuses two
+ * ranks on one); where NCCL cannot start on some rank (no libnccl, ...), every rank keeps the host-staged
+ * transport and rank 0 says why. "nccl" and "ordered" ask for NCCL and fail, naming the key, where it cannot
+ * start; "staged" keeps the host-staged transport. */
+zs_status zs_dev_nccl_open(struct zs_ctx *ctx)
+{
+    const char *mode, *key;
+    zs_status st = zs_agree(ctx, device_comm(ctx, &mode, &key));
+    bool asked = !st && (!strcmp(mode, "nccl") || !strcmp(mode, "ordered"));
+    bool want = !st && ctx->dev.kind == ZS_DEV_CUDA && strcmp(mode, "staged") &&
+                (asked || ctx->dev.ops->count() >= ctx->local_size);
+
+    if (st || ctx->dev.host_access || zs_agree(ctx, want ? ZS_OK : ZS_ERR_UNSUPPORTED))
+        return st; /* some rank shares its GPU, or "staged": host-staged everywhere */
+    st = zs_agree(ctx, zs_nccl_init(&ctx->nccl, zs_comm_mpi(ctx->comm),
+                                    !strcmp(mode, "nccl") ? ZS_NCCL_FAST : ZS_NCCL_ORDERED));
     if (st) {
-        if (ctx->rank == 0 && !ctx->quiet)
-            zs_log("warning: NCCL did not start (%s); the collectives stay host-staged", zs_last_error());
         zs_nccl_free(ctx->nccl);
         ctx->nccl = NULL;
+        if (asked) {
+            zs_error_prefix("%s: \"%s\"", key, mode);
+            return st;
+        }
+        if (ctx->rank == 0 && !ctx->quiet)
+            zs_log("warning: NCCL did not start (%s); the collectives stay host-staged", zs_last_error());
     }
     return ZS_OK;
 }
