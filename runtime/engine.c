@@ -457,7 +457,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
         uint64_t opt = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
         if (un->reduce_req)
-            zs_comm_wait(ctx->comm, un->reduce_req);
+            zs_coll_wait(ctx, un->reduce_req);
         if (ctx->cfg.zero.stage == 0)
             zs_mem_free(ctx, ZS_MEM_PARAMS, un->full, pad);
         else
@@ -485,10 +485,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     free(ctx->rec);
     /* after a swap timeout the kernel may still write into the pool's slots: leaking it on this fatal
      * path is the safe choice, freeing it could let a late I/O land in reused memory */
-    if (ctx->stage_buf) {
-        ctx->dev.ops->host_unregister(&ctx->dev, ctx->stage_buf);
-        free(ctx->stage_buf);
-    }
+    zs_offdev_free(ctx);
     if (!zs_nvme_optim_close(ctx->nvme, ctx->rank, ctx->quiet))
         zs_host_pool_free(ctx->host);
     zs_dev_streams_close(ctx);

@@ -200,33 +200,6 @@ static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un, int
     return st;
 }
 
-/* The offloaded optimizer's staging on the host (step.c: optim_from_device), for the largest unit's
- * parameters and gradients, pinned by the device for its copies. */
-static zs_status setup_stage_buf(struct zs_ctx *ctx)
-{
-    uint64_t most = 0;
-    zs_status st;
-
-    if (ctx->dev.host_access || !zs_offload_optimizer_on_host(ctx))
-        return ZS_OK;
-    for (int32_t u = 0; u < ctx->nunits; u++) {
-        const struct zs_unit *un = &ctx->units[u];
-        uint64_t n = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard);
-        uint64_t b = (n * ctx->psz + 63) / 64 * 64 + n * zs_dtype_bytes(ctx->gdt);
-        most = b > most ? b : most;
-    }
-    if (posix_memalign(&ctx->stage_buf, 64, (size_t)most ? (size_t)most : 64))
-        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for %llu bytes of offload staging",
-                       (unsigned long long)most);
-    st = ctx->dev.ops->host_register(&ctx->dev, ctx->stage_buf, (size_t)most ? (size_t)most : 64);
-    if (st) {
-        free(ctx->stage_buf);
-        ctx->stage_buf = NULL;
-        zs_error_prefix("zs_setup: pinning the offload staging");
-    }
-    return st;
-}
-
 static zs_status setup_bucket(struct zs_ctx *ctx)
 {
     int64_t largest = 0, cap;
@@ -289,7 +262,7 @@ zs_status zs_setup(zs_ctx *ctx)
     }
     st = ctx->cfg.cpu.deterministic ? zs_exact_setup(ctx) : setup_bucket(ctx);
     if (!st)
-        st = setup_stage_buf(ctx);
+        st = zs_offdev_setup(ctx);
     if (st)
         return st;
     for (int32_t p = 0; p < ctx->nparams; p++)
