@@ -256,28 +256,52 @@ static zs_status rs_ordered(struct zs_nccl *n, const char *buf, zs_dtype dt_in, 
     return k ? cuda_fail(n, k, "reduce-scatter: rank-order sum") : ZS_OK;
 }
 
+/* NCCL's own sum (its ring or tree order: close to comm.c's rank-order sum, not bit-identical), in fp32. A
+ * 16-bit input is widened into the staging area first, summed there in place (NCCL takes the receive buffer at
+ * this rank's chunk of the send buffer), and scaled and narrowed by the rank-order kernel over one "rank". */
+static zs_status rs_fast(struct zs_nccl *n, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
+                         int64_t count, float scale)
+{
+    float *wide, *mine;
+    ncclResult_t r;
+    zs_status st;
+    int k;
+
+    if (dt_in == ZS_DTYPE_FP32) { /* then dt_out is fp32 too */
+        r = n->api.reduce_scatter(buf, out, (size_t)count, ncclFloat32, ncclSum, n->comm, n->stream);
+        if (r != ncclSuccess)
+            return nccl_fail(n, r, "ncclReduceScatter");
+        k = scale == 1.0f ? 0 : zs_cuda_scale(out, count, scale, n->stream);
+        return k ? cuda_fail(n, k, "reduce-scatter: scale") : ZS_OK;
+    }
+    st = stage_reserve(n, (size_t)count * (size_t)n->size * sizeof(float));
+    if (st)
+        return st;
+    wide = n->stage;
+    mine = wide + (size_t)n->rank * (size_t)count;
+    k = zs_cuda_sum_ranks(buf, dt_in, wide, ZS_DTYPE_FP32, count * n->size, 1, 1.0f, n->stream);
+    if (k)
+        return cuda_fail(n, k, "reduce-scatter: widen to fp32");
+    r = n->api.reduce_scatter(wide, mine, (size_t)count, ncclFloat32, ncclSum, n->comm, n->stream);
+    if (r != ncclSuccess)
+        return nccl_fail(n, r, "ncclReduceScatter");
+    k = zs_cuda_sum_ranks(mine, ZS_DTYPE_FP32, out, dt_out, count, 1, scale, n->stream);
+    return k ? cuda_fail(n, k, "reduce-scatter: scale and narrow") : ZS_OK;
+}
+
 zs_status zs_nccl_reduce_scatter(struct zs_nccl *n, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
                                  int64_t count, float scale, void *after)
 {
-    ncclResult_t r;
-    int k;
     zs_status st;
 
     if (count < 0 || (dt_out != ZS_DTYPE_FP32 && dt_out != dt_in))
         return zs_fail(ZS_ERR_INVALID, "NCCL reduce-scatter: output dtype must be fp32 or the input's");
-    if (n->mode == ZS_NCCL_FAST && (dt_in != ZS_DTYPE_FP32 || dt_out != ZS_DTYPE_FP32))
-        return zs_fail(ZS_ERR_UNSUPPORTED, "NCCL reduce-scatter: the nccl mode sums fp32 only (the ordered mode "
-                       "takes 16-bit inputs)");
     st = order_after(n, (void *)after);
     if (st || count == 0)
         return st;
     if (n->mode == ZS_NCCL_ORDERED)
         return rs_ordered(n, buf, dt_in, out, dt_out, count, scale);
-    r = n->api.reduce_scatter(buf, out, (size_t)count, ncclFloat32, ncclSum, n->comm, n->stream);
-    if (r != ncclSuccess)
-        return nccl_fail(n, r, "ncclReduceScatter");
-    k = scale == 1.0f ? 0 : zs_cuda_scale(out, count, scale, n->stream);
-    return k ? cuda_fail(n, k, "reduce-scatter: scale") : ZS_OK;
+    return rs_fast(n, buf, dt_in, out, dt_out, count, scale);
 }
 
 zs_status zs_nccl_all_gather(struct zs_nccl *n, void *buf, zs_dtype dt, int64_t count, void *after)

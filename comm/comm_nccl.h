@@ -3,8 +3,9 @@
  * reductions: ZS_NCCL_FAST is NCCL's own reduce-scatter (its summation order, the fastest), and
  * ZS_NCCL_ORDERED moves the chunks with grouped send/recv and sums them in rank order with
  * kernels/comm_cuda.cu, so a GPU reduction gives comm/comm.c's bits. All-reduce is reduce-scatter then
- * all-gather, as on the CPU, so stage 0 equals stages 1-3. The engine uses the ordered mode through
- * runtime/devio.c when every rank has a GPU of its own (device_nocuda.c stands in without the CUDA backend). */
+ * all-gather, as on the CPU, so stage 0 equals stages 1-3. The engine (runtime/devio.c) uses the ordered mode
+ * when every rank has a GPU of its own, the fast one when zeroshard.device_comm says "nccl" (device_nocuda.c
+ * stands in without the CUDA backend). */
 #ifndef ZS_COMM_NCCL_H
 #define ZS_COMM_NCCL_H
 
@@ -28,8 +29,8 @@ void *zs_nccl_stream(struct zs_nccl *n);
 zs_status zs_nccl_sync(struct zs_nccl *n);
 
 /* buf: N chunks of count elements of dt_in; out: rank r's chunk of the sum, times scale, as dt_out (fp32 or
- * dt_in). FAST mode takes fp32 only. after: a cudaStream_t whose queued work the collective waits for
- * (NULL: none). */
+ * dt_in). FAST mode sums 16-bit inputs in fp32 (widened first) and rounds once to dt_out. after: a
+ * cudaStream_t whose queued work the collective waits for (NULL: none). */
 zs_status zs_nccl_reduce_scatter(struct zs_nccl *n, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
                                  int64_t count, float scale, void *after);
 /* buf: N chunks of count elements of dt; this rank's chunk goes to every rank. */

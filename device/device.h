@@ -62,8 +62,10 @@ struct zs_device_ops {
     zs_status (*stream_sync)(struct zs_device *d, struct zs_dev_stream *s);
     zs_status (*event_create)(struct zs_device *d, struct zs_dev_event **e);
     void (*event_free)(struct zs_device *d, struct zs_dev_event *e);
-    /* e marks everything queued on s so far; wait makes work queued on s later start after e. */
+    /* e marks everything queued on s so far; wait makes work queued on s later start after e; query says
+     * whether that work has finished (without waiting). */
     zs_status (*event_record)(struct zs_device *d, struct zs_dev_event *e, struct zs_dev_stream *s);
+    zs_status (*event_query)(struct zs_device *d, struct zs_dev_event *e, bool *done);
     zs_status (*stream_wait)(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *e);
     /* Every tensor of l, on s; the arrays are device memory. */
     zs_status (*optim)(struct zs_device *d, const struct zs_optim_launch *l, struct zs_dev_stream *s);

@@ -87,6 +87,12 @@ static zs_status cpu_stream_wait(struct zs_device *d, struct zs_dev_stream *s, s
     return ZS_OK;
 }
 
+static zs_status cpu_event_query(struct zs_device *d, struct zs_dev_event *e, bool *done)
+{
+    *done = true;
+    return ZS_OK;
+}
+
 struct optim_job {
     zs_optim_fn fn;
     const struct zs_optim_step *step;
@@ -164,7 +170,8 @@ const struct zs_device_ops zs_device_cpu_ops = {
     .name = "cpu", .count = cpu_count, .open = cpu_open, .close = cpu_close, .alloc = cpu_alloc, .free = cpu_free, .copy = cpu_copy,
     .stream_create = cpu_stream_create, .stream_free = cpu_stream_free, .stream_sync = cpu_stream_sync,
     .event_create = cpu_event_create, .event_free = cpu_event_free, .event_record = cpu_event_record,
-    .stream_wait = cpu_stream_wait, .optim = cpu_optim, .zero = cpu_zero, .accumulate = cpu_accumulate,
+    .event_query = cpu_event_query, .stream_wait = cpu_stream_wait, .optim = cpu_optim, .zero = cpu_zero,
+    .accumulate = cpu_accumulate,
     .scale = cpu_scale, .convert = cpu_convert, .sumsq = cpu_sumsq, .host_register = cpu_host_register,
     .host_unregister = cpu_host_unregister,
 };
@@ -173,7 +180,183 @@ const struct zs_device_ops zs_device_cpu_ops = {
  * Host memory handed out at an address the host cannot dereference: bit 62 set, outside every canonical
  * x86-64 and AArch64 user address, so a load or store that skips the copy ops faults at once (and ASan
  * reports it), while the engine's pointer arithmetic inside a buffer still works. Its ops take the bit off;
- * copies also check their direction against where each side lives, as a GPU's would have to be right. */
+ * copies also check their direction against where each side lives, as a GPU's would have to be right.
+ *
+ * Its streams are late, as a GPU's may be: the compute stream (NULL) runs each operation at once, but a
+ * stream made by stream_create (the communication stream) keeps its copies queued until the host
+ * synchronizes it, another stream waits for an event recorded after them, or memory is freed (cudaFree waits
+ * for the device too). A consumer that reads a collective's result without waiting for its event reads stale
+ * bytes, and the engine's oracle tests catch it. Other operations on such a stream run its queue first. */
+
+struct sep_copy_op {
+    void *dst;
+    const void *src;
+    size_t bytes;
+};
+
+struct sep_stream {
+    struct sep_copy_op *q;      /* queued, not yet run: operations ran .. queued-1 */
+    size_t cap;
+    uint64_t queued, ran;
+};
+
+struct sep_event {
+    struct sep_stream *s;       /* NULL: recorded on the compute stream, complete at once */
+    uint64_t at;                /* the stream's work up to here */
+};
+
+struct sep_state {
+    struct sep_stream **streams;
+    int32_t n, cap;
+};
+
+/* Runs s's queued copies up to (not including) operation `to`. */
+static void sep_run(struct sep_stream *s, uint64_t to)
+{
+    uint64_t k, left;
+
+    if (!s || to <= s->ran)
+        return;
+    k = (to < s->queued ? to : s->queued) - s->ran;
+    for (uint64_t i = 0; i < k; i++)
+        memmove(s->q[i].dst, s->q[i].src, s->q[i].bytes);
+    left = s->queued - s->ran - k;
+    memmove(s->q, s->q + k, (size_t)left * sizeof(*s->q));
+    s->ran += k;
+}
+
+static void sep_drain(struct sep_stream *s)
+{
+    if (s)
+        sep_run(s, s->queued);
+}
+
+static void sep_drain_all(struct zs_device *d)
+{
+    struct sep_state *st = d->priv;
+
+    for (int32_t i = 0; st && i < st->n; i++)
+        sep_drain(st->streams[i]);
+}
+
+static zs_status sep_open(struct zs_device *d, int32_t local_rank, int32_t local_size)
+{
+    d->priv = calloc(1, sizeof(struct sep_state));
+    if (!d->priv)
+        return zs_fail(ZS_ERR_NOMEM, "separate test device: out of memory");
+    return cpu_open(d, local_rank, local_size);
+}
+
+static void sep_close(struct zs_device *d)
+{
+    struct sep_state *st = d->priv;
+
+    if (st) {
+        sep_drain_all(d);
+        free(st->streams);
+        free(st);
+    }
+    d->priv = NULL;
+}
+
+static zs_status sep_stream_create(struct zs_device *d, struct zs_dev_stream **out)
+{
+    struct sep_state *st = d->priv;
+    struct sep_stream *s;
+
+    if (st->n == st->cap) {
+        int32_t cap = st->cap ? 2 * st->cap : 4;
+        struct sep_stream **g = realloc(st->streams, (size_t)cap * sizeof(*g));
+        if (!g)
+            return zs_fail(ZS_ERR_NOMEM, "separate test device: out of memory");
+        st->streams = g;
+        st->cap = cap;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return zs_fail(ZS_ERR_NOMEM, "separate test device: out of memory");
+    st->streams[st->n++] = s;
+    *out = (struct zs_dev_stream *)s;
+    return ZS_OK;
+}
+
+static void sep_stream_free(struct zs_device *d, struct zs_dev_stream *h)
+{
+    struct sep_state *st = d->priv;
+    struct sep_stream *s = (struct sep_stream *)h;
+
+    if (!s)
+        return;
+    sep_drain(s);
+    for (int32_t i = 0; i < st->n; i++)
+        if (st->streams[i] == s) {
+            st->streams[i] = st->streams[--st->n];
+            break;
+        }
+    free(s->q);
+    free(s);
+}
+
+static zs_status sep_stream_sync(struct zs_device *d, struct zs_dev_stream *s)
+{
+    sep_drain((struct sep_stream *)s);
+    return ZS_OK;
+}
+
+static zs_status sep_event_create(struct zs_device *d, struct zs_dev_event **e)
+{
+    *e = calloc(1, sizeof(struct sep_event));
+    return *e ? ZS_OK : zs_fail(ZS_ERR_NOMEM, "separate test device: out of memory");
+}
+
+static void sep_event_free(struct zs_device *d, struct zs_dev_event *e)
+{
+    free(e);
+}
+
+static zs_status sep_event_record(struct zs_device *d, struct zs_dev_event *h, struct zs_dev_stream *s)
+{
+    struct sep_event *e = (struct sep_event *)h;
+
+    e->s = (struct sep_stream *)s;
+    e->at = e->s ? e->s->queued : 0;
+    return ZS_OK;
+}
+
+static zs_status sep_event_query(struct zs_device *d, struct zs_dev_event *h, bool *done)
+{
+    const struct sep_event *e = (const struct sep_event *)h;
+
+    *done = !e->s || e->s->ran >= e->at;
+    return ZS_OK;
+}
+
+/* The waiting stream could only run later than the host does here: the event's work is run now. */
+static zs_status sep_stream_wait(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *h)
+{
+    const struct sep_event *e = (const struct sep_event *)h;
+
+    if (e->s)
+        sep_run(e->s, e->at);
+    return ZS_OK;
+}
+
+static zs_status sep_enqueue(struct sep_stream *s, void *dst, const void *src, size_t bytes)
+{
+    size_t n = (size_t)(s->queued - s->ran);
+
+    if (n == s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 16;
+        struct sep_copy_op *g = realloc(s->q, cap * sizeof(*g));
+        if (!g)
+            return zs_fail(ZS_ERR_NOMEM, "separate test device: out of memory");
+        s->q = g;
+        s->cap = cap;
+    }
+    s->q[n] = (struct sep_copy_op){ .dst = dst, .src = src, .bytes = bytes };
+    s->queued++;
+    return ZS_OK;
+}
 
 #define SEP_TAG ((uintptr_t)1 << 62)
 
@@ -194,6 +377,7 @@ static void *sep_alloc(struct zs_device *d, size_t bytes)
 
 static void sep_free(struct zs_device *d, void *p)
 {
+    sep_drain_all(d);
     free(sep_host(p));
 }
 
@@ -206,6 +390,8 @@ static zs_status sep_copy(struct zs_device *d, void *dst, const void *src, size_
     if (bytes && (sep_tagged(dst) != want_dst || sep_tagged(src) != want_src))
         return zs_fail(ZS_ERR_INVALID, "separate test device: a %s copy from %s to %s memory", names[dir],
                        sep_tagged(src) ? "device" : "host", sep_tagged(dst) ? "device" : "host");
+    if (s && bytes)
+        return sep_enqueue((struct sep_stream *)s, sep_host(dst), sep_host(src), bytes);
     return cpu_copy(d, sep_host(dst), sep_host(src), bytes, dir, s);
 }
 
@@ -236,6 +422,7 @@ static zs_status sep_optim(struct zs_device *d, const struct zs_optim_launch *l,
 
     if (!t)
         return zs_fail(ZS_ERR_NOMEM, "separate test device: out of memory");
+    sep_drain((struct sep_stream *)s);
     for (int32_t i = 0; i < l->count && !st; i++) {
         const struct zs_optim_bufs *b = &l->t[i].bufs;
         t[i] = l->t[i];
@@ -259,6 +446,7 @@ static zs_status sep_zero(struct zs_device *d, void *p, size_t bytes, struct zs_
 {
     if (sep_check(p, "zero"))
         return ZS_ERR_INVALID;
+    sep_drain((struct sep_stream *)s);
     return cpu_zero(d, sep_host(p), bytes, s);
 }
 
@@ -267,6 +455,7 @@ static zs_status sep_accumulate(struct zs_device *d, void *dst, const void *src,
 {
     if (sep_check(dst, "accumulate") || sep_check(src, "accumulate"))
         return ZS_ERR_INVALID;
+    sep_drain((struct sep_stream *)s);
     return cpu_accumulate(d, sep_host(dst), sep_host(src), dt, n, s);
 }
 
@@ -274,6 +463,7 @@ static zs_status sep_scale(struct zs_device *d, void *x, zs_dtype dt, int64_t n,
 {
     if (sep_check(x, "scale"))
         return ZS_ERR_INVALID;
+    sep_drain((struct sep_stream *)s);
     return cpu_scale(d, sep_host(x), dt, n, f, s);
 }
 
@@ -282,12 +472,14 @@ static zs_status sep_convert(struct zs_device *d, void *dst, zs_dtype dt, const 
 {
     if (sep_check(dst, "convert") || sep_check(src, "convert"))
         return ZS_ERR_INVALID;
+    sep_drain((struct sep_stream *)s);
     return cpu_convert(d, sep_host(dst), dt, sep_host(src), n, s);
 }
 
 static zs_status sep_sumsq(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
                            double *out, struct zs_dev_stream *s)
 {
+    sep_drain((struct sep_stream *)s);
     for (int32_t k = 0; k < count; k++) {
         if (n[k] && sep_check(x[k], "sumsq"))
             return ZS_ERR_INVALID;
@@ -362,10 +554,11 @@ static zs_status sep_pci_bus_id(struct zs_device *d, char *buf, size_t len)
 }
 
 const struct zs_device_ops zs_device_separate_ops = {
-    .name = "cpu (separate test device)", .count = sep_count, .open = cpu_open, .close = cpu_close,
-    .alloc = sep_alloc, .free = sep_free, .copy = sep_copy, .stream_create = cpu_stream_create,
-    .stream_free = cpu_stream_free, .stream_sync = cpu_stream_sync, .event_create = cpu_event_create,
-    .event_free = cpu_event_free, .event_record = cpu_event_record, .stream_wait = cpu_stream_wait,
+    .name = "cpu (separate test device)", .count = sep_count, .open = sep_open, .close = sep_close,
+    .alloc = sep_alloc, .free = sep_free, .copy = sep_copy, .stream_create = sep_stream_create,
+    .stream_free = sep_stream_free, .stream_sync = sep_stream_sync, .event_create = sep_event_create,
+    .event_free = sep_event_free, .event_record = sep_event_record, .event_query = sep_event_query,
+    .stream_wait = sep_stream_wait,
     .optim = sep_optim, .zero = sep_zero, .accumulate = sep_accumulate, .scale = sep_scale, .convert = sep_convert,
     .sumsq = sep_sumsq, .host_register = sep_host_register, .host_unregister = sep_host_unregister,
     .pci_bus_id = sep_pci_bus_id,

@@ -77,6 +77,8 @@ struct zs_cpu_config {
     int64_t fake_node_size; /* > 0: treat blocks of this many consecutive ranks as nodes (testing) */
     int64_t device_memory;  /* bytes of "device" memory per rank the CPU backend allows; 0 = no limit */
     char device[8];     /* where model states live and the optimizer runs: "cpu" or "cuda" */
+    char device_comm[8]; /* collectives on device buffers: "auto", "nccl", "ordered" or "staged"
+                          * (ZS_DEVICE_COMM overrides; runtime/devio.c) */
     double timeout_s;       /* the watchdog: how long any wait on peers may last (ZS_TIMEOUT overrides) */
     char flight_dir[256];   /* the flight recorder's directory ("": ZS_FLIGHT_DIR or /tmp/zeroshard-flight-<job>) */
     bool deterministic;     /* "world_size_invariant": exact gradient sums (sharding/exact.c) */

@@ -294,15 +294,17 @@ int zs_cfg_parse_zero(parser *p, struct zs_config *cfg, json_t *root)
 
 /* DeepSpeed skips top-level keys it does not know, so one file serves both runtimes. */
 static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", "comm", "fake_node_size",
-                                       "device_memory", "device", "timeout_s", "flight_dir", "deterministic", "micro_shard_size", NULL};
+                                       "device_memory", "device", "device_comm", "timeout_s", "flight_dir", "deterministic",
+                                       "micro_shard_size", NULL};
 static const char *const comm_backends[] = {"auto", "mpi", "shm", NULL};
 static const char *const cpu_kernels[] = {"auto", "scalar", "avx2", "avx512", NULL};
 static const char *const devices[] = {"cpu", "cuda", NULL};
+static const char *const device_comms[] = {"auto", "nccl", "ordered", "staged", NULL};
 
 int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
 {
     struct zs_cpu_config *c = &cfg->cpu;
-    const char *kernel, *comm, *device, *flight, *det;
+    const char *kernel, *comm, *device, *flight, *det, *dcomm;
     json_t *sec;
 
     if (zs_cfg_get_obj(p, root, "", "zeroshard", &sec) ||
@@ -314,6 +316,7 @@ int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
         zs_cfg_get_int(p, sec, "zeroshard", "fake_node_size", &(struct zs_cfg_spec){ZS_GE(0)}, &c->fake_node_size) ||
         zs_cfg_get_int(p, sec, "zeroshard", "device_memory", &(struct zs_cfg_spec){ZS_GE(0)}, &c->device_memory) ||
         zs_cfg_get_str(p, sec, "zeroshard", "device", &device) ||
+        zs_cfg_get_str(p, sec, "zeroshard", "device_comm", &dcomm) ||
         zs_cfg_get_num(p, sec, "zeroshard", "timeout_s", &(struct zs_cfg_spec){ZS_IN_OC(0, 1e9), .def = 600, .no_auto = true},
                        &c->timeout_s) ||
         zs_cfg_get_str(p, sec, "zeroshard", "flight_dir", &flight) ||
@@ -355,5 +358,16 @@ int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
     if (!zs_cfg_in_list(device, devices))
         return zs_cfg_fail(p, "zeroshard", "device", "expected \"cpu\" or \"cuda\", got \"%.40s\"", device);
     memcpy(c->device, device, strlen(device) + 1);
+    if (!dcomm)
+        dcomm = "auto";
+    if (!zs_cfg_in_list(dcomm, device_comms))
+        return zs_cfg_fail(p, "zeroshard", "device_comm",
+                           "expected \"auto\", \"nccl\", \"ordered\" or \"staged\", got \"%.40s\"", dcomm);
+    /* NCCL's own reduce-scatter sums in its ring or tree order, which depends on the world size */
+    if (c->deterministic && !strcmp(dcomm, "nccl"))
+        return zs_cfg_fail(p, "zeroshard", "device_comm",
+                           "\"nccl\" sums in NCCL's order, not bit-identical, and \"world_size_invariant\" "
+                           "(zeroshard.deterministic) needs exact sums; use \"ordered\"");
+    memcpy(c->device_comm, dcomm, strlen(dcomm) + 1);
     return 0;
 }

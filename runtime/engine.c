@@ -471,7 +471,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
         uint64_t opt = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
         if (un->reduce_req)
-            zs_comm_wait(ctx->comm, un->reduce_req);
+            zs_coll_wait(ctx, un->reduce_req);
         if (ctx->cfg.zero.stage == 0)
             zs_mem_free(ctx, ZS_MEM_PARAMS, un->full, pad);
         else
@@ -499,11 +499,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     free(ctx->rec);
     /* after a swap timeout the kernel may still write into the pool's slots: leaking it on this fatal
      * path is the safe choice, freeing it could let a late I/O land in reused memory */
-    if (ctx->stage_buf) {
-        if (ctx->stage_pinned)
-            ctx->dev.ops->host_unregister(&ctx->dev, ctx->stage_buf);
-        free(ctx->stage_buf);
-    }
+    zs_offdev_free(ctx);
     zs_dev_arena_close(&ctx->dev_arena);
     if (!zs_nvme_optim_close(ctx->nvme, ctx->rank, ctx->quiet)) {
         zs_offload_unpin(ctx);

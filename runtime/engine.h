@@ -51,14 +51,14 @@ struct zs_unit {
     void *shard;                 /* sharded: this rank's persistent shard */
     void *gathered;              /* sharded: the gathered unit while live */
     enum zs_gather_state gather;
-    struct zs_comm_req *gather_req;
+    struct zs_coll_req *gather_req;
     bool prefetched;             /* gathered ahead of its fetch, not yet fetched */
     int32_t fetched;             /* program references (fetch minus release) */
     void *grad;                  /* stages 0-1: persistent full gradients; 2-3: bucket staging */
     void *grad_shard;            /* stages 2-3: persistent accumulator for this rank's shard (cdt) */
     void *reduced;               /* stages 2-3: where the reduce-scatter puts this rank's part */
     enum zs_grad_state grad_state;
-    struct zs_comm_req *reduce_req;
+    struct zs_coll_req *reduce_req;
     int64_t ready_micro;         /* micro-step of the last zs_grad_ready, -1 before any */
     int64_t accumulated;         /* micro-batches folded into grad_shard this window */
     float *master;               /* 16-bit params: fp32 masters (whole at stage 0, shard otherwise), unless
@@ -68,6 +68,19 @@ struct zs_unit {
      * elements' top bands at ctx->xtop + xoff */
     int64_t xoff, xdeposits;     /* element offset; micro-shards deposited this window */
     bool xbad;                   /* some deposited value was Inf or NaN */
+};
+
+/* ZeRO-Offload from a device the host cannot read in place (offload/offload_dev.c): pinned host staging of
+ * two parameter slots, then every unit's gradients (grad_at: offsets after the slots); a copy stream down and
+ * one up, so that the CPU steps one unit while the next comes down and the previous goes up. */
+struct zs_offdev {
+    void *buf;
+    bool pinned;                     /* the device took buf's pin (else it stays pageable) */
+    size_t bytes, slot;
+    size_t *grad_at;
+    bool *grad_down;                 /* this window's gradients of the unit are queued down */
+    struct zs_dev_stream *down, *up;
+    struct zs_dev_event *ev_grad, *ev_up[2], *ev_done;
 };
 
 /* DeepSpeed's DynamicLossScaler state (fp16 with loss_scale 0); a static scale otherwise. */
@@ -96,14 +109,13 @@ struct zs_ctx {
     struct zs_device host_dev;       /* the CPU, for the optimizer offloaded from a device the host cannot reach */
     struct zs_place place;           /* the threads and the host pool near the device's PCI link */
     struct zs_dev_stream *comm_stream;  /* the collectives' stream (devio.c) */
-    struct zs_dev_event *ev_compute, *ev_comm; /* compute -> communication, and back */
+    struct zs_dev_event *ev_compute;  /* compute -> communication */
+    struct zs_coll_req *req_free, *req_all; /* devio.c's collective requests: recycled, and all of them */
     struct zs_staged staged;         /* collectives on device buffers (when !dev.host_access) */
     struct zs_nccl *nccl;            /* or NCCL's (ordered mode), when every rank has a GPU of its own */
-    void *stage_buf;                 /* offloaded optimizer from such a device: one unit's parameters and
-                                      * gradients on the host (pinned through the device) */
-    bool stage_pinned;               /* the device took stage_buf's pin (else it stays pageable) */
     bool pool_pinned;                /* the device pinned the host pool (offload.c: zs_offload_pin) */
     struct zs_dev_arena dev_arena;   /* the device's memory, where the host cannot read it in place */
+    struct zs_offdev off;            /* offloaded optimizer from such a device (offload/offload_dev.c) */
     enum zs_kpath kpath;
     enum zs_kopt kopt;               /* the config's optimizer as the kernels name it */
     zs_dtype pdt, cdt, gdt;          /* parameters; reduced gradients; what the optimizer reads (pdt or cdt) */
@@ -229,18 +241,28 @@ uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits); /* what zs_exact
 
 /* runtime/devio.c: host <-> device copies, complete on return (dst_dev / src_dev: which side is device
  * memory; host to host is a memmove); the collectives on device buffers, comm.h's where the host reaches the
- * device's memory, the host-staged transport otherwise (*req NULL: already complete). */
+ * device's memory, NCCL or the host-staged transport otherwise. Each returns a request (*req NULL: already
+ * complete); zs_coll_wait makes the result the compute stream's (on a device, without blocking the host),
+ * zs_coll_test says whether it has landed. */
+struct zs_coll_req;
 zs_status zs_dev_copy(struct zs_ctx *ctx, void *dst, bool dst_dev, const void *src, bool src_dev, size_t bytes);
 zs_status zs_dev_streams_open(struct zs_ctx *ctx);
 void zs_dev_streams_close(struct zs_ctx *ctx);
 zs_status zs_dev_nccl_open(struct zs_ctx *ctx); /* collective: NCCL when every rank has its own GPU */
 zs_status zs_coll_reduce_scatter(struct zs_ctx *ctx, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
-                                 int64_t count, float scale, struct zs_comm_req **req);
-zs_status zs_coll_all_gather(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t count, struct zs_comm_req **req);
+                                 int64_t count, float scale, struct zs_coll_req **req);
+zs_status zs_coll_all_gather(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t count, struct zs_coll_req **req);
 zs_status zs_coll_all_reduce(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t count, float scale,
-                             struct zs_comm_req **req);
-zs_status zs_coll_wait(struct zs_ctx *ctx, struct zs_comm_req *req);
-zs_status zs_coll_test(struct zs_ctx *ctx, struct zs_comm_req *req, bool *done);
+                             struct zs_coll_req **req);
+zs_status zs_coll_wait(struct zs_ctx *ctx, struct zs_coll_req *req);
+zs_status zs_coll_test(struct zs_ctx *ctx, struct zs_coll_req *req, bool *done);
+/* offload/offload_dev.c: the offloaded optimizer's staging when the device is not the host's */
+zs_status zs_offdev_setup(struct zs_ctx *ctx);
+void zs_offdev_free(struct zs_ctx *ctx);
+zs_status zs_offdev_grads_final(struct zs_ctx *ctx, int32_t u); /* unit u's gradients down, on the copy stream */
+void zs_offdev_window_end(struct zs_ctx *ctx);
+void *zs_offdev_grads(struct zs_ctx *ctx, int32_t u);           /* where they land on the host */
+void *zs_offdev_slot(struct zs_ctx *ctx, int32_t k);            /* parameter slot k % 2 */
 /* Whether unit u's working parameters (the shard, at stage 3 with offload_param cpu) are host memory. */
 static inline bool zs_params_on_host(const struct zs_ctx *ctx, const struct zs_unit *un)
 {

@@ -224,30 +224,6 @@ static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un, int
     return st;
 }
 
-/* The offloaded optimizer's staging on the host (step.c: optim_from_device), for the largest unit's
- * parameters and gradients, pinned by the device for its copies. A refused pin leaves it pageable (slower
- * copies, the same bits) rather than failing this rank alone while its peers go on into a collective. */
-static zs_status setup_stage_buf(struct zs_ctx *ctx)
-{
-    uint64_t most = 0;
-
-    if (ctx->dev.host_access || !zs_offload_optimizer_on_host(ctx))
-        return ZS_OK;
-    for (int32_t u = 0; u < ctx->nunits; u++) {
-        const struct zs_unit *un = &ctx->units[u];
-        uint64_t n = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard);
-        uint64_t b = (n * ctx->psz + 63) / 64 * 64 + n * zs_dtype_bytes(ctx->gdt);
-        most = b > most ? b : most;
-    }
-    if (posix_memalign(&ctx->stage_buf, 64, (size_t)most ? (size_t)most : 64))
-        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for %llu bytes of offload staging",
-                       (unsigned long long)most);
-    ctx->stage_pinned = !ctx->dev.ops->host_register(&ctx->dev, ctx->stage_buf, (size_t)most ? (size_t)most : 64);
-    if (!ctx->stage_pinned && !ctx->quiet)
-        zs_log("rank %d: warning: the offload staging stays pageable: %s", ctx->rank, zs_last_error());
-    return ZS_OK;
-}
-
 /* The gradient bucket's bytes (stages 2-3), and its capacity in elements. */
 static int64_t bucket_bytes(const struct zs_ctx *ctx, int64_t *elems)
 {
@@ -393,7 +369,7 @@ zs_status zs_setup(zs_ctx *ctx)
     }
     st = ctx->cfg.cpu.deterministic ? zs_exact_setup(ctx) : setup_bucket(ctx);
     if (!st)
-        st = setup_stage_buf(ctx);
+        st = zs_offdev_setup(ctx);
     if (st)
         return st;
     for (int32_t p = 0; p < ctx->nparams; p++)

@@ -230,40 +230,89 @@ static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1,
     ctx->dev.ops->optim(&ctx->dev, &l, ctx->dev.compute);
 }
 
-/* The optimizer offloaded (offload_optimizer cpu) from a device the host cannot read in place: per unit,
- * the reduced gradients and the working parameters come down into the pinned staging buffer, the CPU
- * kernels step them against the masters and moments in the host pool, and the parameters go back up. */
+/* Unit u's working parameters into slot k on the copy stream down, once that slot's last copy up is done
+ * (fp32: the masters are the working parameters, on the device; 16-bit: the kernel writes their rounding). */
+static zs_status params_down(struct zs_ctx *ctx, int32_t u, int32_t k)
+{
+    struct zs_device *d = &ctx->dev;
+    int64_t n;
+    struct zs_optim_tensor t;
+    zs_status st;
+
+    zs_unit_master(ctx, u, &n);
+    optim_tensor(ctx, u, NULL, NULL, NULL, 0, n, &t);
+    st = d->ops->stream_wait(d, ctx->off.down, ctx->off.ev_up[k & 1]);
+    return st ? st : d->ops->copy(d, zs_offdev_slot(ctx, k), t.bufs.param, (size_t)n * ctx->psz, ZS_COPY_D2H,
+                                  ctx->off.down);
+}
+
+/* The next unit after u with elements to step and parameters on the device, or nunits. */
+static int32_t next_staged(struct zs_ctx *ctx, int32_t u)
+{
+    int64_t n;
+
+    for (u++; u < ctx->nunits; u++) {
+        zs_unit_master(ctx, u, &n);
+        if (n > 0 && !zs_params_on_host(ctx, &ctx->units[u]))
+            break;
+    }
+    return u;
+}
+
+/* The optimizer offloaded (offload_optimizer cpu) from a device the host cannot read in place. The reduced
+ * gradients came down during backward (offload_dev.c; any unit that did not, now); then unit by unit, in two
+ * pinned slots: while the CPU kernels step unit k against the masters and moments in the host pool, unit k+1's
+ * parameters come down on one copy stream and unit k-1's go up on the other. The compute stream waits for the
+ * last copy up. */
 static zs_status optim_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s)
 {
-    size_t gsz = zs_dtype_bytes(ctx->gdt);
+    struct zs_device *d = &ctx->dev;
+    struct zs_offdev *o = &ctx->off;
+    int32_t k = 0, u = next_staged(ctx, -1);
     zs_status st = ZS_OK;
 
-    for (int32_t u = 0; u < ctx->nunits && !st; u++) {
-        struct zs_unit *un = &ctx->units[u];
+    for (int32_t v = 0; v < ctx->nunits && !st; v++)
+        st = zs_offdev_grads_final(ctx, v);
+    /* the parameters come down after everything the compute stream did to them (the last step's gather) */
+    if (!st)
+        st = d->ops->event_record(d, o->ev_grad, d->compute);
+    if (!st)
+        st = d->ops->stream_wait(d, o->down, o->ev_grad);
+    if (!st && u < ctx->nunits)
+        st = params_down(ctx, u, 0);
+    for (int32_t v = 0; v < ctx->nunits && !st; v++) {
+        struct zs_unit *un = &ctx->units[v];
         struct zs_optim_tensor t;
         struct zs_optim_launch l;
         int64_t n;
-        bool pdev = !zs_params_on_host(ctx, un);
-        zs_unit_master(ctx, u, &n);
-        optim_tensor(ctx, u, NULL, un->m, un->v, 0, n, &t);
-        size_t pb = (size_t)n * ctx->psz, at = (pb + 63) / 64 * 64;
-        void *hp = ctx->stage_buf, *hg = (char *)ctx->stage_buf + at, *param = t.bufs.param;
+        bool staged = v == u;
+        zs_unit_master(ctx, v, &n);
         if (!n)
             continue;
-        st = zs_dev_copy(ctx, hg, false, t.bufs.grad, true, (size_t)n * gsz);
-        if (!st && pdev)
-            st = zs_dev_copy(ctx, hp, false, param, true, pb);
-        t.bufs.grad = hg;
-        if (pdev)
-            t.bufs.param = hp;
+        optim_tensor(ctx, v, NULL, un->m, un->v, 0, n, &t);
+        void *param = t.bufs.param;
+        st = d->ops->stream_sync(d, o->down); /* this unit's parameters, and every gradient */
+        if (!st && staged) {
+            u = next_staged(ctx, v);
+            if (u < ctx->nunits)
+                st = params_down(ctx, u, k + 1);
+            t.bufs.param = zs_offdev_slot(ctx, k);
+        }
+        t.bufs.grad = zs_offdev_grads(ctx, v);
         l = optim_launch(ctx, s, &t, 1);
         if (!st)
             st = ctx->host_dev.ops->optim(&ctx->host_dev, &l, NULL);
-        if (!st && pdev)
-            st = zs_dev_copy(ctx, param, true, hp, false, pb);
+        if (!st && staged)
+            st = d->ops->copy(d, param, t.bufs.param, (size_t)n * ctx->psz, ZS_COPY_H2D, o->up);
+        if (!st && staged)
+            st = d->ops->event_record(d, o->ev_up[k++ & 1], o->up);
         if (st)
             zs_error_prefix("zs_step: offloaded optimizer, unit '%s'", un->name);
     }
+    if (!st)
+        st = d->ops->event_record(d, o->ev_done, o->up);
+    if (!st)
+        st = d->ops->stream_wait(d, d->compute, o->ev_done);
     return st;
 }
 
@@ -299,7 +348,7 @@ static zs_status run_optimizer(struct zs_ctx *ctx, double lr, float coef)
 /* Stages 1-2 (and units kept whole at stage 3): every rank's updated shard is gathered in place. */
 static zs_status gather_updated(struct zs_ctx *ctx)
 {
-    struct zs_comm_req **reqs;
+    struct zs_coll_req **reqs;
     zs_status st = ZS_OK, st2;
 
     if (ctx->cfg.zero.stage == 0)

@@ -24,8 +24,8 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
     zs_status st;
 
     un->grad_state = ZS_GRAD_IDLE;
-    if (ctx->cfg.zero.stage < 2)
-        return ZS_OK;
+    if (ctx->cfg.zero.stage < 2) /* reduced once, at the boundary: final (stage 1 may offload) */
+        return ctx->cfg.zero.stage == 1 ? zs_offdev_grads_final(ctx, u) : ZS_OK;
     if (un->accumulated == 0)
         st = zs_dev_copy(ctx, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
     else
@@ -35,6 +35,9 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
     un->reduced = NULL;
     if (st)
         zs_error_prefix("fold the reduced gradients of unit '%s'", un->name);
+    /* the window's last micro-batch: an offloaded optimizer's gradients start down now, not at the step */
+    if (!st && un->accumulated == ctx->cfg.grad_accum_steps)
+        st = zs_offdev_grads_final(ctx, u);
     return st;
 }
 
@@ -248,6 +251,7 @@ zs_status zs_grads_zero(struct zs_ctx *ctx)
     }
     if (ctx->cfg.cpu.deterministic)
         zs_exact_zero(ctx);
+    zs_offdev_window_end(ctx);
     return st;
 }
 

@@ -265,6 +265,11 @@ static const struct err_case err_cases[] = {
      "zeroshard.kernel: expected \"auto\", \"scalar\", \"avx2\" or \"avx512\", got \"sse\"", NULL, 0},
     {"zeroshard device unknown", "{" MB "'zeroshard': {'device': 'gpu'}}",
      "zeroshard.device: expected \"cpu\" or \"cuda\", got \"gpu\"", NULL, 0},
+    {"zeroshard device_comm unknown", "{" MB "'zeroshard': {'device_comm': 'gloo'}}",
+     "zeroshard.device_comm: expected \"auto\", \"nccl\", \"ordered\" or \"staged\", got \"gloo\"", NULL, 0},
+    {"zeroshard device_comm nccl refused in deterministic mode",
+     "{" MB "'zeroshard': {'device_comm': 'nccl', 'deterministic': 'world_size_invariant'}}",
+     "zeroshard.device_comm: \"nccl\" sums in NCCL's order, not bit-identical", NULL, 0},
     {"zeroshard kernel not a string", "{" MB "'zeroshard': {'kernel': 2}}", "zeroshard.kernel: expected a string",
      NULL, 0},
     {"zeroshard cpu_threads negative", "{" MB "'zeroshard': {'cpu_threads': -1}}",
@@ -632,7 +637,11 @@ static bool t_zeroshard_section(void)
     PARSE_OK("{" MB "'zeroshard': {'cpu_threads': 2.0, 'kernel': 'avx2', 'bind_threads': true}}", 1, NULL, &c);
     EXPECT(c.cpu.threads == 2 && strcmp(c.cpu.kernel, "avx2") == 0);
     PARSE_OK("{" MB "'zeroshard': {'device': 'cuda'}}", 1, NULL, &c);
-    EXPECT(!strcmp(c.cpu.device, "cuda"));
+    EXPECT(!strcmp(c.cpu.device, "cuda") && !strcmp(c.cpu.device_comm, "auto"));
+    PARSE_OK("{" MB "'zeroshard': {'device': 'cuda', 'device_comm': 'nccl'}}", 1, NULL, &c);
+    EXPECT(!strcmp(c.cpu.device_comm, "nccl"));
+    PARSE_OK("{" MB "'zeroshard': {'device_comm': 'ordered', 'deterministic': 'world_size_invariant'}}", 1, NULL, &c);
+    EXPECT(!strcmp(c.cpu.device_comm, "ordered"));
     /* the bytes after the name are zero whatever was parsed before, so equal configs hash alike */
     PARSE_OK("{" MB "'zeroshard': {'kernel': 'auto'}}", 1, NULL, &d);
     PARSE_OK("{" MB "'zeroshard': {'kernel': 'avx512'}}", 1, NULL, &c);

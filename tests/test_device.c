@@ -1,6 +1,7 @@
 /* test_device.c BACKEND - one device backend ("cpu", "separate" or "cuda") through the device interface:
- * memory comes back zero-filled, copies ordered across two streams by an event arrive intact, a multi-tensor
- * optimizer launch (every optimizer x dtype pair x SGD form, two steps, awkward lengths, more tensors
+ * memory comes back zero-filled, copies ordered across two streams by an event arrive intact, an event's
+ * query says done once its stream is synchronized (on the separate device, not before: its streams are late),
+ * a multi-tensor optimizer launch (every optimizer x dtype pair x SGD form, two steps, awkward lengths, more tensors
  * than one CUDA kernel takes, hostile values) gives the CPU scalar reference's bits in every array, and so
  * do the kernels around it (accumulate, scale, convert, zero, the norm's partials) per dtype.
  * Exits 77 (skip) when the backend sees no device (no GPU, or no CUDA backend in this build). */
@@ -217,6 +218,40 @@ out:
     free(back);
 }
 
+/* An event says when a created stream's copy has landed: done after the stream is synchronized. The separate
+ * test device runs such copies late, so there the copy has not landed (and the event is not done) before a sync
+ * or a wait: what makes a forgotten wait in the engine show up in devpath_separate. */
+static void t_event_query(bool late)
+{
+    enum { N = 4096 };
+    unsigned char h[N], back[N] = { 0 };
+    struct zs_dev_stream *s = NULL;
+    struct zs_dev_event *e = NULL;
+    void *a = dev.ops->alloc(&dev, N);
+    bool ok, done = false, early = true;
+
+    for (size_t i = 0; i < N; i++)
+        h[i] = (unsigned char)(next32() | 1);
+    ok = a && !dev.ops->stream_create(&dev, &s) && !dev.ops->event_create(&dev, &e) &&
+         !dev.ops->copy(&dev, a, h, N, ZS_COPY_H2D, s) && !dev.ops->event_record(&dev, e, s);
+    if (ok && late) {
+        ok = !dev.ops->event_query(&dev, e, &early) &&
+             !dev.ops->copy(&dev, back, a, N, ZS_COPY_D2H, NULL); /* the compute stream, without waiting */
+        CHECK(ok && !early && back[0] == 0, "separate device: a created stream's copy landed before any wait");
+    }
+    ok = ok && !dev.ops->stream_wait(&dev, NULL, e) && !dev.ops->stream_sync(&dev, s) &&
+         !dev.ops->event_query(&dev, e, &done) && !dev.ops->copy(&dev, back, a, N, ZS_COPY_D2H, NULL) &&
+         !dev.ops->stream_sync(&dev, NULL);
+    CHECK(ok && done && !memcmp(h, back, N), "event not done, or the bytes wrong, after the stream's sync: %s",
+          ok ? "bytes" : zs_last_error());
+    if (e)
+        dev.ops->event_free(&dev, e);
+    if (s)
+        dev.ops->stream_free(&dev, s);
+    if (a)
+        dev.ops->free(&dev, a);
+}
+
 /* n hostile values of dtype dt on the host (fp32, or rounded to the 16-bit dtype). */
 static void *hostile_array(zs_dtype dt, int64_t n)
 {
@@ -320,6 +355,7 @@ int main(int argc, char **argv)
     /* the program's stream (zs_cuda_stream): the GPU opens one, the CPU has none */
     CHECK((dev.compute != NULL) == (dev.kind == ZS_DEV_CUDA), "%s: compute stream %p", name, (void *)dev.compute);
     t_memory_streams();
+    t_event_query(!strcmp(arg, "separate"));
     for (int dt = 0; dt < 3; dt++)
         t_gradops((zs_dtype)dt);
     for (int opt = 0; opt < ZS_KOPT_COUNT; opt++)

@@ -257,6 +257,51 @@ static void check_refusals(void)
     }
 }
 
+/* zeroshard.device_comm and ZS_DEVICE_COMM: an unknown value, and a NCCL mode on a device that is not a GPU,
+ * fail zs_init naming the key; "staged" is taken on the separate device (its transport anyway). */
+static void check_device_comm(void)
+{
+    static const struct {
+        const char *cfg, *env, *key; /* key NULL: accepted */
+        bool gpu_too;
+    } cases[] = {
+        { "nccl", NULL, "zeroshard.device_comm: \"nccl\" needs zeroshard.device \"cuda\"", false },
+        { "ordered", NULL, "zeroshard.device_comm: \"ordered\" needs zeroshard.device \"cuda\"", false },
+        { "staged", NULL, NULL, false },
+        { "auto", "fast", "ZS_DEVICE_COMM: expected \"auto\", \"nccl\", \"ordered\" or \"staged\"", true },
+    };
+    const char *saved = getenv("ZS_DEVICE_COMM");
+    char keep[32] = "", json[512];
+
+    if (saved)
+        snprintf(keep, sizeof(keep), "%s", saved);
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct run r;
+        zs_status st;
+        if (!cases[k].gpu_too && strcmp(devname, "separate"))
+            continue;
+        if (cases[k].env)
+            setenv("ZS_DEVICE_COMM", cases[k].env, 1);
+        else
+            unsetenv("ZS_DEVICE_COMM");
+        snprintf(json, sizeof(json), "{\"train_micro_batch_size_per_gpu\": 1, \"zeroshard\": {\"device\": \"%s\", "
+                 "\"device_comm\": \"%s\"}}", !strcmp(devname, "cuda") ? "cuda" : "cpu", cases[k].cfg);
+        st = run_open(&r, devname, json);
+        if (cases[k].key)
+            CHECK(st == ZS_ERR_CONFIG && strstr(zs_last_error(), cases[k].key),
+                  "device_comm %s (env %s): status %d, \"%s\" should name %s", cases[k].cfg,
+                  cases[k].env ? cases[k].env : "unset", (int)st, zs_last_error(), cases[k].key);
+        else
+            CHECK(st == ZS_OK, "device_comm %s: %s", cases[k].cfg, zs_last_error());
+        if (r.ctx)
+            zs_finalize(r.ctx);
+    }
+    if (keep[0])
+        setenv("ZS_DEVICE_COMM", keep, 1);
+    else
+        unsetenv("ZS_DEVICE_COMM");
+}
+
 static void one_case(int stage, bool offload, const char *dtype, int gas, bool prescale)
 {
     char json[1024], name[128], why[600] = "", dref[300], ddev[300];
@@ -328,6 +373,7 @@ int main(int argc, char **argv)
     CHECK(dir[0], "mkdtemp");
     if (dir[0])
         check_refusals();
+    check_device_comm();
     static const char *const dtypes[] = { "fp32", "bf16", "fp16" };
     for (int stage = 0; dir[0] && stage <= 3; stage++)
         for (int off = 0; off <= (stage > 0); off++) /* offload needs stage 1-3 */

@@ -110,6 +110,13 @@ verdict "device arena, pinned host pool" $rc "$out"
 p=$(echo "$out" | grep -m1 '^placement:')
 [ -n "$p" ] && line "placement near the GPU" "${p#placement: }"
 
+# NCCL's own reduce-scatter in the engine (zeroshard.device_comm "nccl", here through ZS_DEVICE_COMM): at np1
+# only, since NCCL needs one GPU per rank; with one rank its sum is a copy (16-bit widened, scaled, rounded once),
+# so the oracle's bits must hold. At 2+ ranks the mode is not bit-identical; test_nccl checks it to a tolerance.
+out=$(ZS_DEVICE_COMM=nccl timeout 150 mpirun --oversubscribe -np 1 -x ZS_DEVICE_COMM "$dir/tests/test_devpath" cuda 2>&1); rc=$?
+echo "$out" >> "$log"
+verdict "engine, device_comm nccl, np1" $rc "$out"
+
 # ZeRO-Offload from the GPU (stage 2, offload_optimizer cpu): gradients down, the CPU's AdamW, parameters up,
 # against the pinned D2H + H2D copy of the same bytes measured in the same run (ratio copy/optimizer: 1.0 would
 # be the PCIe bound)
