@@ -52,6 +52,9 @@
 #define XBANDS 18         /* bands 0-17: a top band fits an int8 */
 #define XMAX_SHARDS 32768 /* micro-shards per window: |V| < 2^15 * 2^48 stays inside int64 */
 
+typedef uint32_t u32_alias __attribute__((may_alias)); /* an fp32 gradient's bits, read in place */
+typedef int64_t i64_alias __attribute__((may_alias));  /* a folded sum, where the counters were */
+
 _Static_assert(ZS_SHARD_ALIGN % 2 == 0, "units at even offsets: the 12-byte counters fold into aligned int64");
 
 /* Drops one element's counters below a top band raised by `by`: counter k becomes counter k - by. */
@@ -104,29 +107,70 @@ static void deposit_f32(int32_t *acc, int8_t *top, const float *x, int64_t n, bo
 }
 
 /* The window's first deposit of these elements: no counters or tops yet, so each value sets its element's
- * top band and its three pieces outright. The same result as deposit_f32 with first set, without its
- * branches: a nonzero finite value's lowest bit lies 9 to 24 bits above the bottom of band t - 2. */
-static void deposit_first_f32(int32_t *acc, int8_t *top, const float *x, int64_t n, bool *bad)
+ * top band and its three pieces outright. The same result as deposit_f32 with first set (the reference),
+ * without branches and in 32-bit lanes: a nonzero finite value's lowest bit lies sh = 9 to 24 bits above
+ * the bottom of band t - 2, so its kept part m 2^sh has m >> (32 - sh) above bit 32 and m << sh (mod 2^32)
+ * below. Returns nonzero if a value was an Inf or NaN (left out, as a zero is). */
+static inline __attribute__((always_inline)) uint32_t first_body(int32_t *restrict acc, int8_t *restrict top,
+                                                                 const float *restrict x, int64_t n)
 {
-    bool nonfinite = false;
+    uint32_t nonfinite = 0;
 
     for (int64_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof(u));
-        uint32_t bits = u & 0x7fffffffu, e = bits >> 23, neg = u >> 31;
-        bool keep = bits != 0 && e != 0xff; /* an Inf or NaN is left out, as a zero is */
-        uint64_t m = keep ? (bits & 0x7fffffu) | (e ? 0x800000u : 0u) : 0u;
-        int32_t s = e ? (int32_t)e - 1 : 0, t = (s + 23) / XW;
-        uint64_t v = m << (s - XW * (t - (XK - 1)));
-        int32_t p0 = (int32_t)(v >> 32), p1 = (int32_t)((v >> 16) & 0xffff), p2 = (int32_t)(v & 0xffff);
-        int32_t sg = -(int32_t)neg; /* 0 or -1: (p ^ sg) - sg is p or -p */
-        nonfinite |= e == 0xff;
-        acc[i * XK] = (p0 ^ sg) - sg;
-        acc[i * XK + 1] = (p1 ^ sg) - sg;
-        acc[i * XK + 2] = (p2 ^ sg) - sg;
+        uint32_t u = ((const u32_alias *)(const void *)x)[i];
+        uint32_t bits = u & 0x7fffffffu, e = bits >> 23;
+        bool keep = bits != 0 && e != 0xff;
+        uint32_t m = keep ? (bits & 0x7fffffu) | (e ? 0x800000u : 0u) : 0u;
+        uint32_t s = e ? e - 1 : 0, t = (s + 23) / XW;
+        uint32_t sh = s + XW * (XK - 1) - XW * t, lo = m << sh;
+        int32_t sg = -(int32_t)(u >> 31); /* 0 or -1: (p ^ sg) - sg is p or -p */
+        nonfinite |= e == 0xff ? 1u : 0u;
+        acc[i * XK] = ((int32_t)(m >> (32 - sh)) ^ sg) - sg;
+        acc[i * XK + 1] = ((int32_t)(lo >> 16) ^ sg) - sg;
+        acc[i * XK + 2] = ((int32_t)(lo & 0xffff) ^ sg) - sg;
         top[i] = keep ? (int8_t)t : (int8_t)-1;
     }
-    *bad |= nonfinite;
+    return nonfinite;
+}
+
+static uint32_t deposit_first_f32(int32_t *restrict acc, int8_t *restrict top, const float *restrict x, int64_t n)
+{
+    return first_body(acc, top, x, n);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define XFAST 1
+/* The same loops where every lane has its own shift count or table index (AVX-512); gcc's -O2 cost model
+ * would leave them scalar. */
+#ifdef __clang__
+#define XFAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#else
+#define XFAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), optimize("vect-cost-model=dynamic")))
+#endif
+XFAST_TARGET
+static uint32_t deposit_first_avx512(int32_t *restrict acc, int8_t *restrict top, const float *restrict x, int64_t n)
+{
+    return first_body(acc, top, x, n);
+}
+#endif
+
+/* Which loops this process runs: 0 the reference (deposit_f32 for the first deposit; the plain rounding), 1
+ * the plain loops, 2 AVX-512 where the CPU has it; ZS_EXACT_PATH=scalar or plain forces 0 or 1 (test_exact
+ * holds all three to the contract). */
+static int fast_path(void)
+{
+    const char *e = getenv("ZS_EXACT_PATH");
+
+    if (e && !strcmp(e, "scalar"))
+        return 0;
+    if (e && !strcmp(e, "plain"))
+        return 1;
+#ifdef XFAST
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return 2;
+#endif
+    return 1;
 }
 
 /* Widens a chunk of the program's buffer to fp32 (exact for bf16 and fp16). */
@@ -150,13 +194,18 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: unit '%s': call zs_grad_buffer first in this micro-batch",
                        un->name);
     bool first = un->xdeposits++ == 0; /* the counters were not cleared after the last window */
+    int path = first ? fast_path() : 0;
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t k = n - i0 < 256 ? n - i0 : 256;
         const float *x = chunk_f32(ctx, un->grad, i0, k, tmp);
-        if (first)
-            deposit_first_f32(acc + i0 * XK, top + i0, x, k, &un->xbad);
+        if (path == 0)
+            deposit_f32(acc + i0 * XK, top + i0, x, k, first, &un->xbad);
+#ifdef XFAST
+        else if (path == 2)
+            un->xbad |= deposit_first_avx512(acc + i0 * XK, top + i0, x, k) != 0;
+#endif
         else
-            deposit_f32(acc + i0 * XK, top + i0, x, k, false, &un->xbad);
+            un->xbad |= deposit_first_f32(acc + i0 * XK, top + i0, x, k) != 0;
         memset(zs_at(un->grad, i0, ctx->psz), 0, (size_t)k * ctx->psz); /* while the chunk is in cache */
     }
     return ZS_OK;
@@ -247,27 +296,57 @@ static void fold_range(int32_t *acc, const int8_t *top, const int8_t *agreed, in
     }
 }
 
+/* k folded sums v (their agreed tops t < XBANDS) to fp32: the integer to double, times the grid's unit
+ * scale[t + 1] (a power of two, so exact; scale[0] = 0 for an element with no nonzero value anywhere, whose
+ * sum is 0), divided by the micro-shard count, rounded to fp32. */
+static inline __attribute__((always_inline)) void round_body(const i64_alias *restrict v, const int8_t *restrict agreed,
+                                                             const double *restrict scale, double count,
+                                                             float *restrict f, int64_t k)
+{
+    for (int64_t i = 0; i < k; i++)
+        f[i] = (float)((double)v[i] * scale[agreed[i] + 1] / count);
+}
+
+static void round_f32(const i64_alias *restrict v, const int8_t *restrict agreed, const double *restrict scale,
+                      double count, float *restrict f, int64_t k)
+{
+    round_body(v, agreed, scale, count, f, k);
+}
+
+#ifdef XFAST
+XFAST_TARGET
+static void round_f32_avx512(const i64_alias *restrict v, const int8_t *restrict agreed, const double *restrict scale,
+                             double count, float *restrict f, int64_t k)
+{
+    round_body(v, agreed, scale, count, f, k);
+}
+#endif
+
 /* Rounds the n exact sums at acc (folded; their tops in agreed) to dt at out, adding the squares of the
  * values the optimizer will read to the norm's counters sq. */
-static void round_range(const int64_t *acc, const int8_t *agreed, int64_t n, bool bad, double count, zs_dtype dt,
+static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, bool bad, double count, zs_dtype dt,
                         void *out, uint64_t *sq)
 {
     size_t esz = zs_dtype_bytes(dt);
-    double scale[XBANDS];
+    double scale[XBANDS + 1] = {0.0};
     uint64_t lanes[SQ_LANES][SQ_BANDS] = {{0}};
     float f[256];
     uint16_t h[256];
+    int path = fast_path();
 
     for (int32_t t = 0; t < XBANDS; t++) /* powers of two: the products are exact */
-        scale[t] = ldexp(1.0, XW * (t - (XK - 1)) - XBIAS);
+        scale[t + 1] = ldexp(1.0, XW * (t - (XK - 1)) - XBIAS);
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t k = n - i0 < 256 ? n - i0 : 256;
-        for (int64_t i = 0; i < k; i++) {
-            int64_t v;
-            int8_t t = agreed[i0 + i];
-            memcpy(&v, (const char *)acc + (i0 + i) * (int64_t)sizeof(v), sizeof(v));
-            f[i] = bad ? INFINITY : t < 0 ? 0.0f : (float)((double)v * scale[t] / count);
-        }
+        if (bad) /* the agreed tops are XBAD */
+            for (int64_t i = 0; i < k; i++)
+                f[i] = INFINITY;
+#ifdef XFAST
+        else if (path == 2)
+            round_f32_avx512(acc + i0, agreed + i0, scale, count, f, k);
+#endif
+        else
+            round_f32(acc + i0, agreed + i0, scale, count, f, k);
         if (dt != ZS_DTYPE_FP32) { /* what the optimizer reads: rounded once more, to 16 bits */
             zs_cvt_from_f32(h, (int)dt, f, k);
             zs_cvt_to_f32(f, h, (int)dt, k);
@@ -324,8 +403,8 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
         bool bad = agreed[0] == XBAD; /* some rank saw a non-finite value: the unit's result is not finite */
         void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
         ctx->xanybad |= bad;
-        round_range((const int64_t *)(void *)acc, agreed + b, un->part.shard, bad, (double)window_shards(ctx), ctx->gdt,
-                    g, ctx->xsq);
+        round_range((const i64_alias *)(void *)acc, agreed + b, un->part.shard, bad, (double)window_shards(ctx),
+                    ctx->gdt, g, ctx->xsq);
         if (ctx->cfg.zero.stage == 0) /* whose optimizer reads every element */
             rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad, (int)(un->part.shard * (int64_t)ctx->psz),
                                 MPI_BYTE, ctx->xcomm[2], &un->xreq);
