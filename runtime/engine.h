@@ -253,6 +253,7 @@ void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (
 
 /* runtime/engine.c: waits for a nonblocking MPI collective under the watchdog's deadline */
 zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what);
+double zs_wait_limit_s(const struct zs_ctx *ctx); /* how long zs_vote_wait and the like may wait */
 
 /* runtime/step.c */
 zs_status zs_step_boundary(struct zs_ctx *ctx);

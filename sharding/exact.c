@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <mpi.h>
 
 #include "engine.h"
@@ -450,22 +451,39 @@ static zs_status progress_pass(struct zs_ctx *ctx, bool *moved)
     return ZS_OK;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 zs_status zs_exact_progress(struct zs_ctx *ctx, bool all)
 {
-    for (;;) {
+    double start = 0.0;
+
+    for (uint32_t idle = 0;;) {
         bool moved = false;
         zs_status st = progress_pass(ctx, &moved);
         if (st || !all || ctx->npending == 0)
             return st;
-        if (!moved) { /* the first unit has no predecessor to wait for: only its collective */
-            struct zs_unit *un = &ctx->units[ctx->pending[0]];
-            char what[160];
-            snprintf(what, sizeof(what), "deterministic gradient sum of unit '%s': %s", un->name,
-                     xphase_what[un->xphase]);
-            st = zs_vote_wait(ctx, &un->xreq, what);
-            if (st)
-                return st;
+        if (moved) {
+            idle = 0;
+            continue;
         }
+        /* Nothing moved: some rank is behind. Every unit is tried again after a short sleep rather than a
+         * spin on one request, which leaves the core to that rank when ranks outnumber cores. */
+        if (idle++ == 0) {
+            start = now_s();
+        } else if (idle % 64 == 0 && now_s() - start >= zs_wait_limit_s(ctx)) {
+            struct zs_unit *un = &ctx->units[ctx->pending[0]];
+            return zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: deterministic gradient sum of unit '%s': %s did not "
+                           "complete in %.1f s (zeroshard.timeout_s / ZS_TIMEOUT = %g); some rank has not reached "
+                           "it (an MPI collective does not say which)", ctx->rank, un->name, xphase_what[un->xphase],
+                           now_s() - start, zs_wait_limit_s(ctx));
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
     }
 }
 
