@@ -9,7 +9,7 @@ steps: what a loaded machine's wall clock hides), each rank's peak RSS and the b
 collectives per step (from zs_memory's element count) and the gradient bytes zs_memory reports. A benchmark: nothing is asserted.
 With --compare OLD_BUILD, each rep also runs deterministic mode (shard 4) with OLD_BUILD's zs-train-gpt
 (rows "deterministic, old build"): a change's before and after, interleaved in one run.
-Usage: python3 bench/det_bench.py [--build build] [--steps 5] [--reps 2] [--shard1] [--compare OLD_BUILD]
+Usage: python3 bench/det_bench.py [--build build] [--steps 5] [--reps 2] [--shard1] [--compare OLD_BUILD [--old-bytes 9]]
 """
 import argparse
 import json
@@ -57,6 +57,8 @@ def main():
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--shard1", action="store_true", help="also micro_shard_size 1 (a pass per sequence)")
     ap.add_argument("--compare", help="an older build: its deterministic mode (shard 4) interleaved too")
+    ap.add_argument("--old-bytes", type=int, default=9,
+                    help="bytes per parameter the --compare build hands to the collectives (24 before merge 4bfcfe1)")
     for flag, default in (("--layers", 6), ("--dim", 384), ("--heads", 6), ("--ctx", 256)):
         ap.add_argument(flag, type=int, default=default)
     a = ap.parse_args()
@@ -88,7 +90,7 @@ def main():
         # normal: fp32 gradients into a reduce-scatter (+ all-gather at stage 0); deterministic: an int8
         # top band per element into an all-reduce, an int64 sum per element into a reduce-scatter (MPI's
         # own algorithms move their own multiples of that)
-        gbytes = numel * (24 if m == "old" else 9 if m else 4)  # the old build: 3 int64 counters
+        gbytes = numel * (a.old_bytes if m == "old" else 9 if m else 4)
         c, cbase = res[(s, m)]["cpu"], med(res[(s, 0)]["cpu"])
         mode = "normal" if not m else "deterministic, old build" if m == "old" else f"deterministic, shard {m}"
         print(f"{s:>5} {mode:<26} {med(t):.3f} ({min(t):.3f}-{max(t):.3f}){'':<8} {med(t) / base - 1:>+8.1%} "

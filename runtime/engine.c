@@ -96,7 +96,7 @@ const char *zs_optim_name(int t)
 
 /* The votes are MPI's nonblocking collectives under the watchdog's deadline: before the comm exists the
  * config's timeout (or ZS_TIMEOUT, or the default when this rank's config did not parse). */
-zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what)
+double zs_wait_limit_s(const struct zs_ctx *ctx)
 {
     struct zs_comm_opts o;
     char err[256];
@@ -104,7 +104,12 @@ zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what)
 
     if (zs_comm_opts_from_env(&o, err, sizeof(err)) == 0 && o.timeout_env)
         t = o.timeout_s;
-    if (!zs_mpi_wait_timeout(r, t, ctx->rank, what, NULL))
+    return t;
+}
+
+zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what)
+{
+    if (!zs_mpi_wait_timeout(r, zs_wait_limit_s(ctx), ctx->rank, what, NULL))
         return ZS_OK;
     char msg[768];
     snprintf(msg, sizeof(msg), "%s", zs_last_error());

@@ -29,6 +29,8 @@ extern const char *const zs_mem_cat_names[ZS_MEM_NCAT]; /* "parameters", ... (me
 enum zs_gather_state { ZS_GATHER_NONE, ZS_GATHER_PENDING, ZS_GATHER_READY };
 enum zs_grad_state { ZS_GRAD_IDLE, ZS_GRAD_OPEN, ZS_GRAD_REDUCING };
 
+#define ZS_EXACT_SQ_BANDS 22 /* deterministic mode: 32-bit bands of the norm's exact sum of squares */
+
 struct zs_param_rec {
     char *name;
     int32_t unit;
@@ -68,6 +70,8 @@ struct zs_unit {
      * elements' top bands at ctx->xtop + xoff */
     int64_t xoff, xdeposits;     /* element offset; micro-shards deposited this window */
     bool xbad;                   /* some deposited value was Inf or NaN */
+    int32_t xphase;              /* at the boundary: which of the sum's collectives xreq is (exact.c) */
+    MPI_Request xreq;
 };
 
 /* ZeRO-Offload from a device the host cannot read in place (offload/offload_dev.c): pinned host staging of
@@ -158,8 +162,12 @@ struct zs_ctx {
     struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload_optimizer.device nvme) */
     int32_t *xacc;                   /* deterministic mode: exact gradient counters, 3 per element */
     int8_t *xtop;                    /* each element's top band this window, -1 before any nonzero value */
-    int8_t *xvote;                   /* the agreed top bands of one unit (the largest unit's elements) */
-    int64_t xnumel, xvote_n;         /* elements of xacc and xtop (the padded model), of xvote */
+    int8_t *xvote;                   /* the agreed top bands, every element (units vote while others sum) */
+    int64_t xnumel;                  /* elements of xacc, xtop and xvote (the padded model) */
+    MPI_Comm xcomm[3];               /* the tops' votes, the sums' reduce-scatters, stage 0's all-gathers */
+    int32_t nxcomm;                  /* of xcomm, duplicated so far */
+    uint64_t xsq[ZS_EXACT_SQ_BANDS]; /* the norm's exact counters, this rank's shards so far */
+    bool xanybad;                    /* some unit's agreed sum is not finite */
 };
 
 /* "Adam", "AdamW", "SGD", "Lion", "Adagrad" (DeepSpeed's spelling of the config's optimizer type) */
@@ -235,7 +243,9 @@ zs_status zs_exact_setup(struct zs_ctx *ctx);       /* the counters, and full gr
 void zs_exact_free(struct zs_ctx *ctx);
 zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u); /* folds the unit's buffer in, zeroes it */
 zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u);   /* checks every micro-shard was deposited */
-zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq); /* at the boundary: sum, round, norm */
+zs_status zs_exact_launch(struct zs_ctx *ctx, int32_t u); /* at the boundary's zs_grad_ready: starts the sum */
+zs_status zs_exact_progress(struct zs_ctx *ctx, bool all); /* advances the units' sums; all: to the end */
+zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq); /* at the step, after all: the norm */
 void zs_exact_zero(struct zs_ctx *ctx);
 uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits); /* what zs_exact_setup allocates */
 
@@ -288,6 +298,7 @@ void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (
 
 /* runtime/engine.c: waits for a nonblocking MPI collective under the watchdog's deadline */
 zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what);
+double zs_wait_limit_s(const struct zs_ctx *ctx); /* how long zs_vote_wait and the like may wait */
 
 /* runtime/step.c */
 zs_status zs_step_boundary(struct zs_ctx *ctx);

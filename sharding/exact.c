@@ -29,12 +29,18 @@
  * integer, computes the norm over all of it in element order (world-size independent too), and keeps its
  * shard of the result for the optimizer.
  *
- * Cost per element: 12 bytes of counters and 1 byte of top band on every rank; into the collectives, 1
- * byte (the tops' all-reduce) and 8 bytes (V's reduce-scatter). */
+ * Each unit's vote, fold and reduce-scatter start at its zs_grad_ready in the window's last micro-batch and
+ * run while backward goes on (see "the sum's collectives" below); the step only waits for the last ones
+ * and sums the norm's counters.
+ *
+ * Cost per element: 12 bytes of counters, 1 byte of top band and 1 of agreed top band on every rank; into
+ * the collectives, 1 byte (the tops' all-reduce) and 8 bytes (V's reduce-scatter). */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <mpi.h>
 
 #include "engine.h"
@@ -46,6 +52,9 @@
 #define XBIAS 149         /* 2^-149, fp32's least subnormal, is bit 0 */
 #define XBANDS 18         /* bands 0-17: a top band fits an int8 */
 #define XMAX_SHARDS 32768 /* micro-shards per window: |V| < 2^15 * 2^48 stays inside int64 */
+
+typedef uint32_t u32_alias __attribute__((may_alias)); /* an fp32 gradient's bits, read in place */
+typedef int64_t i64_alias __attribute__((may_alias));  /* a folded sum, where the counters were */
 
 _Static_assert(ZS_SHARD_ALIGN % 2 == 0, "units at even offsets: the 12-byte counters fold into aligned int64");
 
@@ -98,6 +107,73 @@ static void deposit_f32(int32_t *acc, int8_t *top, const float *x, int64_t n, bo
     }
 }
 
+/* The window's first deposit of these elements: no counters or tops yet, so each value sets its element's
+ * top band and its three pieces outright. The same result as deposit_f32 with first set (the reference),
+ * without branches and in 32-bit lanes: a nonzero finite value's lowest bit lies sh = 9 to 24 bits above
+ * the bottom of band t - 2, so its kept part m 2^sh has m >> (32 - sh) above bit 32 and m << sh (mod 2^32)
+ * below. Returns nonzero if a value was an Inf or NaN (left out, as a zero is). */
+static inline __attribute__((always_inline)) uint32_t first_body(int32_t *restrict acc, int8_t *restrict top,
+                                                                 const float *restrict x, int64_t n)
+{
+    uint32_t nonfinite = 0;
+
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t u = ((const u32_alias *)(const void *)x)[i];
+        uint32_t bits = u & 0x7fffffffu, e = bits >> 23;
+        bool keep = bits != 0 && e != 0xff;
+        uint32_t m = keep ? (bits & 0x7fffffu) | (e ? 0x800000u : 0u) : 0u;
+        uint32_t s = e ? e - 1 : 0, t = (s + 23) / XW;
+        uint32_t sh = s + XW * (XK - 1) - XW * t, lo = m << sh;
+        int32_t sg = -(int32_t)(u >> 31); /* 0 or -1: (p ^ sg) - sg is p or -p */
+        nonfinite |= e == 0xff ? 1u : 0u;
+        acc[i * XK] = ((int32_t)(m >> (32 - sh)) ^ sg) - sg;
+        acc[i * XK + 1] = ((int32_t)(lo >> 16) ^ sg) - sg;
+        acc[i * XK + 2] = ((int32_t)(lo & 0xffff) ^ sg) - sg;
+        top[i] = keep ? (int8_t)t : (int8_t)-1;
+    }
+    return nonfinite;
+}
+
+static uint32_t deposit_first_f32(int32_t *restrict acc, int8_t *restrict top, const float *restrict x, int64_t n)
+{
+    return first_body(acc, top, x, n);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define XFAST 1
+/* The same loops where every lane has its own shift count or table index (AVX-512); gcc's -O2 cost model
+ * would leave them scalar. */
+#ifdef __clang__
+#define XFAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#else
+#define XFAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), optimize("vect-cost-model=dynamic")))
+#endif
+XFAST_TARGET
+static uint32_t deposit_first_avx512(int32_t *restrict acc, int8_t *restrict top, const float *restrict x, int64_t n)
+{
+    return first_body(acc, top, x, n);
+}
+#endif
+
+/* Which loops this process runs: 0 the reference (deposit_f32 for the first deposit; the plain rounding), 1
+ * the plain loops, 2 AVX-512 where the CPU has it; ZS_EXACT_PATH=scalar or plain forces 0 or 1 (test_exact
+ * holds all three to the contract). */
+static int fast_path(void)
+{
+    const char *e = getenv("ZS_EXACT_PATH");
+
+    if (e && !strcmp(e, "scalar"))
+        return 0;
+    if (e && !strcmp(e, "plain"))
+        return 1;
+#ifdef XFAST
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        return 2;
+#endif
+    return 1;
+}
+
 /* Widens a chunk of the program's buffer to fp32 (exact for bf16 and fp16). */
 static const float *chunk_f32(const struct zs_ctx *ctx, void *buf, int64_t i0, int64_t k, float *tmp)
 {
@@ -119,11 +195,20 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: unit '%s': call zs_grad_buffer first in this micro-batch",
                        un->name);
     bool first = un->xdeposits++ == 0; /* the counters were not cleared after the last window */
+    int path = first ? fast_path() : 0;
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t k = n - i0 < 256 ? n - i0 : 256;
-        deposit_f32(acc + i0 * XK, top + i0, chunk_f32(ctx, un->grad, i0, k, tmp), k, first, &un->xbad);
+        const float *x = chunk_f32(ctx, un->grad, i0, k, tmp);
+        if (path == 0)
+            deposit_f32(acc + i0 * XK, top + i0, x, k, first, &un->xbad);
+#ifdef XFAST
+        else if (path == 2)
+            un->xbad |= deposit_first_avx512(acc + i0 * XK, top + i0, x, k) != 0;
+#endif
+        else
+            un->xbad |= deposit_first_f32(acc + i0 * XK, top + i0, x, k) != 0;
+        memset(zs_at(un->grad, i0, ctx->psz), 0, (size_t)k * ctx->psz); /* while the chunk is in cache */
     }
-    memset(un->grad, 0, (size_t)n * ctx->psz);
     return ZS_OK;
 }
 /* At zs_grad_ready: every micro-shard must have been deposited, and nothing added since the last one. */
@@ -157,8 +242,9 @@ zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
  * between 2^-298 and 2^256. Cut at fixed bit positions (bit 0 = 2^-350) into 32-bit bands, each band's
  * pieces summed in a uint64 (all positive; 2^32 squares per rank before one could wrap), the sum over all
  * elements and ranks is exact whatever the shard ranges. */
-#define SQ_BANDS 22 /* bands 0-17 hold a square's top bit, two more its lower pieces */
+#define SQ_BANDS ZS_EXACT_SQ_BANDS /* bands 0-17 hold a square's top bit, two more its lower pieces */
 #define SQ_BIAS 350
+#define SQ_LANES 4 /* counter sets used in turn, so that consecutive squares do not wait on each other */
 
 static void sumsq_add(uint64_t *c, float f)
 {
@@ -188,46 +274,80 @@ static double sumsq_value(const uint64_t *c)
     return t;
 }
 
-/* Folds one unit's counters, aligned to the agreed tops, into one int64 per element, in place: element
- * i's sum takes bytes [8i, 8i + 8) of the counters, all of which belong to elements up to i, whose
- * counters were read before. Bytes are moved with memcpy, as the memory changes type. */
+/* Folds one unit's counters, aligned to the agreed tops, into one int64 per element, in place, a chunk at
+ * a time: the chunk's sums take bytes [8 i0, 8 (i0 + k)) of the counters, all of which belong to elements
+ * of this chunk or earlier, read before. An element's counters move down by d = agreed - own top, the
+ * lowest d dropping out (an element with no nonzero value has zero counters, whatever d). */
 static void fold_range(int32_t *acc, const int8_t *top, const int8_t *agreed, int64_t n)
 {
-    char *out = (char *)acc;
+    int32_t c[256 * XK];
+    int64_t v[256];
 
-    for (int64_t i = 0; i < n; i++) {
-        int32_t a[XK];
-        int64_t v = 0;
-        memcpy(a, acc + i * XK, sizeof(a));
-        if (top[i] >= 0) {
-            shift_down(a, agreed[i] - top[i]);
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t k = n - i0 < 256 ? n - i0 : 256;
+        memcpy(c, acc + i0 * XK, (size_t)k * XK * sizeof(int32_t));
+        for (int64_t i = 0; i < k; i++) {
+            int64_t c0 = c[i * XK], c1 = c[i * XK + 1], c2 = c[i * XK + 2];
+            int32_t d = agreed[i0 + i] - top[i0 + i];
             /* |v| < S 2^48 <= 2^63: multiplied, as a left shift of a negative value is undefined */
-            v = (int64_t)a[0] * ((int64_t)1 << (2 * XW)) + (int64_t)a[1] * ((int64_t)1 << XW) + a[2];
+            int64_t v0 = c0 * ((int64_t)1 << (2 * XW)) + c1 * ((int64_t)1 << XW) + c2, v1 = c0 * ((int64_t)1 << XW) + c1;
+            v[i] = d == 0 ? v0 : d == 1 ? v1 : d == 2 ? c0 : 0;
         }
-        memcpy(out + i * (int64_t)sizeof(v), &v, sizeof(v));
+        memcpy((char *)acc + i0 * (int64_t)sizeof(int64_t), v, (size_t)k * sizeof(int64_t));
     }
 }
 
+/* k folded sums v (their agreed tops t < XBANDS) to fp32: the integer to double, times the grid's unit
+ * scale[t + 1] (a power of two, so exact; scale[0] = 0 for an element with no nonzero value anywhere, whose
+ * sum is 0), divided by the micro-shard count, rounded to fp32. */
+static inline __attribute__((always_inline)) void round_body(const i64_alias *restrict v, const int8_t *restrict agreed,
+                                                             const double *restrict scale, double count,
+                                                             float *restrict f, int64_t k)
+{
+    for (int64_t i = 0; i < k; i++)
+        f[i] = (float)((double)v[i] * scale[agreed[i] + 1] / count);
+}
+
+static void round_f32(const i64_alias *restrict v, const int8_t *restrict agreed, const double *restrict scale,
+                      double count, float *restrict f, int64_t k)
+{
+    round_body(v, agreed, scale, count, f, k);
+}
+
+#ifdef XFAST
+XFAST_TARGET
+static void round_f32_avx512(const i64_alias *restrict v, const int8_t *restrict agreed, const double *restrict scale,
+                             double count, float *restrict f, int64_t k)
+{
+    round_body(v, agreed, scale, count, f, k);
+}
+#endif
+
 /* Rounds the n exact sums at acc (folded; their tops in agreed) to dt at out, adding the squares of the
- * values the optimizer will read to the norm's counters. */
-static void round_range(const int64_t *acc, const int8_t *agreed, int64_t n, bool bad, double count, zs_dtype dt,
+ * values the optimizer will read to the norm's counters sq. */
+static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, bool bad, double count, zs_dtype dt,
                         void *out, uint64_t *sq)
 {
     size_t esz = zs_dtype_bytes(dt);
-    double scale[XBANDS];
+    double scale[XBANDS + 1] = {0.0};
+    uint64_t lanes[SQ_LANES][SQ_BANDS] = {{0}};
     float f[256];
     uint16_t h[256];
+    int path = fast_path();
 
     for (int32_t t = 0; t < XBANDS; t++) /* powers of two: the products are exact */
-        scale[t] = ldexp(1.0, XW * (t - (XK - 1)) - XBIAS);
+        scale[t + 1] = ldexp(1.0, XW * (t - (XK - 1)) - XBIAS);
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t k = n - i0 < 256 ? n - i0 : 256;
-        for (int64_t i = 0; i < k; i++) {
-            int64_t v;
-            int8_t t = agreed[i0 + i];
-            memcpy(&v, (const char *)acc + (i0 + i) * (int64_t)sizeof(v), sizeof(v));
-            f[i] = bad ? INFINITY : t < 0 ? 0.0f : (float)((double)v * scale[t] / count);
-        }
+        if (bad) /* the agreed tops are XBAD */
+            for (int64_t i = 0; i < k; i++)
+                f[i] = INFINITY;
+#ifdef XFAST
+        else if (path == 2)
+            round_f32_avx512(acc + i0, agreed + i0, scale, count, f, k);
+#endif
+        else
+            round_f32(acc + i0, agreed + i0, scale, count, f, k);
         if (dt != ZS_DTYPE_FP32) { /* what the optimizer reads: rounded once more, to 16 bits */
             zs_cvt_from_f32(h, (int)dt, f, k);
             zs_cvt_to_f32(f, h, (int)dt, k);
@@ -236,88 +356,172 @@ static void round_range(const int64_t *acc, const int8_t *agreed, int64_t n, boo
             memcpy(zs_at(out, i0, esz), f, (size_t)k * esz);
         }
         for (int64_t i = 0; i < k && !bad; i++)
-            sumsq_add(sq, f[i]);
+            sumsq_add(lanes[i % SQ_LANES], f[i]);
     }
+    for (int32_t l = 0; l < SQ_LANES; l++) /* integer sums: the grouping changes nothing */
+        for (int32_t b = 0; b < SQ_BANDS; b++)
+            sq[b] += lanes[l][b];
 }
 
-/* One unit at the boundary: the tops' vote, the fold, the sums' reduce-scatter (landing at the start of
- * the counters), and the rounding of this rank's part where the optimizer reads it (all-gathered at
- * stage 0, whose optimizer reads everything). */
-static zs_status reduce_unit(struct zs_ctx *ctx, int32_t u, bool bad, double count, uint64_t *sq)
+/* ---------------------------------------------------------------- the sum's collectives
+ * At the window's last zs_grad_ready each unit starts its own sum, while backward goes on: the tops' vote
+ * (an int8 maximum), then the fold and the sums' reduce-scatter (landing at the start of the counters),
+ * then the rounding of this rank's part where the optimizer reads it, and at stage 0 its all-gather. Each
+ * kind of collective has its own communicator and is started in the units' zs_grad_ready order on every
+ * rank: a unit starts its reduce-scatter (or all-gather) only after the unit before it has started its
+ * own, however the ranks' progress calls fall. The engine's progress calls move the units along. */
+enum { XPH_IDLE, XPH_VOTE, XPH_SUM, XPH_GATHER, XPH_DONE };
+#define XBAD 127 /* every top band of a unit a rank saw an Inf or NaN in: the agreed maximum marks it */
+
+static const char *const xphase_what[] = {"", "the top bands' vote", "the sums' reduce-scatter",
+                                          "the rounded gradients' all-gather", ""};
+
+/* The window's micro-shards (train_batch_size / micro_shard_size): DeepSpeed's 1/(N * accumulation). */
+static int64_t window_shards(const struct zs_ctx *ctx)
+{
+    return ctx->world * ctx->cfg.grad_accum_steps * (ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size);
+}
+
+static int32_t next_phase(const struct zs_ctx *ctx, int32_t ph)
+{
+    return ph == XPH_SUM && ctx->cfg.zero.stage != 0 ? XPH_DONE : ph + 1;
+}
+
+/* Unit u's collective has completed: the local work that follows it, and the next collective. */
+static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
-    MPI_Comm mc = zs_comm_mpi(ctx->comm);
     int64_t n = un->part.padded, b = zs_partition_begin(&un->part, ctx->rank);
     int32_t *acc = ctx->xacc + un->xoff * XK;
-    void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
-    MPI_Request r;
-    zs_status st;
-    int rc;
+    int8_t *agreed = ctx->xvote + un->xoff;
+    int rc = MPI_SUCCESS;
 
-    if (n > INT32_MAX || un->part.shard * (int64_t)ctx->psz > INT32_MAX)
-        return zs_fail(ZS_ERR_UNSUPPORTED, "zs_step: deterministic mode: unit '%s' has %lld elements, more than MPI "
-                       "can count in one piece", un->name, (long long)n);
-    rc = MPI_Iallreduce(ctx->xtop + un->xoff, ctx->xvote, (int)n, MPI_INT8_T, MPI_MAX, mc, &r);
-    if (!rc && (st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the top bands' vote")))
-        return st;
-    if (!rc) {
-        fold_range(acc, ctx->xtop + un->xoff, ctx->xvote, n);
-        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, acc, (int)un->part.shard, MPI_INT64_T, MPI_SUM, mc, &r);
-    }
-    if (!rc && (st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the sums' reduce-scatter")))
-        return st;
-    if (!rc) {
-        round_range((const int64_t *)(void *)acc, ctx->xvote + b, un->part.shard, bad, count, ctx->gdt, g, sq);
-        if (ctx->cfg.zero.stage == 0)
-            rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad,
-                                (int)(un->part.shard * (int64_t)ctx->psz), MPI_BYTE, mc, &r);
-        if (!rc && ctx->cfg.zero.stage == 0 &&
-            (st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the rounded gradients' all-gather")))
-            return st;
+    if (un->xphase == XPH_VOTE) {
+        fold_range(acc, ctx->xtop + un->xoff, agreed, n);
+        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, acc, (int)un->part.shard, MPI_INT64_T, MPI_SUM, ctx->xcomm[1],
+                                       &un->xreq);
+    } else if (un->xphase == XPH_SUM) {
+        bool bad = agreed[0] == XBAD; /* some rank saw a non-finite value: the unit's result is not finite */
+        void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
+        ctx->xanybad |= bad;
+        round_range((const i64_alias *)(void *)acc, agreed + b, un->part.shard, bad, (double)window_shards(ctx),
+                    ctx->gdt, g, ctx->xsq);
+        if (ctx->cfg.zero.stage == 0) /* whose optimizer reads every element */
+            rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad, (int)(un->part.shard * (int64_t)ctx->psz),
+                                MPI_BYTE, ctx->xcomm[2], &un->xreq);
     }
     if (rc)
-        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic gradient sum of unit '%s': MPI error %d", un->name, rc);
+        return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
+                       xphase_what[next_phase(ctx, un->xphase)], rc);
+    un->xphase = next_phase(ctx, un->xphase);
     return ZS_OK;
 }
 
-/* Collective, at the boundary: agrees on any non-finite value, then sums, rounds and squares unit by
- * unit. *sumsq: the exact sum of the squares of the whole result, rounded once; INFINITY if not finite. */
+/* Moves every unit as far as its collectives and its predecessor allow; *moved: some unit did. */
+static zs_status progress_pass(struct zs_ctx *ctx, bool *moved)
+{
+    int32_t cap = XPH_DONE; /* the phase of the unit before: no unit starts a collective ahead of it */
+
+    for (int32_t q = 0; q < ctx->npending; q++) {
+        struct zs_unit *un = &ctx->units[ctx->pending[q]];
+        while (un->xphase != XPH_DONE) {
+            int32_t next = next_phase(ctx, un->xphase);
+            int flag = 0, rc;
+            if (next != XPH_DONE && next > cap)
+                break;
+            rc = MPI_Test(&un->xreq, &flag, MPI_STATUS_IGNORE);
+            if (rc)
+                return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
+                               xphase_what[un->xphase], rc);
+            if (!flag)
+                break;
+            zs_status st = unit_next(ctx, ctx->pending[q]);
+            if (st)
+                return st;
+            *moved = true;
+        }
+        cap = un->xphase;
+    }
+    while (ctx->npending > 0 && ctx->units[ctx->pending[0]].xphase == XPH_DONE) {
+        struct zs_unit *un = &ctx->units[ctx->pending[0]];
+        un->xphase = XPH_IDLE;
+        un->grad_state = ZS_GRAD_IDLE;
+        memmove(ctx->pending, ctx->pending + 1, (size_t)(--ctx->npending) * sizeof(int32_t));
+    }
+    return ZS_OK;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+zs_status zs_exact_progress(struct zs_ctx *ctx, bool all)
+{
+    double start = 0.0;
+
+    for (uint32_t idle = 0;;) {
+        bool moved = false;
+        zs_status st = progress_pass(ctx, &moved);
+        if (st || !all || ctx->npending == 0)
+            return st;
+        if (moved) {
+            idle = 0;
+            continue;
+        }
+        /* Nothing moved: some rank is behind. Every unit is tried again after a short sleep rather than a
+         * spin on one request, which leaves the core to that rank when ranks outnumber cores. */
+        if (idle++ == 0) {
+            start = now_s();
+        } else if (idle % 64 == 0 && now_s() - start >= zs_wait_limit_s(ctx)) {
+            struct zs_unit *un = &ctx->units[ctx->pending[0]];
+            return zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: deterministic gradient sum of unit '%s': %s did not "
+                           "complete in %.1f s (zeroshard.timeout_s / ZS_TIMEOUT = %g); some rank has not reached "
+                           "it (an MPI collective does not say which)", ctx->rank, un->name, xphase_what[un->xphase],
+                           now_s() - start, zs_wait_limit_s(ctx));
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
+    }
+}
+
+zs_status zs_exact_launch(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+    int64_t n = un->part.padded;
+
+    if (n > INT32_MAX || un->part.shard * (int64_t)ctx->psz > INT32_MAX)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "zs_grad_ready: deterministic mode: unit '%s' has %lld elements, more than "
+                       "MPI can count in one piece", un->name, (long long)n);
+    if (un->xbad)
+        memset(ctx->xtop + un->xoff, XBAD, (size_t)n);
+    int rc = MPI_Iallreduce(ctx->xtop + un->xoff, ctx->xvote + un->xoff, (int)n, MPI_INT8_T, MPI_MAX, ctx->xcomm[0],
+                            &un->xreq);
+    if (rc)
+        return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
+                       xphase_what[XPH_VOTE], rc);
+    un->xphase = XPH_VOTE;
+    un->grad_state = ZS_GRAD_REDUCING;
+    ctx->pending[ctx->npending++] = u;
+    return zs_exact_progress(ctx, !ctx->cfg.zero.overlap_comm);
+}
+
+/* Collective, at the step, after every unit's sum: the norm's counters summed over the ranks. *sumsq: the
+ * exact sum of the squares of the whole result, rounded once; INFINITY if not finite. */
 zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
 {
-    int32_t n = ctx->nunits;
-    int8_t *bad = malloc((size_t)n);
-    MPI_Comm mc = zs_comm_mpi(ctx->comm);
-    /* the window's micro-shards (train_batch_size / micro_shard_size): DeepSpeed's 1/(N * accumulation) */
-    double count = (double)(ctx->world * ctx->cfg.grad_accum_steps *
-                            (ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size));
-    uint64_t sq[SQ_BANDS] = {0};
-    bool any_bad = false;
     MPI_Request r;
-    zs_status st = ZS_OK;
-    int rc;
+    zs_status st;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, ctx->xsq, SQ_BANDS, MPI_UINT64_T, MPI_SUM, ctx->xcomm[0], &r);
 
-    if (!bad)
-        return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
-    for (int32_t u = 0; u < n; u++)
-        bad[u] = ctx->units[u].xbad;
-    rc = MPI_Iallreduce(MPI_IN_PLACE, bad, n, MPI_INT8_T, MPI_MAX, mc, &r);
-    if (!rc)
-        st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the non-finite values' vote");
-    for (int32_t u = 0; !rc && !st && u < n; u++) {
-        any_bad |= bad[u] != 0;
-        st = reduce_unit(ctx, u, bad[u] != 0, count, sq);
-    }
-    free(bad);
-    if (!rc && !st) {
-        rc = MPI_Iallreduce(MPI_IN_PLACE, sq, SQ_BANDS, MPI_UINT64_T, MPI_SUM, mc, &r);
-        if (!rc)
-            st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the norm's bands");
-    }
+    if (rc)
+        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic sum: the norm's bands: MPI error %d", rc);
+    st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the norm's bands");
     if (st)
         return st; /* a wait that ran out names itself */
-    if (rc)
-        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic gradient sum: MPI error %d", rc);
-    *sumsq = any_bad ? INFINITY : sumsq_value(sq);
+    *sumsq = ctx->xanybad ? INFINITY : sumsq_value(ctx->xsq);
     return ZS_OK;
 }
 
@@ -329,36 +533,53 @@ void zs_exact_zero(struct zs_ctx *ctx)
         ctx->units[u].xbad = false;
         ctx->units[u].xdeposits = 0;
     }
+    memset(ctx->xsq, 0, sizeof(ctx->xsq));
+    ctx->xanybad = false;
 }
 
-/* Bytes of the counters, tops and vote buffer for units of these padded sizes: what zs_exact_setup
+/* Bytes of the counters, tops and agreed tops for units of these padded sizes: what zs_exact_setup
  * allocates, for zs_estimate_memory too. */
 uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits)
 {
-    uint64_t off = 0, vote = 0;
+    uint64_t off = 0;
 
-    for (int32_t u = 0; u < nunits; u++) {
+    for (int32_t u = 0; u < nunits; u++)
         off += (uint64_t)padded[u];
-        vote = (uint64_t)padded[u] > vote ? (uint64_t)padded[u] : vote;
+    return off * (XK * sizeof(int32_t) + 2);
+}
+
+/* The sum's own communicators, so that each kind of collective keeps one order on every rank. A rank
+ * that never arrives is reported when the wait runs out. */
+static zs_status dup_comms(struct zs_ctx *ctx)
+{
+    while (ctx->nxcomm < 3) {
+        MPI_Request r;
+        if (MPI_Comm_idup(zs_comm_mpi(ctx->comm), &ctx->xcomm[ctx->nxcomm], &r))
+            return zs_fail(ZS_ERR_COMM, "zs_setup: deterministic mode: MPI_Comm_idup failed");
+        zs_status st = zs_vote_wait(ctx, &r, "zs_setup: deterministic mode: the exact sum's communicators");
+        if (st)
+            return st;
+        ctx->nxcomm++;
     }
-    return off * (XK * sizeof(int32_t) + 1) + vote;
+    return ZS_OK;
 }
 
 zs_status zs_exact_setup(struct zs_ctx *ctx)
 {
-    int64_t off = 0, shards = ctx->world * ctx->cfg.grad_accum_steps *
-                              (ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size);
+    int64_t off = 0, shards = window_shards(ctx);
+    zs_status st;
 
     if (shards > XMAX_SHARDS)
         return zs_fail(ZS_ERR_CONFIG, "zeroshard.micro_shard_size: %lld micro-shards per window (train_batch_size / "
                        "micro_shard_size) exceed the deterministic sum's %d; raise micro_shard_size",
                        (long long)shards, XMAX_SHARDS);
-    ctx->xvote_n = 0;
+    st = dup_comms(ctx);
+    if (st)
+        return st;
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         un->xoff = off;
         off += un->part.padded; /* a multiple of ZS_SHARD_ALIGN (even): the folded int64 sums stay aligned */
-        ctx->xvote_n = un->part.padded > ctx->xvote_n ? un->part.padded : ctx->xvote_n;
         if (ctx->cfg.zero.stage >= 2) { /* the program's buffer: persistent and whole, no bucket */
             un->grad = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)un->part.padded * ctx->psz);
             if (!un->grad)
@@ -370,7 +591,7 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
     ctx->xnumel = off;
     ctx->xacc = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off * XK * sizeof(int32_t));
     ctx->xtop = ctx->xacc ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off) : NULL;
-    ctx->xvote = ctx->xtop ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)ctx->xvote_n) : NULL;
+    ctx->xvote = ctx->xtop ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off) : NULL;
     if (!ctx->xvote)
         return ctx->over_budget ? ZS_ERR_NOMEM
                                 : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for %lld exact gradient counters",
@@ -381,15 +602,20 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
 
 void zs_exact_free(struct zs_ctx *ctx)
 {
+    int fin = 0;
+
     if (ctx->cfg.cpu.deterministic && ctx->cfg.zero.stage >= 2) /* grads_get hands out none in this mode */
         for (int32_t u = 0; u < ctx->nunits; u++)
             zs_mem_free(ctx, ZS_MEM_GRADS, ctx->units[u].grad, (uint64_t)ctx->units[u].part.padded * ctx->psz);
-    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xvote, (uint64_t)ctx->xvote_n);
+    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xvote, (uint64_t)ctx->xnumel);
     zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xtop, (uint64_t)ctx->xnumel);
     zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xacc, (uint64_t)ctx->xnumel * XK * sizeof(int32_t));
     ctx->xacc = NULL;
     ctx->xtop = ctx->xvote = NULL;
     ctx->xnumel = 0;
+    MPI_Finalized(&fin);
+    while (!fin && ctx->nxcomm > 0)
+        MPI_Comm_free(&ctx->xcomm[--ctx->nxcomm]);
 }
 
 /* ---------------------------------------------------------------- public API */

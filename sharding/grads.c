@@ -61,6 +61,8 @@ zs_status zs_grads_progress(struct zs_ctx *ctx)
 {
     zs_status st = zs_comm_progress(ctx->comm);
 
+    if (!st && ctx->cfg.cpu.deterministic) /* the exact sums' own collectives (exact.c) */
+        return zs_exact_progress(ctx, false);
     while (!st && ctx->npending > 0) {
         bool done = false;
         st = zs_coll_test(ctx, ctx->units[ctx->pending[0]].reduce_req, &done);
@@ -75,6 +77,8 @@ zs_status zs_grads_flush(struct zs_ctx *ctx)
 {
     zs_status st = ZS_OK;
 
+    if (ctx->cfg.cpu.deterministic)
+        return zs_exact_progress(ctx, true);
     while (!st && ctx->npending > 0)
         st = pop_head(ctx);
     return st;
@@ -213,13 +217,13 @@ zs_status zs_grads_ready(struct zs_ctx *ctx, int32_t u)
     if (un->grad_state != ZS_GRAD_OPEN)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: unit '%s': call zs_grad_get first in this micro-batch",
                        un->name);
-    if (ctx->cfg.cpu.deterministic) { /* summed exactly at the boundary (exact.c), nothing to launch */
+    if (ctx->cfg.cpu.deterministic) { /* summed exactly, starting at the window's last micro-batch (exact.c) */
         zs_status st = zs_exact_ready(ctx, u);
-        if (!st) {
-            un->ready_micro = ctx->micro_step;
-            un->grad_state = ZS_GRAD_IDLE;
-        }
-        return st;
+        if (st)
+            return st;
+        un->ready_micro = ctx->micro_step;
+        un->grad_state = ZS_GRAD_IDLE;
+        return at_boundary(ctx) ? zs_exact_launch(ctx, u) : ZS_OK;
     }
     un->ready_micro = ctx->micro_step;
     if (ctx->cfg.zero.stage < 2 && !at_boundary(ctx)) {

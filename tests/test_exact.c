@@ -1,6 +1,7 @@
 /* test_exact.c - the exact gradient sum of zeroshard.deterministic on values that span 2^-44..2^30 and
  * both signs, so an element's top band rises part-way through a rank's micro-shards and ranks start from
- * different tops. One SGD step (lr 1, parameters 0) leaves minus the reduced gradient in the parameters;
+ * different tops (at stage 0; at stage 3 each rank deposits its micro-shards in descending order, so its
+ * first deposit, which sets the counters outright, holds its largest values). One SGD step (lr 1, parameters 0) leaves minus the reduced gradient in the parameters;
  * every element must equal, bit for bit, the sum the contract defines (sharding/exact.c): each summand
  * truncated toward zero below bit 16 (T - 2) of its element's grid, T the band of the element's largest
  * value, summed exactly (in 128-bit integers here), divided by the micro-shard count and rounded - at any
@@ -147,7 +148,8 @@ int main(int argc, char **argv)
     void *g;
     if ((st = zs_unit_fetch(ctx, u, NULL)))
         goto fail;
-    for (int64_t j = rank * B; j < (rank + 1) * B; j++) { /* this rank's contiguous micro-shards */
+    for (int64_t q = 0; q < B; q++) { /* this rank's contiguous micro-shards, in either order */
+        int64_t j = stage == 0 ? rank * B + q : (rank + 1) * B - 1 - q;
         if ((st = zs_grad_buffer(ctx, u, &g)))
             goto fail;
         for (int64_t i = 0; i < N; i++)
