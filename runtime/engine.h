@@ -168,6 +168,7 @@ struct zs_ctx {
     int32_t nxcomm;                  /* of xcomm, duplicated so far */
     uint64_t xsq[ZS_EXACT_SQ_BANDS]; /* the norm's exact counters, this rank's shards so far */
     bool xanybad;                    /* some unit's agreed sum is not finite */
+    uint64_t xorder;                 /* a hash of this window's zs_grad_ready order (units' sums start in it) */
 };
 
 /* "Adam", "AdamW", "SGD", "Lion", "Adagrad" (DeepSpeed's spelling of the config's optimizer type) */

@@ -504,6 +504,7 @@ zs_status zs_exact_launch(struct zs_ctx *ctx, int32_t u)
                        xphase_what[XPH_VOTE], rc);
     un->xphase = XPH_VOTE;
     un->grad_state = ZS_GRAD_REDUCING;
+    ctx->xorder = (ctx->xorder ^ (uint64_t)(u + 1)) * 0x100000001b3ull; /* FNV-1a over the unit indices */
     ctx->pending[ctx->npending++] = u;
     return zs_exact_progress(ctx, !ctx->cfg.zero.overlap_comm);
 }
@@ -514,13 +515,26 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
 {
     MPI_Request r;
     zs_status st;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, ctx->xsq, SQ_BANDS, MPI_UINT64_T, MPI_SUM, ctx->xcomm[0], &r);
+    uint64_t buf[SQ_BANDS + 1];
+    int rc;
 
+    /* The units' collectives were matched by start order alone: ranks that marked units ready in different
+     * orders may have summed one unit's counters with another's of the same size. The order's hash rides with
+     * the norm's bands; a sum of hashes that is not world times this rank's own fails the step on every rank
+     * (but with odds of 2^-64), before the optimizer reads anything. */
+    memcpy(buf, ctx->xsq, sizeof(ctx->xsq));
+    buf[SQ_BANDS] = ctx->xorder;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, buf, SQ_BANDS + 1, MPI_UINT64_T, MPI_SUM, ctx->xcomm[0], &r);
     if (rc)
         return zs_fail(ZS_ERR_COMM, "zs_step: deterministic sum: the norm's bands: MPI error %d", rc);
     st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the norm's bands");
     if (st)
         return st; /* a wait that ran out names itself */
+    if (buf[SQ_BANDS] != (uint64_t)ctx->world * ctx->xorder)
+        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic mode: rank %d marked the units ready (zs_grad_ready) in "
+                       "another order than some other rank; the units' sums are matched by that order, so this "
+                       "window's gradients are not trusted and the step is refused", ctx->rank);
+    memcpy(ctx->xsq, buf, sizeof(ctx->xsq));
     *sumsq = ctx->xanybad ? INFINITY : sumsq_value(ctx->xsq);
     return ZS_OK;
 }
@@ -535,6 +549,7 @@ void zs_exact_zero(struct zs_ctx *ctx)
     }
     memset(ctx->xsq, 0, sizeof(ctx->xsq));
     ctx->xanybad = false;
+    ctx->xorder = 0xcbf29ce484222325ull;
 }
 
 /* Bytes of the counters, tops and agreed tops for units of these padded sizes: what zs_exact_setup

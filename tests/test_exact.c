@@ -11,7 +11,10 @@
  * Prints "exact-hash H".
  * `test_exact misuse` (1 rank): zs_grad_ready refuses a gradient added after the last deposit and a
  * micro-batch with a micro-shard missing, naming the unit, and zs_setup refuses a window of more than
- * 2^15 micro-shards naming zeroshard.micro_shard_size. */
+ * 2^15 micro-shards naming zeroshard.micro_shard_size.
+ * `test_exact order S` (2+ ranks, stage S): two units of one size marked ready in the same order on every rank
+ * train; in another order on rank 1 (whose sums MPI would match crosswise, silently) every rank's zs_step fails
+ * naming the order, and the parameters keep their values. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -118,6 +121,75 @@ static int misuse(void)
     return bad;
 }
 
+/* Two units of N elements, gradients 1 (unit a) and 2 (unit b); swap: rank 1 marks b ready before a. */
+static int order_case(int rank, int stage, int swap)
+{
+    char json[512];
+    zs_ctx *ctx = NULL;
+    int32_t u[2], p[2];
+    zs_status st;
+    int bad = 0;
+
+    snprintf(json, sizeof(json),
+             "{\"train_batch_size\": %d, \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 1.0}},"
+             " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0},"
+             " \"zeroshard\": {\"deterministic\": \"world_size_invariant\"}}", SHARDS, stage);
+    zs_init_opts o = {.config_json = json, .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1};
+    if ((st = zs_init(&ctx, &o)) || (st = zs_unit_add(ctx, "a", &u[0])) || (st = zs_param_add(ctx, u[0], "wa", N, NULL, &p[0])) ||
+        (st = zs_unit_add(ctx, "b", &u[1])) || (st = zs_param_add(ctx, u[1], "wb", N, NULL, &p[1])) || (st = zs_setup(ctx)))
+        return fprintf(stderr, "FAIL: order: set-up: %s\n", zs_last_error()), 1;
+    int64_t B = zs_micro_batch_size(ctx);
+    for (int k = 0; k < 2 && !st; k++) {
+        void *g;
+        if ((st = zs_unit_fetch(ctx, u[k], NULL)))
+            break;
+        for (int64_t q = 0; q < B && !st; q++) {
+            if (!(st = zs_grad_buffer(ctx, u[k], &g))) {
+                for (int64_t i = 0; i < N; i++)
+                    ((float *)g)[i] = (float)(k + 1);
+                st = zs_grad_deposit(ctx, u[k]);
+            }
+        }
+    }
+    int first = swap && rank == 1 ? 1 : 0;
+    if (!st)
+        st = zs_grad_ready(ctx, u[first]);
+    if (!st)
+        st = zs_grad_ready(ctx, u[1 - first]);
+    for (int k = 0; k < 2 && !st; k++)
+        st = zs_unit_release(ctx, u[k]);
+    if (st)
+        return fprintf(stderr, "FAIL: order: backward: %s\n", zs_last_error()), 1;
+    st = zs_step(ctx);
+    int refused = st != ZS_OK && strstr(zs_last_error(), "another order") != NULL;
+    if (swap != refused) {
+        fprintf(stderr, "FAIL: order: rank %d, ready order %s: zs_step %s (%s)\n", rank, swap ? "swapped" : "alike",
+                st ? "failed" : "passed", st ? zs_last_error() : "");
+        bad++;
+    }
+    for (int k = 0; k < 2; k++) { /* SGD from 0 with lr 1: -(k + 1) after a step, still 0 after a refused one */
+        void *w;
+        if (zs_unit_fetch(ctx, u[k], NULL) || zs_param_data(ctx, p[k], &w)) {
+            fprintf(stderr, "FAIL: order: rank %d: reading unit %d: %s\n", rank, k, zs_last_error());
+            bad++;
+            break;
+        }
+        float want = swap ? 0.0f : -(float)(k + 1);
+        for (int64_t i = 0; i < N; i++)
+            if (((float *)w)[i] != want) {
+                fprintf(stderr, "FAIL: order: rank %d: unit %d element %lld is %g, not %g\n", rank, k, (long long)i,
+                        (double)((float *)w)[i], (double)want);
+                bad++;
+                break;
+            }
+        zs_unit_release(ctx, u[k]);
+    }
+    if (rank == 0 && !bad)
+        printf("order stage %d, %s: %s\n", stage, swap ? "rank 1 swapped" : "alike", swap ? zs_last_error() : "trained");
+    zs_finalize(ctx);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     int rank, world, stage = argc > 1 ? (argv[1][0] - '0') : 0, bad = 0;
@@ -131,6 +203,12 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     if (argc > 1 && !strcmp(argv[1], "misuse")) {
         bad = misuse();
+        MPI_Finalize();
+        return bad ? 1 : 0;
+    }
+    if (argc > 2 && !strcmp(argv[1], "order")) {
+        int s = argv[2][0] - '0';
+        bad = order_case(rank, s, 0) + order_case(rank, s, 1);
         MPI_Finalize();
         return bad ? 1 : 0;
     }
