@@ -304,6 +304,30 @@ static int32_t next_staged(struct zs_ctx *ctx, int32_t u)
     return u;
 }
 
+/* Both offloaded steps from such a device start here: every unit's gradients queued down (any unit whose did
+ * not go during backward, now), and the copy stream down ordered after everything the compute stream did to
+ * the parameters (the last step's gather). */
+static zs_status offdev_step_begin(struct zs_ctx *ctx)
+{
+    struct zs_device *d = &ctx->dev;
+    zs_status st = ZS_OK;
+
+    for (int32_t v = 0; v < ctx->nunits && !st; v++)
+        st = zs_offdev_grads_final(ctx, v);
+    if (!st)
+        st = d->ops->event_record(d, ctx->off.ev_grad, d->compute);
+    return st ? st : d->ops->stream_wait(d, ctx->off.down, ctx->off.ev_grad);
+}
+
+/* ... and end here: the compute stream waits for the last copy up. */
+static zs_status offdev_step_end(struct zs_ctx *ctx)
+{
+    struct zs_device *d = &ctx->dev;
+    zs_status st = d->ops->event_record(d, ctx->off.ev_done, ctx->off.up);
+
+    return st ? st : d->ops->stream_wait(d, d->compute, ctx->off.ev_done);
+}
+
 /* The optimizer offloaded (offload_optimizer cpu) from a device the host cannot read in place. The reduced
  * gradients came down during backward (offload_dev.c; any unit that did not, now); then unit by unit, in two
  * pinned slots: while the CPU kernels step unit k against the masters and moments in the host pool, unit k+1's
@@ -314,15 +338,8 @@ static zs_status optim_from_device(struct zs_ctx *ctx, const struct zs_optim_ste
     struct zs_device *d = &ctx->dev;
     struct zs_offdev *o = &ctx->off;
     int32_t k = 0, u = next_staged(ctx, -1);
-    zs_status st = ZS_OK;
+    zs_status st = offdev_step_begin(ctx);
 
-    for (int32_t v = 0; v < ctx->nunits && !st; v++)
-        st = zs_offdev_grads_final(ctx, v);
-    /* the parameters come down after everything the compute stream did to them (the last step's gather) */
-    if (!st)
-        st = d->ops->event_record(d, o->ev_grad, d->compute);
-    if (!st)
-        st = d->ops->stream_wait(d, o->down, o->ev_grad);
     if (!st && u < ctx->nunits)
         st = params_down(ctx, u, 0);
     for (int32_t v = 0; v < ctx->nunits && !st; v++) {
@@ -354,29 +371,18 @@ static zs_status optim_from_device(struct zs_ctx *ctx, const struct zs_optim_ste
         if (st)
             zs_error_prefix("zs_step: offloaded optimizer, unit '%s'", un->name);
     }
-    if (!st)
-        st = d->ops->event_record(d, o->ev_done, o->up);
-    if (!st)
-        st = d->ops->stream_wait(d, d->compute, o->ev_done);
-    return st;
+    return st ? st : offdev_step_end(ctx);
 }
 
-/* The optimizer state on NVMe from a device the host cannot read in place: the gradients down (any unit
- * whose did not come down during backward, now) and waited for, with everything the compute stream did to
- * the parameters before them, then nvme_optim.c's pipeline with optim_paged_dev per slice; the compute stream waits for the last
- * copy up. */
+/* The optimizer state on NVMe from a device the host cannot read in place: the gradients down and waited for
+ * (with everything the compute stream did before them), then nvme_optim.c's pipeline with optim_paged_dev per
+ * slice; the compute stream waits for the last copy up. */
 static zs_status optim_nvme_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s)
 {
     struct zs_device *d = &ctx->dev;
     struct zs_offdev *o = &ctx->off;
-    zs_status st = ZS_OK;
+    zs_status st = offdev_step_begin(ctx);
 
-    for (int32_t v = 0; v < ctx->nunits && !st; v++)
-        st = zs_offdev_grads_final(ctx, v);
-    if (!st)
-        st = d->ops->event_record(d, o->ev_grad, d->compute);
-    if (!st)
-        st = d->ops->stream_wait(d, o->down, o->ev_grad);
     if (!st) /* every gradient on the host, and (offload_param cpu) nothing on the device still reading a shard */
         st = d->ops->stream_sync(d, o->down);
     if (st)
@@ -386,11 +392,7 @@ static zs_status optim_nvme_from_device(struct zs_ctx *ctx, const struct zs_opti
     st = zs_nvme_optim_step(ctx, ctx->nvme, optim_paged_dev, (void *)s);
     if (!st)
         st = o->st;
-    if (!st)
-        st = d->ops->event_record(d, o->ev_done, o->up);
-    if (!st)
-        st = d->ops->stream_wait(d, d->compute, o->ev_done);
-    return st;
+    return st ? st : offdev_step_end(ctx);
 }
 
 /* Every unit's owned range in one launch on the device. The kernel is elementwise, so neither the thread
