@@ -57,7 +57,7 @@ struct unit_view {
     float *p, *s1, *s2;
     void *work;
     int64_t p_base, p_count, w_base, w_count, s_base;
-    bool on_disk;
+    bool on_disk, p_disk; /* the state, and p, from the swap file */
     /* a device the host cannot read in place: host copies of the arrays above that live there */
     struct { void *host, *dev; size_t bytes; } copy[4];
     int ncopy;
@@ -99,12 +99,15 @@ static zs_status view_done(struct zs_ctx *ctx, struct unit_view *v, bool write_b
 static zs_status view_stage(struct zs_ctx *ctx, const struct zs_unit *un, struct unit_view *v)
 {
     size_t sb = (size_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
-    bool pdev = !zs_params_on_host(ctx, un), odev = !zs_optstate_on_host(ctx);
+    /* state on NVMe: the arrays read from the swap file are host memory; the working parameters (and with
+     * fp32 training the parameters the checkpoint holds, unless they came from the file too) are not */
+    bool pdev = !zs_params_on_host(ctx, un), odev = !v->on_disk && !zs_optstate_on_host(ctx);
     zs_status st;
 
-    if (ctx->dev.host_access || v->on_disk)
+    if (ctx->dev.host_access)
         return ZS_OK;
-    st = view_down(ctx, v, (void **)&v->p, v->work ? odev : pdev, (size_t)v->p_count * sizeof(float));
+    st = view_down(ctx, v, (void **)&v->p, v->p_disk ? false : v->work ? odev : pdev,
+                   (size_t)v->p_count * sizeof(float));
     if (!st)
         st = view_down(ctx, v, &v->work, pdev, (size_t)v->w_count * ctx->psz);
     if (!st)
@@ -133,6 +136,7 @@ static zs_status view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
         if (st)
             return st;
         v->on_disk = true;
+        v->p_disk = dp != NULL;
     }
     v->w_base = un->sharded ? mine : 0;
     v->w_count = un->sharded ? un->part.shard : un->part.padded;

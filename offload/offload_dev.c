@@ -1,8 +1,8 @@
-/* offload_dev.c - ZeRO-Offload from a device the host cannot read in place (offload_optimizer cpu with
- * zeroshard.device cuda): the pinned host staging that each unit's reduced gradients stream down into as soon
+/* offload_dev.c - ZeRO-Offload from a device the host cannot read in place (offload_optimizer cpu or nvme
+ * with zeroshard.device cuda): the pinned host staging that each unit's reduced gradients stream down into as soon
  * as its last reduction of the window lands (sharding/grads.c), while backward goes on, and the two parameter
  * slots through which runtime/step.c's pipeline steps unit k on the CPU while unit k+1's parameters come down
- * and unit k-1's go up. */
+ * and unit k-1's go up (with nvme: slice by slice of the swapper's sub-groups). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +33,7 @@ zs_status zs_offdev_setup(struct zs_ctx *ctx)
     size_t slot = 64, grads = 0;
     zs_status st;
 
-    if (d->host_access || !zs_offload_optimizer_on_host(ctx))
+    if (d->host_access || (!zs_offload_optimizer_on_host(ctx) && !zs_offload_optimizer_on_nvme(ctx)))
         return ZS_OK;
     o->grad_at = calloc((size_t)(ctx->nunits ? ctx->nunits : 1), sizeof(*o->grad_at));
     o->grad_down = calloc((size_t)(ctx->nunits ? ctx->nunits : 1), sizeof(*o->grad_down));

@@ -344,11 +344,11 @@ static zs_status start_mpi(struct zs_ctx *ctx, const zs_init_opts *o)
 /* What the engine does not yet do on a device the host cannot reach, refused by name. */
 static zs_status device_limits(struct zs_ctx *ctx)
 {
-    const struct zs_zero_config *z = &ctx->cfg.zero;
+    /* offload_param nvme: the stage-3 fetch reads the shard from the swap file into the unit's buffer and the
+     * step's parameters are the paged-in fp32 shard, both host memory (sharding/fetch.c, nvme_optim.c) */
     const char *what = ctx->cfg.cpu.deterministic ? "zeroshard.deterministic"
-                       /* offload_param nvme requires offload_optimizer nvme (config_zero.c), so this names both */
-                       : z->offload_optimizer.device == ZS_OFFLOAD_NVME ? "zero_optimization.offload_optimizer.device \"nvme\""
-                                                                         : NULL;
+                       : zs_offload_params_on_nvme(ctx) ? "zero_optimization.offload_param.device \"nvme\""
+                                                        : NULL;
 
     if (ctx->dev.host_access || !what)
         return ZS_OK;

@@ -85,6 +85,8 @@ struct zs_offdev {
     bool *grad_down;                 /* this window's gradients of the unit are queued down */
     struct zs_dev_stream *down, *up;
     struct zs_dev_event *ev_grad, *ev_up[2], *ev_done;
+    int32_t k;                       /* optimizer state on NVMe: slices stepped this step (slot k % 2) */
+    zs_status st;                    /* and the first failure among them */
 };
 
 /* DeepSpeed's DynamicLossScaler state (fp16 with loss_scale 0); a static scale otherwise. */

@@ -1,7 +1,7 @@
 /* test_devpath.c DEVICE - the engine's data path on a device the host cannot read in place, against the CPU
  * device, bit for bit. DEVICE is "separate" (the separate CPU test device: ZS_TEST_DEVICE=separate, memory
  * at addresses the host faults on, so any engine access that skips a copy crashes) or "cuda" (the GPU;
- * 77, a skip, where none is visible). For stages 0-3 x offload_optimizer none/cpu x fp32/bf16/fp16 (with
+ * 77, a skip, where none is visible). For stages 0-3 x offload_optimizer none/cpu/nvme x fp32/bf16/fp16 (with
  * gradient accumulation, clipping, prescaled gradients and parameter offload in some), a small model trains
  * on both and the parameters and every step's gradient norm must hash alike; checkpoints cross over (the
  * device's loaded on the CPU and the CPU's on the device) and the runs continue alike. Run under mpirun at
@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <mpi.h>
 
@@ -54,23 +55,29 @@ static void init_values(void *arg, int32_t param, int64_t first, int64_t count, 
         dst[i] = hashf(((uint64_t)param << 32) + (uint64_t)(first + i));
 }
 
-static bool cfg_json(char *out, size_t len, const char *device, int stage, bool offload, const char *dtype, int gas,
+/* offload: 0 none, 1 cpu (with offload_param cpu at stage 3), 2 nvme (the optimizer state in swap files
+ * under dir/nvme; offload_param cpu at stage 3 too) */
+static bool cfg_json(char *out, size_t len, const char *device, int stage, int offload, const char *dtype, int gas,
                      bool prescale)
 {
-    char prec[160] = "";
+    char prec[160] = "", opt[400];
 
     if (!strcmp(dtype, "bf16"))
         snprintf(prec, sizeof(prec), "\"bf16\": {\"enabled\": true},");
     else if (!strcmp(dtype, "fp16"))
         snprintf(prec, sizeof(prec), "\"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 8},");
+    if (offload == 2)
+        snprintf(opt, sizeof(opt), "{\"device\": \"nvme\", \"nvme_path\": \"%s/nvme\"}", dir);
+    else
+        snprintf(opt, sizeof(opt), "{\"device\": \"%s\"}", offload ? "cpu" : "none");
     return snprintf(out, len,
                     "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, "
                     "\"gradient_clipping\": 0.05, \"prescale_gradients\": %s, %s"
                     "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}},"
                     "\"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1200, "
-                    "\"stage3_param_persistence_threshold\": 0, \"offload_optimizer\": {\"device\": \"%s\"}%s},"
+                    "\"stage3_param_persistence_threshold\": 0, \"offload_optimizer\": %s%s},"
                     "\"zeroshard\": {\"device\": \"%s\"}}",
-                    gas, prescale ? "true" : "false", prec, stage, offload ? "cpu" : "none",
+                    gas, prescale ? "true" : "false", prec, stage, opt,
                     offload && stage == 3 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "",
                     !strcmp(device, "cuda") ? "cuda" : "cpu") < (int)len;
 }
@@ -231,16 +238,15 @@ static zs_status session(const char *device, const char *json, const char *load,
 /* What the engine refuses on a device the host cannot read in place: zs_init fails, naming the key. */
 static void check_refusals(void)
 {
-    /* offload_param nvme needs offload_optimizer nvme (set-up refuses it alone), so case 2 holds both */
-    static const char *const keys[] = { "zeroshard.deterministic", "offload_optimizer.device \"nvme\"",
-                                        "offload_optimizer.device \"nvme\"" };
+    /* offload_param nvme needs offload_optimizer nvme (set-up refuses it alone), which the device runs
+     * (one_case), so case 1 holds both and names the parameters */
+    static const char *const keys[] = { "zeroshard.deterministic", "offload_param.device \"nvme\"" };
     char json[1024];
 
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 2; k++) {
         const char *zero = k == 0 ? "\"stage\": 0"
-                           : k == 1 ? "\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}"
-                                    : "\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, "
-                                      "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}";
+                                  : "\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, "
+                                    "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}";
         char zbuf[512];
         snprintf(zbuf, sizeof(zbuf), zero, dir, dir);
         snprintf(json, sizeof(json),
@@ -302,13 +308,13 @@ static void check_device_comm(void)
         unsetenv("ZS_DEVICE_COMM");
 }
 
-static void one_case(int stage, bool offload, const char *dtype, int gas, bool prescale)
+static void one_case(int stage, int offload, const char *dtype, int gas, bool prescale)
 {
-    char json[1024], name[128], why[600] = "", dref[300], ddev[300];
+    char json[1536], name[128], why[600] = "", dref[300], ddev[300];
     uint64_t href = 0, hdev = 0, hx1 = 0, hx2 = 0;
     zs_status st;
 
-    snprintf(name, sizeof(name), "stage %d offload %s %s gas %d%s", stage, offload ? "cpu" : "none", dtype, gas,
+    snprintf(name, sizeof(name), "stage %d offload %s %s gas %d%s", stage, offload == 2 ? "nvme" : offload ? "cpu" : "none", dtype, gas,
              prescale ? " prescale" : "");
     snprintf(dref, sizeof(dref), "%s/ref_s%d_o%d_%s", dir, stage, offload, dtype);
     snprintf(ddev, sizeof(ddev), "%s/dev_s%d_o%d_%s", dir, stage, offload, dtype);
@@ -368,6 +374,10 @@ int main(int argc, char **argv)
         snprintf(dir, sizeof(dir), "%s/zs_devpath_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
         if (!mkdtemp(dir))
             dir[0] = 0;
+        char nv[300];
+        snprintf(nv, sizeof(nv), "%s/nvme", dir);
+        if (dir[0] && mkdir(nv, 0700))
+            dir[0] = 0;
     }
     MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
     CHECK(dir[0], "mkdtemp");
@@ -376,7 +386,7 @@ int main(int argc, char **argv)
     check_device_comm();
     static const char *const dtypes[] = { "fp32", "bf16", "fp16" };
     for (int stage = 0; dir[0] && stage <= 3; stage++)
-        for (int off = 0; off <= (stage > 0); off++) /* offload needs stage 1-3 */
+        for (int off = 0; off <= (stage > 0 ? 2 : 0); off++) /* offload needs stage 1-3 */
             for (int d = 0; d < 3; d++)
                 one_case(stage, off, dtypes[d], d == 1 ? 2 : 1, stage == 2 && d == 0);
     MPI_Barrier(MPI_COMM_WORLD);

@@ -92,7 +92,7 @@ case $rc in
 esac
 
 # the engine oracle on the GPU (zeroshard.device cuda: units, gradients, buckets, masters and moments in GPU
-# memory): stages 0-3 x offload_optimizer none/cpu x fp32/bf16/fp16 give the CPU device's params-hash and
+# memory): stages 0-3 x offload_optimizer none/cpu/nvme x fp32/bf16/fp16 give the CPU device's params-hash and
 # gradient norms at the same world size, checkpoints crossed between the two; one rank per GPU takes NCCL's
 # ordered mode (np1 here), 2-4 ranks sharing the one GPU the host-staged collectives
 for n in 1 2 3 4; do
