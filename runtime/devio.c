@@ -205,7 +205,7 @@ static zs_status comm_begin(struct zs_ctx *ctx)
 static zs_status host_req(struct zs_ctx *ctx, zs_status st, struct zs_comm_req *const *qp, struct zs_coll_req **req)
 {
     struct zs_comm_req *q = *qp;
-    struct zs_coll_req *r;
+    struct zs_coll_req *r = NULL;
 
     if (st || !q)
         return st;
@@ -221,7 +221,7 @@ static zs_status host_req(struct zs_ctx *ctx, zs_status st, struct zs_comm_req *
 static zs_status dev_req(struct zs_ctx *ctx, zs_status st, struct zs_dev_stream *s, struct zs_coll_req **req)
 {
     struct zs_device *d = &ctx->dev;
-    struct zs_coll_req *r;
+    struct zs_coll_req *r = NULL;
 
     if (st)
         return st;
@@ -277,7 +277,7 @@ zs_status zs_coll_reduce_scatter(struct zs_ctx *ctx, const void *buf, zs_dtype d
                                  int64_t count, float scale, struct zs_coll_req **req)
 {
     struct zs_comm_req *q = NULL;
-    struct zs_coll_req *r;
+    struct zs_coll_req *r = NULL;
     zs_status st, begun;
 
     *req = NULL;
@@ -295,7 +295,7 @@ zs_status zs_coll_reduce_scatter(struct zs_ctx *ctx, const void *buf, zs_dtype d
 zs_status zs_coll_all_gather(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t count, struct zs_coll_req **req)
 {
     struct zs_comm_req *q = NULL;
-    struct zs_coll_req *r;
+    struct zs_coll_req *r = NULL;
     zs_status st, begun;
 
     *req = NULL;
@@ -312,7 +312,7 @@ zs_status zs_coll_all_reduce(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t
                              struct zs_coll_req **req)
 {
     struct zs_comm_req *q = NULL;
-    struct zs_coll_req *r;
+    struct zs_coll_req *r = NULL;
     zs_status st, begun;
 
     *req = NULL;
