@@ -34,7 +34,8 @@
  * and sums the norm's counters.
  *
  * Cost per element: 12 bytes of counters, 1 byte of top band and 1 of agreed top band on every rank; into
- * the collectives, 1 byte (the tops' all-reduce) and 8 bytes (V's reduce-scatter). */
+ * the collectives, 1 byte (the tops' all-reduce) and 8 bytes (V's reduce-scatter). The fold and the norm's
+ * exact squares have their fast loops and references in exact_local.c. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -214,6 +215,7 @@ zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
 
 /* The norm's squares, exactly (sharding/exact_local.c): 32-bit bands, bit 0 of band 0 is 2^-350. */
 #define SQ_BANDS ZS_EXACT_SQ_BANDS /* bands 0-17 hold a square's top bit, two more its lower pieces */
+_Static_assert(SQ_BANDS == ZS_XSQ_BANDS, "the norm's bands: one count in both files");
 
 static double sumsq_value(const uint64_t *c)
 {
@@ -269,7 +271,7 @@ static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, b
     int path = zs_exact_path();
 
     if (path != 0)
-        zs_xsq_start(&hist);
+        zs_xsq_start(&hist, path);
     for (int32_t t = 0; t < XBANDS; t++) /* powers of two: the products are exact */
         scale[t + 1] = ldexp(1.0, XW * (t - (XK - 1)) - XBIAS);
     for (int64_t i0 = 0; i0 < n; i0 += 256) {

@@ -5,10 +5,14 @@
 #include <string.h>
 
 #include "exact_local.h"
+#ifdef XFAST
+#include <immintrin.h>
+#endif
 
 #define XK 3  /* counters per element */
 #define XW 16 /* bits per band */
 #define SQ_FLUSH (1 << 16) /* adds per histogram bin: 2^16 squares below 2^48 stay below 2^64 */
+#define SQ_LANE_FLUSH ((int64_t)1 << 32) /* adds per vector lane: 2^32 pieces below 2^32 */
 
 typedef int64_t i64_alias __attribute__((may_alias)); /* a folded sum, where the counters were */
 
@@ -141,10 +145,14 @@ static void sq_cuts(uint32_t e, uint32_t *band, uint32_t *r)
     *r = p % 32;
 }
 
-void zs_xsq_start(struct zs_xsq *h)
+void zs_xsq_start(struct zs_xsq *h, int path)
 {
-    memset(h->bin, 0, sizeof(h->bin));
+    h->path = path;
     h->rounds = 0;
+    memset(h->lane, 0, sizeof(h->lane));
+    if (path == 2)
+        return;
+    memset(h->bin, 0, sizeof(h->bin));
     for (uint32_t e = 0; e < 256; e++) {
         uint32_t b, r, k;
         sq_cuts(e, &b, &r);
@@ -154,9 +162,18 @@ void zs_xsq_start(struct zs_xsq *h)
     }
 }
 
-/* Empties the bins into the bands. */
+/* Empties the bins (or the lanes) into the bands. */
 static void sq_flush(struct zs_xsq *h, uint64_t *sq)
 {
+    h->rounds = 0;
+    if (h->path == 2) {
+        for (int32_t b = 0; b < ZS_XSQ_BANDS; b++)
+            for (int32_t l = 0; l < 8; l++) {
+                sq[b] += h->lane[b][l];
+                h->lane[b][l] = 0;
+            }
+        return;
+    }
     for (int32_t l = 0; l < ZS_XSQ_LANES; l++)
         for (uint32_t e = 0; e < 256; e++) {
             uint64_t *s = h->bin[l][e], whole = s[0], lo = s[1], mid = s[2];
@@ -171,11 +188,70 @@ static void sq_flush(struct zs_xsq *h, uint64_t *sq)
                 sq[b + 2] += (whole - mid) >> (k + 32);
             s[0] = s[1] = s[2] = 0;
         }
-    h->rounds = 0;
 }
+
+#ifdef XFAST
+/* Eight values a vector: each lane's three pieces (the reference's own, from m^2 and p as above) are added
+ * to the bands they belong to, in that lane's sum of each band; one pass per band that a live lane of the
+ * vector starts in, between the least and the greatest of the 256-value chunk. */
+XFAST_TARGET
+static void sq_avx512(uint64_t (*lane)[8], const float *f, int64_t k)
+{
+    const __m512i c1 = _mm512_set1_epi64(1), c31 = _mm512_set1_epi64(31), c32 = _mm512_set1_epi64(32),
+                  c50 = _mm512_set1_epi64(50), low32 = _mm512_set1_epi64(0xffffffff), exp = _mm512_set1_epi64(0xff),
+                  sig = _mm512_set1_epi64(0x7fffff), hidden = _mm512_set1_epi64(0x800000);
+    __m512i d[3][32], band[32];
+    __mmask8 live[32];
+    __m512i lo = _mm512_set1_epi64(31), hi = _mm512_setzero_si512();
+
+    for (int64_t v = 0; v * 8 < k; v++) {
+        int64_t left = k - v * 8;
+        __mmask8 in = left >= 8 ? 0xff : (__mmask8)((1u << left) - 1);
+        __m512i u = _mm512_cvtepu32_epi64(_mm256_maskz_loadu_epi32(in, f + v * 8));
+        __m512i e = _mm512_and_si512(_mm512_srli_epi64(u, 23), exp), m = _mm512_and_si512(u, sig);
+        m = _mm512_mask_or_epi64(m, _mm512_test_epi64_mask(e, e), m, hidden);
+        __m512i q = _mm512_mul_epu32(m, m);
+        __m512i p = _mm512_add_epi64(_mm512_slli_epi64(_mm512_max_epu64(e, c1), 1), c50);
+        __m512i r = _mm512_and_si512(p, c31), kk = _mm512_sub_epi64(c32, r);
+        band[v] = _mm512_srli_epi64(p, 5);
+        d[0][v] = _mm512_and_si512(_mm512_sllv_epi64(q, r), low32);
+        d[1][v] = _mm512_and_si512(_mm512_srlv_epi64(q, kk), low32);
+        d[2][v] = _mm512_srlv_epi64(q, _mm512_add_epi64(kk, c32)); /* a count of 64 gives 0 */
+        live[v] = _mm512_test_epi64_mask(q, q);
+        lo = _mm512_mask_min_epu64(lo, live[v], lo, band[v]);
+        hi = _mm512_mask_max_epu64(hi, live[v], hi, band[v]);
+    }
+    uint64_t bmin = _mm512_reduce_min_epu64(lo), bmax = _mm512_reduce_max_epu64(hi);
+    for (uint64_t b = bmin; b <= bmax; b++) {
+        __m512i a0 = _mm512_loadu_si512(lane[b]), a1 = _mm512_loadu_si512(lane[b + 1]),
+                a2 = _mm512_loadu_si512(lane[b + 2]), at = _mm512_set1_epi64((int64_t)b);
+        for (int64_t v = 0; v * 8 < k; v++) {
+            __mmask8 here = _mm512_mask_cmpeq_epu64_mask(live[v], band[v], at);
+            a0 = _mm512_mask_add_epi64(a0, here, a0, d[0][v]);
+            a1 = _mm512_mask_add_epi64(a1, here, a1, d[1][v]);
+            a2 = _mm512_mask_add_epi64(a2, here, a2, d[2][v]);
+        }
+        _mm512_storeu_si512(lane[b], a0);
+        _mm512_storeu_si512(lane[b + 1], a1);
+        _mm512_storeu_si512(lane[b + 2], a2);
+    }
+}
+#endif
 
 void zs_xsq_add(struct zs_xsq *h, const float *f, int64_t n, uint64_t *sq)
 {
+#ifdef XFAST
+    if (h->path == 2) {
+        for (int64_t i0 = 0; i0 < n; i0 += 256) {
+            int64_t k = n - i0 < 256 ? n - i0 : 256;
+            if (h->rounds + (k + 7) / 8 > SQ_LANE_FLUSH)
+                sq_flush(h, sq);
+            h->rounds += (k + 7) / 8;
+            sq_avx512(h->lane, f + i0, k);
+        }
+        return;
+    }
+#endif
     for (int64_t i0 = 0; i0 < n; i0 += 1024) {
         int64_t k = n - i0 < 1024 ? n - i0 : 1024, per = (k + ZS_XSQ_LANES - 1) / ZS_XSQ_LANES;
         if (h->rounds + per > SQ_FLUSH)

@@ -1,8 +1,9 @@
 /* test_exact_local.c - the deterministic sum's fast local passes (sharding/exact_local.c) against their
- * references, bit for bit: the in-place fold of the counters (plain and AVX-512 loops) on random counters,
- * tops and agreed tops at awkward lengths, and the norm's binned squares against the per-value pieces on
- * random values, subnormals, zeros, the largest finite values and more than 2^16 squares of one exponent
- * per histogram lane (the bins' flush). Prints "N passed, M failed". */
+ * references, bit for bit, with the plain loops and (where the CPU has it) the AVX-512 ones: the in-place
+ * fold of the counters on random counters, tops and agreed tops at awkward lengths, and the norm's squares
+ * (the plain loop's bins, AVX-512's lane sums) against the per-value pieces on random values, subnormals,
+ * zeros, the largest finite values and more than 2^16 squares of one exponent in one histogram bin (the
+ * bins' flush), in adds of 1 to all the values. Prints "N passed, M failed". */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -66,6 +67,8 @@ static void check_fold(int path, int64_t n)
 
 /* The bands of every value through the reference and through the histogram, added in pieces of `step`
  * values (1: every add puts its value in lane 0, the worst case for the flush). */
+static int sq_path = 1; /* the fast loop under test */
+
 static void check_squares(const char *what, const float *f, int64_t n, int64_t step)
 {
     uint64_t want[ZS_EXACT_SQ_BANDS] = {0}, got[ZS_EXACT_SQ_BANDS] = {0};
@@ -73,15 +76,15 @@ static void check_squares(const char *what, const float *f, int64_t n, int64_t s
 
     for (int64_t i = 0; i < n; i++)
         zs_xsq_add_ref(want, f[i]);
-    zs_xsq_start(&h);
+    zs_xsq_start(&h, sq_path);
     for (int64_t i = 0; i < n; i += step)
         zs_xsq_add(&h, f + i, n - i < step ? n - i : step, got);
     zs_xsq_end(&h, got);
     int b = 0;
     while (b < ZS_EXACT_SQ_BANDS && want[b] == got[b])
         b++;
-    CHECK(b == ZS_EXACT_SQ_BANDS, "squares, %s (%lld values, adds of %lld): band %d is %llu, the reference's %llu",
-          what, (long long)n, (long long)step, b, b < ZS_EXACT_SQ_BANDS ? (unsigned long long)got[b] : 0ULL,
+    CHECK(b == ZS_EXACT_SQ_BANDS, "squares, path %d, %s (%lld values, adds of %lld): band %d is %llu, the reference's %llu",
+          sq_path, what, (long long)n, (long long)step, b, b < ZS_EXACT_SQ_BANDS ? (unsigned long long)got[b] : 0ULL,
           b < ZS_EXACT_SQ_BANDS ? (unsigned long long)want[b] : 0ULL);
 }
 
@@ -137,7 +140,8 @@ int main(void)
     for (int path = 1; path <= best; path++)
         for (size_t l = 0; l < sizeof(lengths) / sizeof(lengths[0]); l++)
             check_fold(path, lengths[l]);
-    squares_cases();
+    for (sq_path = 1; sq_path <= best; sq_path++)
+        squares_cases();
     setenv("ZS_EXACT_PATH", "scalar", 1);
     CHECK(zs_exact_path() == 0, "ZS_EXACT_PATH=scalar gives path %d", zs_exact_path());
     setenv("ZS_EXACT_PATH", "plain", 1);
