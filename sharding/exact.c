@@ -265,7 +265,7 @@ static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, b
 {
     size_t esz = zs_dtype_bytes(dt);
     double scale[XBANDS + 1] = {0.0};
-    struct zs_xsq hist; /* the squares' bins, but in the reference path */
+    struct zs_xsq hist; /* the fast loops' squares (about 30 KB; the reference adds to sq directly) */
     float f[256];
     uint16_t h[256];
     int path = zs_exact_path();
