@@ -34,7 +34,8 @@
  * and sums the norm's counters.
  *
  * Cost per element: 12 bytes of counters, 1 byte of top band and 1 of agreed top band on every rank; into
- * the collectives, 1 byte (the tops' all-reduce) and 8 bytes (V's reduce-scatter). */
+ * the collectives, 1 byte (the tops' all-reduce) and 8 bytes (V's reduce-scatter). The fold and the norm's
+ * exact squares have their fast loops and references in exact_local.c. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@
 #include "engine.h"
 #include "error.h"
 #include "convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
+#include "exact_local.h" /* defines: zs_exact_fold, zs_exact_path, zs_xsq_*, XFAST_TARGET */
 
 #define XK 3              /* counters per element */
 #define XW 16             /* bits per band */
@@ -139,40 +141,13 @@ static uint32_t deposit_first_f32(int32_t *restrict acc, int8_t *restrict top, c
     return first_body(acc, top, x, n);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define XFAST 1
-/* The same loops where every lane has its own shift count or table index (AVX-512); gcc's -O2 cost model
- * would leave them scalar. */
-#ifdef __clang__
-#define XFAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-#else
-#define XFAST_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), optimize("vect-cost-model=dynamic")))
-#endif
+#ifdef XFAST
 XFAST_TARGET
 static uint32_t deposit_first_avx512(int32_t *restrict acc, int8_t *restrict top, const float *restrict x, int64_t n)
 {
     return first_body(acc, top, x, n);
 }
 #endif
-
-/* Which loops this process runs: 0 the reference (deposit_f32 for the first deposit; the plain rounding), 1
- * the plain loops, 2 AVX-512 where the CPU has it; ZS_EXACT_PATH=scalar or plain forces 0 or 1 (test_exact
- * holds all three to the contract). */
-static int fast_path(void)
-{
-    const char *e = getenv("ZS_EXACT_PATH");
-
-    if (e && !strcmp(e, "scalar"))
-        return 0;
-    if (e && !strcmp(e, "plain"))
-        return 1;
-#ifdef XFAST
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return 2;
-#endif
-    return 1;
-}
 
 /* Widens a chunk of the program's buffer to fp32 (exact for bf16 and fp16). */
 static const float *chunk_f32(const struct zs_ctx *ctx, void *buf, int64_t i0, int64_t k, float *tmp)
@@ -195,7 +170,7 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: unit '%s': call zs_grad_buffer first in this micro-batch",
                        un->name);
     bool first = un->xdeposits++ == 0; /* the counters were not cleared after the last window */
-    int path = first ? fast_path() : 0;
+    int path = first ? zs_exact_path() : 0;
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t k = n - i0 < 256 ? n - i0 : 256;
         const float *x = chunk_f32(ctx, un->grad, i0, k, tmp);
@@ -238,63 +213,23 @@ zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
     return ZS_OK;
 }
 
-/* The norm's squares, exactly: a square of an fp32 value is a double with at most 48 significant bits,
- * between 2^-298 and 2^256. Cut at fixed bit positions (bit 0 = 2^-350) into 32-bit bands, each band's
- * pieces summed in a uint64 (all positive; 2^32 squares per rank before one could wrap), the sum over all
- * elements and ranks is exact whatever the shard ranges. */
+/* The norm's squares, exactly (sharding/exact_local.c): 32-bit bands, bit 0 of band 0 is 2^-350. */
 #define SQ_BANDS ZS_EXACT_SQ_BANDS /* bands 0-17 hold a square's top bit, two more its lower pieces */
-#define SQ_BIAS 350
-#define SQ_LANES 4 /* counter sets used in turn, so that consecutive squares do not wait on each other */
-
-static void sumsq_add(uint64_t *c, float f)
-{
-    double q = (double)f * (double)f;
-    uint64_t u, m;
-    uint32_t e;
-
-    if (q == 0.0)
-        return;
-    memcpy(&u, &q, sizeof(u));
-    e = (uint32_t)(u >> 52);
-    m = ((u & 0xfffffffffffffULL) | 0x10000000000000ULL) >> 5; /* the 5 low bits are zero: 48 significant */
-    int32_t s = (int32_t)e - 1075 + SQ_BIAS + 5;                /* bit position of m's lowest bit, >= 0 */
-    unsigned __int128 v = (unsigned __int128)m << (s % 32);
-    int32_t b = s / 32;
-    c[b] += (uint64_t)(v & 0xffffffffu);
-    c[b + 1] += (uint64_t)((v >> 32) & 0xffffffffu);
-    c[b + 2] += (uint64_t)(v >> 64);
-}
+_Static_assert(SQ_BANDS == ZS_XSQ_BANDS, "the norm's bands: one count in both files");
 
 static double sumsq_value(const uint64_t *c)
 {
     double t = 0.0;
 
     for (int32_t b = SQ_BANDS - 1; b >= 0; b--) /* a function of the summed counters alone */
-        t += ldexp((double)c[b], 32 * b - SQ_BIAS);
+        t += ldexp((double)c[b], 32 * b - ZS_XSQ_BIAS);
     return t;
 }
 
-/* Folds one unit's counters, aligned to the agreed tops, into one int64 per element, in place, a chunk at
- * a time: the chunk's sums take bytes [8 i0, 8 (i0 + k)) of the counters, all of which belong to elements
- * of this chunk or earlier, read before. An element's counters move down by d = agreed - own top, the
- * lowest d dropping out (an element with no nonzero value has zero counters, whatever d). */
+/* Folds one unit's counters, aligned to the agreed tops, into one int64 per element, in place. */
 static void fold_range(int32_t *acc, const int8_t *top, const int8_t *agreed, int64_t n)
 {
-    int32_t c[256 * XK];
-    int64_t v[256];
-
-    for (int64_t i0 = 0; i0 < n; i0 += 256) {
-        int64_t k = n - i0 < 256 ? n - i0 : 256;
-        memcpy(c, acc + i0 * XK, (size_t)k * XK * sizeof(int32_t));
-        for (int64_t i = 0; i < k; i++) {
-            int64_t c0 = c[i * XK], c1 = c[i * XK + 1], c2 = c[i * XK + 2];
-            int32_t d = agreed[i0 + i] - top[i0 + i];
-            /* |v| < S 2^48 <= 2^63: multiplied, as a left shift of a negative value is undefined */
-            int64_t v0 = c0 * ((int64_t)1 << (2 * XW)) + c1 * ((int64_t)1 << XW) + c2, v1 = c0 * ((int64_t)1 << XW) + c1;
-            v[i] = d == 0 ? v0 : d == 1 ? v1 : d == 2 ? c0 : 0;
-        }
-        memcpy((char *)acc + i0 * (int64_t)sizeof(int64_t), v, (size_t)k * sizeof(int64_t));
-    }
+    zs_exact_fold(acc, top, agreed, n, zs_exact_path());
 }
 
 /* k folded sums v (their agreed tops t < XBANDS) to fp32: the integer to double, times the grid's unit
@@ -330,11 +265,13 @@ static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, b
 {
     size_t esz = zs_dtype_bytes(dt);
     double scale[XBANDS + 1] = {0.0};
-    uint64_t lanes[SQ_LANES][SQ_BANDS] = {{0}};
+    struct zs_xsq hist; /* the fast loops' squares (about 30 KB; the reference adds to sq directly) */
     float f[256];
     uint16_t h[256];
-    int path = fast_path();
+    int path = zs_exact_path();
 
+    if (path != 0)
+        zs_xsq_start(&hist, path);
     for (int32_t t = 0; t < XBANDS; t++) /* powers of two: the products are exact */
         scale[t + 1] = ldexp(1.0, XW * (t - (XK - 1)) - XBIAS);
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
@@ -355,12 +292,13 @@ static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, b
         } else {
             memcpy(zs_at(out, i0, esz), f, (size_t)k * esz);
         }
-        for (int64_t i = 0; i < k && !bad; i++)
-            sumsq_add(lanes[i % SQ_LANES], f[i]);
+        for (int64_t i = 0; i < k && !bad && path == 0; i++)
+            zs_xsq_add_ref(sq, f[i]);
+        if (!bad && path != 0)
+            zs_xsq_add(&hist, f, k, sq);
     }
-    for (int32_t l = 0; l < SQ_LANES; l++) /* integer sums: the grouping changes nothing */
-        for (int32_t b = 0; b < SQ_BANDS; b++)
-            sq[b] += lanes[l][b];
+    if (path != 0) /* integer sums: the grouping changes nothing */
+        zs_xsq_end(&hist, sq);
 }
 
 /* ---------------------------------------------------------------- the sum's collectives
