@@ -365,11 +365,12 @@ static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, b
 
 /* ---------------------------------------------------------------- the sum's collectives
  * At the window's last zs_grad_ready each unit starts its own sum, while backward goes on: the tops' vote
- * (an int8 maximum), then the fold and the sums' reduce-scatter (landing at the start of the counters),
+ * (an int8 maximum), then the fold and the sums' reduce-scatter (landing in this rank's chunk of the folded sums),
  * then the rounding of this rank's part where the optimizer reads it, and at stage 0 its all-gather. Each
- * kind of collective has its own communicator and is started in the units' zs_grad_ready order on every
- * rank: a unit starts its reduce-scatter (or all-gather) only after the unit before it has started its
- * own, however the ranks' progress calls fall. The engine's progress calls move the units along. */
+ * kind of collective has its own communicator (the reduce-scatters a ZeroShard comm, ctx->xsum, whose
+ * shared-memory path sums the local peers' int64 in place) and is started in the units' zs_grad_ready order
+ * on every rank: a unit starts its reduce-scatter (or all-gather) only after the unit before it has started
+ * its own, however the ranks' progress calls fall. The engine's progress calls move the units along. */
 enum { XPH_IDLE, XPH_VOTE, XPH_SUM, XPH_GATHER, XPH_DONE };
 #define XBAD 127 /* every top band of a unit a rank saw an Inf or NaN in: the agreed maximum marks it */
 
