@@ -325,22 +325,24 @@ static const char *rs_source(const struct zs_comm *c, const struct zs_comm_req *
     return (const char *)sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len * q->esz_in;
 }
 
-/* Integer sums modulo 2^64: any order gives the same bits; a block at a time, as below. */
+/* Integer sums modulo 2^64: any order gives the same bits, so this rank's own chunk is the starting value
+ * (in place: already there) and the others are added to the output, a cache-sized block at a time. */
 static void rs_sum_piece_i64(struct zs_comm *c, struct zs_comm_req *q, struct rs_slot *sl)
 {
-    uint64_t acc[ZS_SUM_BLOCK];
+    uint64_t *out = (uint64_t *)(void *)(q->out + (size_t)sl->off * sizeof(uint64_t));
+    const char *mine = rs_source(c, q, sl, c->rank);
 
+    if ((const char *)out != mine)
+        memcpy(out, mine, (size_t)sl->len * sizeof(uint64_t));
     for (int64_t b0 = 0; b0 < sl->len; b0 += ZS_SUM_BLOCK) {
         int64_t bn = sl->len - b0 < ZS_SUM_BLOCK ? sl->len - b0 : ZS_SUM_BLOCK;
         for (int32_t j = 0; j < c->size; j++) {
+            if (j == c->rank)
+                continue;
             const uint64_t *x = (const uint64_t *)(const void *)(rs_source(c, q, sl, j) + (size_t)b0 * sizeof(uint64_t));
-            if (j == 0)
-                memcpy(acc, x, (size_t)bn * sizeof(uint64_t));
-            else
-                for (int64_t i = 0; i < bn; i++)
-                    acc[i] += x[i];
+            for (int64_t i = 0; i < bn; i++)
+                out[b0 + i] += x[i];
         }
-        memcpy(q->out + ((size_t)sl->off + (size_t)b0) * sizeof(uint64_t), acc, (size_t)bn * sizeof(uint64_t));
     }
 }
 
