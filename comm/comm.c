@@ -82,6 +82,7 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
     c->timeout_s = opts->timeout_s > 0 ? opts->timeout_s : ZS_TIMEOUT_DEFAULT;
     c->next_unit = -1;
     c->flight = zs_flight_new(c->rank, c->size, opts->flight_dir);
+    zs_flight_set_name(c->flight, opts->name);
     if (env && atoll(env) > 0)
         c->piece = atoll(env);
     zs_comm_hooks_from_env(c);
@@ -148,6 +149,11 @@ const char *zs_comm_describe(const struct zs_comm *c) { return c->desc; }
 int32_t zs_comm_local_size(const struct zs_comm *c) { return c->shm ? zs_shm_local_size(c->shm) : 1; }
 int32_t zs_comm_local_rank(const struct zs_comm *c) { return c->shm ? zs_shm_local_rank(c->shm) : 0; }
 
+bool zs_comm_broken(const struct zs_comm *c)
+{
+    return c->broken != ZS_OK;
+}
+
 uint64_t zs_comm_scratch_bytes(const struct zs_comm *c)
 {
     return c->scratch_bytes;
@@ -204,7 +210,8 @@ static bool is_local(const struct zs_comm_req *q, int32_t j)
 static struct scratch *scratch_get(struct zs_comm *c)
 {
     struct scratch *s = c->free_scratch;
-    size_t bytes = (size_t)(c->size - 1) * (size_t)c->piece * sizeof(float); /* fits every dtype */
+    size_t per = (size_t)c->piece * sizeof(float); /* a piece of fp32, or of half as many int64 */
+    size_t bytes = (size_t)(c->size - 1) * (per < sizeof(int64_t) ? sizeof(int64_t) : per);
 
     if (s) {
         c->free_scratch = s->next;
@@ -235,7 +242,7 @@ static zs_status rs_start_piece(struct zs_comm *c, struct zs_comm_req *q, struct
     int tag;
 
     sl->off = q->next_off;
-    sl->len = q->count - q->next_off < c->piece ? q->count - q->next_off : c->piece;
+    sl->len = q->count - q->next_off < q->piece ? q->count - q->next_off : q->piece;
     sl->piece = q->next_piece++;
     sl->nmr = 0;
     sl->active = true; /* before posting: a failure part-way must still see what is pending */
@@ -305,27 +312,56 @@ static void store_block(char *out, const float *acc, int64_t n, float scale, zs_
             h[i] = zs_cvt_f32_f16(acc[i] * scale);
 }
 
+/* Where rank j's contribution to this piece is: my own buffer, a local peer's, or the scratch it came into. */
+static const char *rs_source(const struct zs_comm *c, const struct zs_comm_req *q, const struct rs_slot *sl, int32_t j)
+{
+    int32_t r = c->rank;
+    size_t chunk = ((size_t)r * (size_t)q->count + (size_t)sl->off) * q->esz_in;
+
+    if (j == r)
+        return q->src + chunk;
+    if (is_local(q, j))
+        return q->peer[j] + chunk;
+    return (const char *)sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len * q->esz_in;
+}
+
+/* Integer sums modulo 2^64: any order gives the same bits, so this rank's own chunk is the starting value
+ * (in place: already there) and the others are added to the output, a cache-sized block at a time. */
+static void rs_sum_piece_i64(struct zs_comm *c, struct zs_comm_req *q, struct rs_slot *sl)
+{
+    uint64_t *out = (uint64_t *)(void *)(q->out + (size_t)sl->off * sizeof(uint64_t));
+    const char *mine = rs_source(c, q, sl, c->rank);
+
+    if ((const char *)out != mine)
+        memcpy(out, mine, (size_t)sl->len * sizeof(uint64_t));
+    for (int64_t b0 = 0; b0 < sl->len; b0 += ZS_SUM_BLOCK) {
+        int64_t bn = sl->len - b0 < ZS_SUM_BLOCK ? sl->len - b0 : ZS_SUM_BLOCK;
+        for (int32_t j = 0; j < c->size; j++) {
+            if (j == c->rank)
+                continue;
+            const uint64_t *x = (const uint64_t *)(const void *)(rs_source(c, q, sl, j) + (size_t)b0 * sizeof(uint64_t));
+            for (int64_t i = 0; i < bn; i++)
+                out[b0 + i] += x[i];
+        }
+    }
+}
+
 /* Rank order, left to right, in fp32, then the scale: the one definition of a ZeroShard reduction.
  * Done in cache-sized blocks, one pass per source, so each pass is a simple vectorizable loop; every
  * element still sees ((x_0 + x_1) + ...) * scale, rounded once to the output type. */
 static void rs_sum_piece(struct zs_comm *c, struct zs_comm_req *q, struct rs_slot *sl)
 {
     int32_t n = c->size, r = c->rank;
-    size_t chunk = ((size_t)r * (size_t)q->count + (size_t)sl->off) * q->esz_in;
     float acc[ZS_SUM_BLOCK];
 
+    if (q->dt_in == ZS_COMM_INT64) {
+        rs_sum_piece_i64(c, q, sl);
+        return;
+    }
     for (int64_t b0 = 0; b0 < sl->len; b0 += ZS_SUM_BLOCK) {
         int64_t bn = sl->len - b0 < ZS_SUM_BLOCK ? sl->len - b0 : ZS_SUM_BLOCK;
-        for (int32_t j = 0; j < n; j++) {
-            const char *src;
-            if (j == r)
-                src = q->src + chunk;
-            else if (is_local(q, j))
-                src = q->peer[j] + chunk;
-            else
-                src = (const char *)sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len * q->esz_in;
-            acc_block(acc, src + (size_t)b0 * q->esz_in, bn, q->dt_in, j == 0);
-        }
+        for (int32_t j = 0; j < n; j++)
+            acc_block(acc, rs_source(c, q, sl, j) + (size_t)b0 * q->esz_in, bn, q->dt_in, j == 0);
         char *dst = q->out + ((size_t)sl->off + (size_t)b0) * q->esz_out;
         store_block(dst, acc, bn, q->scale, q->dt_out);
         /* All-reduce on a node: write the finished block straight into every local peer's buffer too,
@@ -514,13 +550,13 @@ static zs_status req_buffers(struct zs_comm *c, struct zs_comm_req *q)
             goto nomem;
     }
     if (mpi_peers > 0 && q->kind != REQ_AG && q->count > 0) {
-        int64_t pieces = (q->count + c->piece - 1) / c->piece;
+        int64_t pieces = (q->count + q->piece - 1) / q->piece;
         for (int s = 0; s < ZS_COMM_SLOTS && s < pieces; s++) {
             q->slot[s].mr = requests_new(2 * (size_t)mpi_peers);
             q->slot[s].tmp = scratch_get(c);
             if (!q->slot[s].mr || !q->slot[s].tmp)
                 return zs_fail(ZS_ERR_NOMEM, "comm: out of memory for a %lld-element scratch buffer",
-                               (long long)((c->size - 1) * c->piece));
+                               (long long)((c->size - 1) * q->piece));
         }
     }
     if (mpi_peers > 0 && q->kind != REQ_RS && q->count > 0) {
@@ -617,6 +653,11 @@ static zs_status gate(struct zs_comm *c, uint64_t span)
     }
 }
 
+static size_t dtype_size(zs_dtype t)
+{
+    return t == ZS_COMM_INT64 ? 8 : t == ZS_DTYPE_FP32 ? 4 : 2;
+}
+
 static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, const void *buf, zs_dtype dt_in,
                          zs_dtype dt_out, struct zs_comm_req **out)
 {
@@ -648,8 +689,9 @@ static zs_status req_new(struct zs_comm *c, enum req_kind kind, int64_t count, c
     q->seq = c->seq;
     q->dt_in = dt_in;
     q->dt_out = dt_out;
-    q->esz_in = dt_in == ZS_DTYPE_FP32 ? 4 : 2;
-    q->esz_out = dt_out == ZS_DTYPE_FP32 ? 4 : 2;
+    q->esz_in = dtype_size(dt_in);
+    q->esz_out = dtype_size(dt_out);
+    q->piece = q->esz_in > sizeof(float) ? (c->piece > 1 ? c->piece / 2 : 1) : c->piece;
     q->stage = ST_CHECK;
     q->bad_peer = -1;
     q->local_check = c->size > 1 && c->shm && zs_shm_local_size(c->shm) > 1;
@@ -786,6 +828,10 @@ static void local_reduce(struct zs_comm_req *q)
 {
     float acc[ZS_SUM_BLOCK];
 
+    if (q->dt_in == ZS_COMM_INT64) { /* one rank: the sum is the input */
+        memmove(q->out, q->src, (size_t)q->count * sizeof(int64_t));
+        return;
+    }
     for (int64_t b0 = 0; b0 < q->count; b0 += ZS_SUM_BLOCK) {
         int64_t bn = q->count - b0 < ZS_SUM_BLOCK ? q->count - b0 : ZS_SUM_BLOCK;
         acc_block(acc, q->src + (size_t)b0 * q->esz_in, bn, q->dt_in, true);
@@ -876,6 +922,20 @@ zs_status zs_comm_all_reduce_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64
     q->out = (char *)buf + (size_t)c->rank * (size_t)count * q->esz_in;
     q->gbuf = buf;
     q->scale = scale;
+    return req_launch(c, q, req);
+}
+
+zs_status zs_comm_reduce_scatter_i64(struct zs_comm *c, const int64_t *buf, int64_t *out, int64_t count,
+                                     struct zs_comm_req **req)
+{
+    struct zs_comm_req *q;
+    zs_status st = req_new(c, REQ_RS, count, buf, ZS_COMM_INT64, ZS_COMM_INT64, &q);
+
+    if (st)
+        return st;
+    q->src = (const char *)buf;
+    q->out = (char *)out;
+    q->scale = 1.0f;
     return req_launch(c, q, req);
 }
 

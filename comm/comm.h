@@ -31,6 +31,7 @@ struct zs_comm_opts {
     double timeout_s;       /* how long any wait may last (0: ZS_TIMEOUT_DEFAULT) */
     bool timeout_env;       /* timeout_s came from ZS_TIMEOUT (which overrides the config) */
     const char *flight_dir; /* the flight recorder's directory (NULL: ZS_FLIGHT_DIR or the default) */
+    const char *name;       /* a second comm of the same ranks: its flight file is flight-rankN-NAME.txt */
 };
 
 /* Reads ZS_COMM (auto, mpi, shm), ZS_FAKE_NODE_SIZE and ZS_TIMEOUT (seconds, > 0); 0, or -EINVAL naming
@@ -80,6 +81,13 @@ zs_status zs_comm_all_gather_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64
 zs_status zs_comm_all_reduce_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64_t count, float scale,
                                 struct zs_comm_req **req);
 
+/* Integer sums, for the deterministic mode's exact gradient sums (sharding/exact.c): int64 elements added
+ * modulo 2^64, so that every order, backend and number of ranks gives the same bits. The same layout and
+ * in-place rule as zs_comm_reduce_scatter; ZS_COMM_INT64 is the dtype its descriptor carries. */
+#define ZS_COMM_INT64 ((zs_dtype)8)
+zs_status zs_comm_reduce_scatter_i64(struct zs_comm *c, const int64_t *buf, int64_t *out, int64_t count,
+                                     struct zs_comm_req **req);
+
 /* What the engine issued an operation for: carried in its descriptor, compared across ranks before any
  * data moves, and named in errors and the flight recorder. */
 enum zs_comm_purpose {
@@ -113,6 +121,10 @@ void zs_comm_fail_next(struct zs_comm *c);
 /* Every wait (zs_comm_wait, the window, the blocking helpers) ends after opts.timeout_s with ZS_ERR_COMM
  * and one message naming the operation, how long it waited and the ranks that had not arrived; and
  * sooner, naming the rank, when a peer on this node has exited. The comm is unusable afterwards. */
+
+/* Whether an operation failed after its data was posted, leaving c unusable (an operation that every rank
+ * agreed to end before any data moved, such as one that differed between ranks, leaves it usable). */
+bool zs_comm_broken(const struct zs_comm *c);
 
 /* Advances every outstanding request of c (explicit progress: the engine calls this from its API). */
 zs_status zs_comm_progress(struct zs_comm *c);

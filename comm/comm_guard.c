@@ -93,7 +93,7 @@ const char *zs_comm_kind_name(int32_t k)
 
 static const char *dtype_name(int32_t t)
 {
-    return t == ZS_DTYPE_FP32 ? "fp32" : t == ZS_DTYPE_BF16 ? "bf16" : t == ZS_DTYPE_FP16 ? "fp16" : "?";
+    return t == ZS_DTYPE_FP32 ? "fp32" : t == ZS_DTYPE_BF16 ? "bf16" : t == ZS_DTYPE_FP16 ? "fp16" : t == ZS_COMM_INT64 ? "int64" : "?";
 }
 
 const char *zs_comm_purpose_name(int32_t p)

@@ -63,6 +63,7 @@ struct zs_comm_req {
     zs_dtype dt_in, dt_out;
     size_t esz_in, esz_out;
     int64_t count, next_off;
+    int64_t piece;         /* elements per peer per piece: the comm's, halved for 8-byte elements */
     int64_t next_piece;
     float scale;
     struct rs_slot slot[ZS_COMM_SLOTS];

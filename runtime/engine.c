@@ -36,14 +36,14 @@ void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
     return p;
 }
 
-void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes)
 {
     if (!ctx->dev.host_access) /* peers reach device buffers through the collectives' staging, not in place */
         return zs_mem_alloc(ctx, cat, bytes);
     /* The budget is this rank's; the shared heap is the node's: a refusal here is put to the node, so
      * that no peer allocates (or grows the heap, a collective) without this rank. */
     bool admitted = zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]);
-    void *p = zs_comm_alloc_agreed(ctx->comm, (size_t)bytes, admitted);
+    void *p = zs_comm_alloc_agreed(comm, (size_t)bytes, admitted);
 
     if (!p)
         return NULL;
@@ -53,7 +53,12 @@ void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
     return p;
 }
 
-void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
+void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+{
+    return zs_mem_alloc_on(ctx, ctx->comm, cat, bytes);
+}
+
+void zs_mem_free_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, void *p, uint64_t bytes)
 {
     if (!p)
         return;
@@ -61,8 +66,13 @@ void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t
         zs_mem_free(ctx, cat, p, bytes);
         return;
     }
-    zs_comm_release(ctx->comm, p);
+    zs_comm_release(comm, p);
     ctx->mem[cat] -= bytes;
+}
+
+void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
+{
+    zs_mem_free_on(ctx, ctx->comm, cat, p, bytes);
 }
 
 void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
@@ -387,24 +397,32 @@ zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream)
     return ZS_OK;
 }
 
-/* The collective backend: ZS_COMM / ZS_FAKE_NODE_SIZE in the environment, else the zeroshard section,
- * else automatic (shared memory inside a node, MPI between nodes). Collective over the parent. */
+/* The collective backend's options: ZS_COMM / ZS_FAKE_NODE_SIZE in the environment, else the zeroshard
+ * section, else automatic (shared memory inside a node, MPI between nodes). */
+zs_status zs_comm_opts_for(const struct zs_ctx *ctx, struct zs_comm_opts *co)
+{
+    char err[256];
+
+    if (zs_comm_opts_from_env(co, err, sizeof(err)))
+        return zs_fail(ZS_ERR_CONFIG, "%s", err);
+    if (!getenv("ZS_COMM") || !*getenv("ZS_COMM"))
+        co->mode = !strcmp(ctx->cfg.cpu.comm, "mpi") ? ZS_COMM_MPI : !strcmp(ctx->cfg.cpu.comm, "shm") ? ZS_COMM_SHM
+                                                                                                         : ZS_COMM_AUTO;
+    if (co->fake_node_size == 0)
+        co->fake_node_size = (int32_t)ctx->cfg.cpu.fake_node_size;
+    if (!co->timeout_env)
+        co->timeout_s = ctx->cfg.cpu.timeout_s;
+    co->flight_dir = ctx->cfg.cpu.flight_dir;
+    return ZS_OK;
+}
+
+/* Collective over the parent. */
 static zs_status start_comm(struct zs_ctx *ctx)
 {
     struct zs_comm_opts co;
-    char err[256];
+    zs_status st = zs_comm_opts_for(ctx, &co);
 
-    if (zs_comm_opts_from_env(&co, err, sizeof(err)))
-        return zs_fail(ZS_ERR_CONFIG, "%s", err);
-    if (!getenv("ZS_COMM") || !*getenv("ZS_COMM"))
-        co.mode = !strcmp(ctx->cfg.cpu.comm, "mpi") ? ZS_COMM_MPI : !strcmp(ctx->cfg.cpu.comm, "shm") ? ZS_COMM_SHM
-                                                                                                        : ZS_COMM_AUTO;
-    if (co.fake_node_size == 0)
-        co.fake_node_size = (int32_t)ctx->cfg.cpu.fake_node_size;
-    if (!co.timeout_env)
-        co.timeout_s = ctx->cfg.cpu.timeout_s;
-    co.flight_dir = ctx->cfg.cpu.flight_dir;
-    return zs_comm_init(&ctx->comm, ctx->parent, &co);
+    return st ? st : zs_comm_init(&ctx->comm, ctx->parent, &co);
 }
 
 zs_status zs_init(zs_ctx **out, const zs_init_opts *o)

@@ -70,8 +70,10 @@ struct zs_unit {
      * elements' top bands at ctx->xtop + xoff */
     int64_t xoff, xdeposits;     /* element offset; micro-shards deposited this window */
     bool xbad;                   /* some deposited value was Inf or NaN */
-    int32_t xphase;              /* at the boundary: which of the sum's collectives xreq is (exact.c) */
-    MPI_Request xreq;
+    bool xfailed;                /* its reduce-scatter ended with an error on every rank (ctx->xerr) */
+    int32_t xphase;              /* at the boundary: which of the sum's collectives is in flight (exact.c): */
+    MPI_Request xreq;            /* the vote or the all-gather, */
+    struct zs_comm_req *xsumq;   /* or the sums' reduce-scatter */
 };
 
 /* ZeRO-Offload from a device the host cannot read in place (offload/offload_dev.c): pinned host staging of
@@ -162,15 +164,18 @@ struct zs_ctx {
     bool over_budget;                /* the last failed allocation hit the budget or the arena (message set) */
     struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */
     struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload_optimizer.device nvme) */
-    int32_t *xacc;                   /* deterministic mode: exact gradient counters, 3 per element */
+    int32_t *xacc;                   /* deterministic mode: exact gradient counters, 3 per element, in xsum's
+                                      * heap (the sums' reduce-scatter reads local peers' in place) */
     int8_t *xtop;                    /* each element's top band this window, -1 before any nonzero value */
     int8_t *xvote;                   /* the agreed top bands, every element (units vote while others sum) */
     int64_t xnumel;                  /* elements of xacc, xtop and xvote (the padded model) */
-    MPI_Comm xcomm[3];               /* the tops' votes, the sums' reduce-scatters, stage 0's all-gathers */
+    MPI_Comm xcomm[2];               /* the tops' votes, stage 0's all-gathers */
     int32_t nxcomm;                  /* of xcomm, duplicated so far */
+    struct zs_comm *xsum;            /* the sums' reduce-scatters (int64, zero-copy inside a node) */
     uint64_t xsq[ZS_EXACT_SQ_BANDS]; /* the norm's exact counters, this rank's shards so far */
     bool xanybad;                    /* some unit's agreed sum is not finite */
     uint64_t xorder;                 /* a hash of this window's zs_grad_ready order (units' sums start in it) */
+    char xerr[640];                  /* the first sum of this window that every rank ended with an error */
 };
 
 /* "Adam", "AdamW", "SGD", "Lion", "Adagrad" (DeepSpeed's spelling of the config's optimizer type) */
@@ -200,6 +205,11 @@ void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t byte
  * Every rank must make the same calls in the same order. */
 void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes);
 void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes);
+/* The same on another communicator of the engine (deterministic mode's own, ctx->xsum). */
+void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes);
+void zs_mem_free_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, void *p, uint64_t bytes);
+/* The collective backend's options from the environment and the config (for every comm the engine opens). */
+zs_status zs_comm_opts_for(const struct zs_ctx *ctx, struct zs_comm_opts *co);
 
 /* Collective: every rank learns whether any rank failed; the first failure's message (prefixed
  * "rank R: ") becomes every rank's, so no rank walks on into a collective the others never reach. */

@@ -30,6 +30,7 @@ struct zs_flight {
     int32_t rank, world;
     double epoch;
     char dir[512];
+    char name[32];      /* "" or "-NAME": a second communicator's recorder */
 };
 
 static volatile sig_atomic_t usr1;
@@ -104,6 +105,12 @@ struct zs_flight *zs_flight_new(int32_t rank, int32_t world, const char *cfg_dir
         sigaction(SIGUSR1, &sa, NULL);
     }
     return f;
+}
+
+void zs_flight_set_name(struct zs_flight *f, const char *name)
+{
+    if (f && name && *name)
+        snprintf(f->name, sizeof(f->name), "-%.30s", name);
 }
 
 void zs_flight_free(struct zs_flight *f)
@@ -197,7 +204,7 @@ void zs_flight_write(struct zs_flight *f, const char *why)
         return;
     if (mkdir(f->dir, 0700) != 0 && errno != EEXIST)
         goto fail;
-    snprintf(path, sizeof(path), "%s/flight-rank%d.txt", f->dir, f->rank);
+    snprintf(path, sizeof(path), "%s/flight-rank%d%s.txt", f->dir, f->rank, f->name);
     snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid());
     o = fopen(tmp, "w");
     if (!o)

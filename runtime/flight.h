@@ -19,6 +19,8 @@ struct zs_flight;
  * nothing is recorded). */
 struct zs_flight *zs_flight_new(int32_t rank, int32_t world, const char *cfg_dir);
 void zs_flight_free(struct zs_flight *f);
+/* The recorder of a second communicator writes flight-rankN-NAME.txt (NAME: letters, digits, '-', '_'). */
+void zs_flight_set_name(struct zs_flight *f, const char *name);
 const char *zs_flight_dir(const struct zs_flight *f);
 
 /* The collectives' entries: one per operation, from launch to completion. */

@@ -54,7 +54,8 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->grads = ctx->mem[ZS_MEM_GRADS];
     out->master = ctx->mem[ZS_MEM_MASTER];
     out->optimizer = ctx->mem[ZS_MEM_OPTIM] + ctx->mem[ZS_MEM_MASTER];
-    out->comm_buffers = ctx->mem[ZS_MEM_BUFFERS] + zs_comm_scratch_bytes(ctx->comm);
+    out->comm_buffers = ctx->mem[ZS_MEM_BUFFERS] + zs_comm_scratch_bytes(ctx->comm) +
+                        (ctx->xsum ? zs_comm_scratch_bytes(ctx->xsum) : 0);
     out->swap_buffers = ctx->mem[ZS_MEM_SWAP];
     out->buffers = out->comm_buffers + out->swap_buffers;
     out->live_params = ctx->mem[ZS_MEM_LIVE];

@@ -303,11 +303,12 @@ static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, b
 
 /* ---------------------------------------------------------------- the sum's collectives
  * At the window's last zs_grad_ready each unit starts its own sum, while backward goes on: the tops' vote
- * (an int8 maximum), then the fold and the sums' reduce-scatter (landing at the start of the counters),
+ * (an int8 maximum), then the fold and the sums' reduce-scatter (landing in this rank's chunk of the folded sums),
  * then the rounding of this rank's part where the optimizer reads it, and at stage 0 its all-gather. Each
- * kind of collective has its own communicator and is started in the units' zs_grad_ready order on every
- * rank: a unit starts its reduce-scatter (or all-gather) only after the unit before it has started its
- * own, however the ranks' progress calls fall. The engine's progress calls move the units along. */
+ * kind of collective has its own communicator (the reduce-scatters a ZeroShard comm, ctx->xsum, whose
+ * shared-memory path sums the local peers' int64 in place) and is started in the units' zs_grad_ready order
+ * on every rank: a unit starts its reduce-scatter (or all-gather) only after the unit before it has started
+ * its own, however the ranks' progress calls fall. The engine's progress calls move the units along. */
 enum { XPH_IDLE, XPH_VOTE, XPH_SUM, XPH_GATHER, XPH_DONE };
 #define XBAD 127 /* every top band of a unit a rank saw an Inf or NaN in: the agreed maximum marks it */
 
@@ -325,6 +326,17 @@ static int32_t next_phase(const struct zs_ctx *ctx, int32_t ph)
     return ph == XPH_SUM && ctx->cfg.zero.stage != 0 ? XPH_DONE : ph + 1;
 }
 
+/* Unit un's reduce-scatter ended with an error on every rank, its data untouched: the first such error of the
+ * window is kept for zs_step, which refuses the step on every rank (the units' other sums go on, so that
+ * every rank's collectives stay matched). */
+static void sum_failed(struct zs_ctx *ctx, struct zs_unit *un)
+{
+    if (!ctx->xerr[0])
+        snprintf(ctx->xerr, sizeof(ctx->xerr), "%s", zs_last_error());
+    un->xfailed = true;
+    un->xsumq = NULL;
+}
+
 /* Unit u's collective has completed: the local work that follows it, and the next collective. */
 static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
 {
@@ -336,17 +348,26 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
 
     if (un->xphase == XPH_VOTE) {
         fold_range(acc, ctx->xtop + un->xoff, agreed, n);
-        rc = MPI_Ireduce_scatter_block(MPI_IN_PLACE, acc, (int)un->part.shard, MPI_INT64_T, MPI_SUM, ctx->xcomm[1],
-                                       &un->xreq);
+        zs_comm_set_step(ctx->xsum, un->ready_micro); /* the window's last micro-step on every rank: the */
+        zs_comm_label_next(ctx->xsum, ZS_PURPOSE_GRAD, u); /* sum may start in a later engine call on some */
+        zs_status st = zs_comm_reduce_scatter_i64(ctx->xsum, (const int64_t *)(void *)acc,
+                                                  (int64_t *)(void *)acc + b, un->part.shard, &un->xsumq);
+        if (st && zs_comm_broken(ctx->xsum))
+            return st;
+        if (st) /* ended on every rank before any data moved (it differed between ranks): zs_step says so */
+            sum_failed(ctx, un);
+    } else if (un->xphase == XPH_SUM && un->xfailed) {
+        un->xphase = XPH_DONE; /* nothing to round or gather: the step is refused */
+        return ZS_OK;
     } else if (un->xphase == XPH_SUM) {
         bool bad = agreed[0] == XBAD; /* some rank saw a non-finite value: the unit's result is not finite */
         void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
         ctx->xanybad |= bad;
-        round_range((const i64_alias *)(void *)acc, agreed + b, un->part.shard, bad, (double)window_shards(ctx),
+        round_range((const i64_alias *)(void *)acc + b, agreed + b, un->part.shard, bad, (double)window_shards(ctx),
                     ctx->gdt, g, ctx->xsq);
         if (ctx->cfg.zero.stage == 0) /* whose optimizer reads every element */
             rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad, (int)(un->part.shard * (int64_t)ctx->psz),
-                                MPI_BYTE, ctx->xcomm[2], &un->xreq);
+                                MPI_BYTE, ctx->xcomm[1], &un->xreq);
     }
     if (rc)
         return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
@@ -356,24 +377,56 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
 }
 
 /* Moves every unit as far as its collectives and its predecessor allow; *moved: some unit did. */
+/* Whether unit u's collective has completed (the reduce-scatter's request is then freed). */
+static zs_status phase_test(struct zs_ctx *ctx, struct zs_unit *un, bool *done)
+{
+    int flag = 0, rc;
+
+    if (un->xphase == XPH_SUM) {
+        if (un->xfailed) {
+            *done = true;
+            return ZS_OK;
+        }
+        zs_status st = zs_comm_test(ctx->xsum, un->xsumq, done);
+        if (*done) {
+            zs_status w = zs_comm_wait(ctx->xsum, un->xsumq); /* over: returns at once and frees it */
+            if (w && !zs_comm_broken(ctx->xsum)) {
+                sum_failed(ctx, un);
+                return ZS_OK;
+            }
+            un->xsumq = NULL;
+            return w;
+        }
+        return st;
+    }
+    rc = MPI_Test(&un->xreq, &flag, MPI_STATUS_IGNORE);
+    if (rc)
+        return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
+                       xphase_what[un->xphase], rc);
+    *done = flag;
+    return ZS_OK;
+}
+
 static zs_status progress_pass(struct zs_ctx *ctx, bool *moved)
 {
     int32_t cap = XPH_DONE; /* the phase of the unit before: no unit starts a collective ahead of it */
+    zs_status st = zs_comm_progress(ctx->xsum); /* every reduce-scatter in flight, oldest first */
 
+    if (st)
+        return st;
     for (int32_t q = 0; q < ctx->npending; q++) {
         struct zs_unit *un = &ctx->units[ctx->pending[q]];
         while (un->xphase != XPH_DONE) {
             int32_t next = next_phase(ctx, un->xphase);
-            int flag = 0, rc;
+            bool done = false;
             if (next != XPH_DONE && next > cap)
                 break;
-            rc = MPI_Test(&un->xreq, &flag, MPI_STATUS_IGNORE);
-            if (rc)
-                return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
-                               xphase_what[un->xphase], rc);
-            if (!flag)
+            st = phase_test(ctx, un, &done);
+            if (st)
+                return st;
+            if (!done)
                 break;
-            zs_status st = unit_next(ctx, ctx->pending[q]);
+            st = unit_next(ctx, ctx->pending[q]);
             if (st)
                 return st;
             *moved = true;
@@ -468,6 +521,8 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
     st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the norm's bands");
     if (st)
         return st; /* a wait that ran out names itself */
+    if (ctx->xerr[0])
+        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic sum refused on every rank: %s", ctx->xerr);
     if (buf[SQ_BANDS] != (uint64_t)ctx->world * ctx->xorder)
         return zs_fail(ZS_ERR_COMM, "zs_step: deterministic mode: rank %d marked the units ready (zs_grad_ready) in "
                        "another order than some other rank; the units' sums are matched by that order, so this "
@@ -483,8 +538,10 @@ void zs_exact_zero(struct zs_ctx *ctx)
 {
     for (int32_t u = 0; u < ctx->nunits; u++) {
         ctx->units[u].xbad = false;
+        ctx->units[u].xfailed = false;
         ctx->units[u].xdeposits = 0;
     }
+    ctx->xerr[0] = '\0';
     memset(ctx->xsq, 0, sizeof(ctx->xsq));
     ctx->xanybad = false;
     ctx->xorder = 0xcbf29ce484222325ull;
@@ -501,20 +558,28 @@ uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits)
     return off * (XK * sizeof(int32_t) + 2);
 }
 
-/* The sum's own communicators, so that each kind of collective keeps one order on every rank. A rank
- * that never arrives is reported when the wait runs out. */
-static zs_status dup_comms(struct zs_ctx *ctx)
+/* The sum's own communicators, so that each kind of collective keeps one order on every rank: MPI ones for
+ * the votes and all-gathers, and a ZeroShard comm (shared memory inside a node) for the reduce-scatters. A
+ * rank that never arrives is reported when the wait runs out. */
+static zs_status open_comms(struct zs_ctx *ctx)
 {
-    while (ctx->nxcomm < 3) {
+    struct zs_comm_opts co;
+    zs_status st;
+
+    while (ctx->nxcomm < 2) {
         MPI_Request r;
         if (MPI_Comm_idup(zs_comm_mpi(ctx->comm), &ctx->xcomm[ctx->nxcomm], &r))
             return zs_fail(ZS_ERR_COMM, "zs_setup: deterministic mode: MPI_Comm_idup failed");
-        zs_status st = zs_vote_wait(ctx, &r, "zs_setup: deterministic mode: the exact sum's communicators");
+        st = zs_vote_wait(ctx, &r, "zs_setup: deterministic mode: the exact sum's communicators");
         if (st)
             return st;
         ctx->nxcomm++;
     }
-    return ZS_OK;
+    if (ctx->xsum)
+        return ZS_OK;
+    st = zs_comm_opts_for(ctx, &co);
+    co.name = "xsum";
+    return st ? st : zs_comm_init(&ctx->xsum, zs_comm_mpi(ctx->comm), &co);
 }
 
 zs_status zs_exact_setup(struct zs_ctx *ctx)
@@ -526,7 +591,7 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
         return zs_fail(ZS_ERR_CONFIG, "zeroshard.micro_shard_size: %lld micro-shards per window (train_batch_size / "
                        "micro_shard_size) exceed the deterministic sum's %d; raise micro_shard_size",
                        (long long)shards, XMAX_SHARDS);
-    st = dup_comms(ctx);
+    st = open_comms(ctx);
     if (st)
         return st;
     for (int32_t u = 0; u < ctx->nunits; u++) {
@@ -542,7 +607,7 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
         }
     }
     ctx->xnumel = off;
-    ctx->xacc = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off * XK * sizeof(int32_t));
+    ctx->xacc = zs_mem_alloc_on(ctx, ctx->xsum, ZS_MEM_GRADS, (uint64_t)off * XK * sizeof(int32_t));
     ctx->xtop = ctx->xacc ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off) : NULL;
     ctx->xvote = ctx->xtop ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off) : NULL;
     if (!ctx->xvote)
@@ -562,13 +627,17 @@ void zs_exact_free(struct zs_ctx *ctx)
             zs_mem_free(ctx, ZS_MEM_GRADS, ctx->units[u].grad, (uint64_t)ctx->units[u].part.padded * ctx->psz);
     zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xvote, (uint64_t)ctx->xnumel);
     zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xtop, (uint64_t)ctx->xnumel);
-    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xacc, (uint64_t)ctx->xnumel * XK * sizeof(int32_t));
+    if (ctx->xacc)
+        zs_mem_free_on(ctx, ctx->xsum, ZS_MEM_GRADS, ctx->xacc, (uint64_t)ctx->xnumel * XK * sizeof(int32_t));
     ctx->xacc = NULL;
     ctx->xtop = ctx->xvote = NULL;
     ctx->xnumel = 0;
     MPI_Finalized(&fin);
     while (!fin && ctx->nxcomm > 0)
         MPI_Comm_free(&ctx->xcomm[--ctx->nxcomm]);
+    if (ctx->xsum)
+        zs_comm_free(ctx->xsum);
+    ctx->xsum = NULL;
 }
 
 /* ---------------------------------------------------------------- public API */

@@ -72,6 +72,40 @@ static void check_rs(struct zs_comm *c, int64_t count, int in_place, int op)
     tfree(c, buf);
 }
 
+/* Integers over the whole int64 range, so that the sums wrap: the result is the sum modulo 2^64. */
+static uint64_t value64(int rank, int64_t i, int op)
+{
+    uint64_t z = (uint64_t)rank * 0x9e3779b97f4a7c15ull + (uint64_t)i * 0xbf58476d1ce4e5b9ull + (uint64_t)op;
+
+    z = (z ^ (z >> 31)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 29);
+}
+
+static void check_i64(struct zs_comm *c, int64_t count, int in_place, int op)
+{
+    int rank = zs_comm_rank(c), world = zs_comm_size(c);
+    int64_t *buf = (int64_t *)(void *)tbuf(c, 2 * count * world + 1);
+    int64_t *out = in_place ? buf + (size_t)rank * (size_t)count : malloc((size_t)(count + 1) * sizeof(int64_t));
+    struct zs_comm_req *q = NULL;
+    int64_t bad = 0;
+
+    for (int64_t i = 0; i < count * world; i++)
+        buf[i] = (int64_t)value64(rank, i, op);
+    CHECK(zs_comm_reduce_scatter_i64(c, buf, out, count, &q) == ZS_OK, "%s", zs_last_error());
+    CHECK(zs_comm_wait(c, q) == ZS_OK, "%s", zs_last_error());
+    for (int64_t i = 0; i < count; i++) {
+        uint64_t want = 0;
+        for (int j = world - 1; j >= 0; j--) /* another order than the comm's: integers do not mind */
+            want += value64(j, (int64_t)rank * count + i, op);
+        bad += (uint64_t)out[i] != want;
+    }
+    CHECK(bad == 0, "int64 reduce-scatter count %lld in_place %d heap %d: %lld wrong", (long long)count, in_place,
+          use_heap, (long long)bad);
+    if (!in_place)
+        free(out);
+    tfree(c, (float *)(void *)buf);
+}
+
 static void check_ag_ar(struct zs_comm *c, int64_t count, int op)
 {
     int rank = zs_comm_rank(c), world = zs_comm_size(c);
@@ -231,6 +265,8 @@ int main(int argc, char **argv)
             check_ag_ar(c, counts[i], (int)i + 200);
             check_16bit(c, ZS_DTYPE_BF16, counts[i], (int)i + 300);
             check_16bit(c, ZS_DTYPE_FP16, counts[i], (int)i + 400);
+            check_i64(c, counts[i], 0, (int)i + 500);
+            check_i64(c, counts[i], 1, (int)i + 550);
         }
         check_many_in_flight(c);
     }
