@@ -13,7 +13,7 @@
 
 static void cli_help(const struct cli_flag *flags, int nflags, const char *usage)
 {
-    static const char *const arg[] = {"", " PATH", " N", " N", " X"};
+    static const char *const arg[] = {"", " PATH", " N", " N", " X", " TEXT"};
 
     printf("%s\n\nOptions:\n", usage);
     for (int i = 0; i < nflags; i++) {
@@ -31,6 +31,7 @@ static int cli_value(const struct cli_flag *f, const char *v)
     errno = 0;
     switch (f->kind) {
     case CLI_STR:
+    case CLI_TEXT:
         *(const char **)f->dst = v;
         return 0;
     case CLI_INT:

@@ -14,6 +14,7 @@ enum cli_kind {
     CLI_INT,     /* int64_t, the whole argument must be an integer */
     CLI_U64,     /* uint64_t (decimal or 0x hex) */
     CLI_NUM,     /* double, the whole argument must be a finite number */
+    CLI_TEXT,    /* const char *, free text (shown as TEXT in --help, where CLI_STR says PATH) */
 };
 
 struct cli_flag {

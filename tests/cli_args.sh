@@ -2,8 +2,8 @@
 # cli_args.sh MLP GPT DATA [DS_CONFIGS] - both example programs' command lines: --help lists every flag and
 # exits 0, a malformed number exits 2 with one error line naming its flag, and a public-style config whose
 # batch, optimizer and scheduler values are "auto" trains on the programs' defaults. DS_CONFIGS (the
-# public configs, when present) adds Hugging Face's zero2 and zero3 files themselves; zs-train-gpt's --top-k
-# sampling last.
+# public configs, when present) adds Hugging Face's zero2 and zero3 files themselves; zs-train-gpt's --top-k,
+# --top-p and --prompt sampling last.
 set -u
 MLP=$1 GPT=$2 DATA=$3 DS=${4:-}
 . "$(dirname "$0")/lib.sh"
@@ -66,10 +66,30 @@ k256=$(sample --temperature 1 --top-k 256)
 echo "zs-train-gpt sample, top-k 1: $(echo "$k1" | head -c 40 | tr '\n' '|'); all bytes: $(echo "$all" | head -c 40 | tr '\n' '|')"
 [ -n "$k1" ] && [ "$k1" = "$greedy" ] && [ "$k1" != "$all" ] && [ "$k256" = "$all" ] && r=ok || r=bad
 check $r "--top-k 1 is not the greedy sample, or --top-k 256 not the full one: k1 '$k1' greedy '$greedy' all '$all' k256 '$k256'"
-for bad in -1 257; do
-  out=$("$GPT" --config x.json --top-k $bad 2>&1); rc=$?
-  echo "zs-train-gpt --top-k $bad: rc $rc: $out"
-  [ $rc -eq 2 ] && echo "$out" | grep -q '^zeroshard: error: --top-k' && r=ok || r=bad
-  check $r "--top-k $bad: rc $rc (want 2 and an error naming --top-k): $out"
+# --top-p: a nucleus of 1e-9 keeps only the likeliest byte (the greedy sample), 1 keeps every byte, 0.5 is
+# neither; outside (0, 1] is refused
+p0=$(sample --temperature 1 --top-p 1e-9); p1=$(sample --temperature 1 --top-p 1)
+p5=$(sample --temperature 1 --top-p 0.5)
+echo "zs-train-gpt sample, top-p 0.5: $(echo "$p5" | head -c 40 | tr '\n' '|')"
+[ "$p0" = "$greedy" ] && [ "$p1" = "$all" ] && [ "$p5" != "$all" ] && [ "$p5" != "$greedy" ] && r=ok || r=bad
+check $r "--top-p 1e-9 is not the greedy sample, 1 not the full one, or 0.5 one of them: p0 '$p0' p1 '$p1' p5 '$p5'"
+# --prompt: printed before the sample, and a prompt that is an earlier sample's beginning continues that
+# sample byte for byte (each byte's draw is indexed by its position in the text), which no prompt does;
+# 40 steps at lr 1e-2 make the 8 likeliest bytes printable ones (a '?' in the prompt would not be the byte)
+fit="--steps 40 --lr 1e-2 --temperature 1 --top-k 8"
+long=$(sample $fit --prompt "Th")
+head=${long:0:24}
+cont=$(sample $fit --prompt "$head" --sample 42)
+none=$(sample $fit --sample 64)
+echo "zs-train-gpt --prompt Th: $(echo "$long" | head -c 40 | tr '\n' '|'); continued from '$(echo "$head" | tr '\n' '|')'"
+[ "${long:0:2}" = "Th" ] && [ "${head#*\?}" = "$head" ] && [ "$cont" = "$long" ] && [ "$none" != "$long" ] &&
+  r=ok || r=bad
+check $r "--prompt: not printed first, or the continuation differs: long '$long' cont '$cont' none '$none'"
+for bad in "--top-k -1" "--top-k 257" "--top-p 0" "--top-p 1.01" "--top-p -0.5"; do
+  out=$("$GPT" --config x.json $bad 2>&1); rc=$?
+  flag=${bad%% *}
+  echo "zs-train-gpt $bad: rc $rc: $out"
+  [ $rc -eq 2 ] && echo "$out" | grep -q "^zeroshard: error: $flag" && r=ok || r=bad
+  check $r "$bad: rc $rc (want 2 and an error naming $flag): $out"
 done
 finish "cli_args"

@@ -23,10 +23,10 @@
 
 struct opts {
     struct ex_run_opts run;
-    const char *data, *metrics, *device;
+    const char *data, *metrics, *device, *prompt;
     int64_t layers, dim, heads, ctx, val_every, val_batches, sample, top_k;
     uint64_t sample_seed;
-    double temperature;
+    double temperature, top_p;
     int recompute;
 };
 
@@ -217,7 +217,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
 {
     *o = (struct opts){.run = {.steps = 100, .micro = 8, .lr = 1e-3, .seed = 1}, .layers = 4, .dim = 128,
                        .heads = 4, .ctx = 64, .val_every = 50, .val_batches = 4, .sample = 200, .temperature = 0.8,
-                       .sample_seed = 1, .device = "cpu"};
+                       .top_p = 1, .sample_seed = 1, .device = "cpu", .prompt = ""};
     const struct cli_flag own[] = {
         {"--layers", CLI_INT, &o->layers, "transformer blocks (default 4)"},
         {"--dim", CLI_INT, &o->dim, "model width (default 128)"},
@@ -229,6 +229,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"--sample", CLI_INT, &o->sample, "bytes of text to generate at the end, 0 = none (default 200)"},
         {"--temperature", CLI_NUM, &o->temperature, "sampling temperature (default 0.8)"},
         {"--top-k", CLI_INT, &o->top_k, "sample only from the K likeliest bytes, 0 = all 256 (default 0)"},
+        {"--top-p", CLI_NUM, &o->top_p, "nucleus: sample only from the likeliest bytes whose probabilities sum to P, "
+                                        "0 < P <= 1 (default 1 = all)"},
+        {"--prompt", CLI_TEXT, &o->prompt, "text the sample continues, printed before it (default: none)"},
         {"--sample-seed", CLI_U64, &o->sample_seed, "sampling seed (default 1)"},
         {"--metrics", CLI_STR, &o->metrics, "write one JSON line per step to FILE"},
         {"--recompute", CLI_SWITCH, &o->recompute, "activation checkpointing: keep block inputs, redo forward"},
@@ -254,6 +257,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (o->top_k < 0 || o->top_k > 256) {
         fprintf(stderr, "zeroshard: error: --top-k: expected 0 (all bytes) to 256, got %lld\n", (long long)o->top_k);
+        return -1;
+    }
+    if (!(o->top_p > 0 && o->top_p <= 1)) {
+        fprintf(stderr, "zeroshard: error: --top-p: expected a probability above 0 and at most 1, got %g\n", o->top_p);
         return -1;
     }
     return 0;
@@ -328,18 +335,50 @@ static void keep_top_k(const float *z, double *p, int64_t k)
     }
 }
 
-/* Generates o->sample bytes after a newline, each from the last ctx bytes; every rank computes the same
- * (the units are collective), rank 0 prints, bytes other than printable ASCII, newline and tab (the
- * fortunes indent their attributions with tabs) shown as '?'. */
+/* Top-p (nucleus): keeps the likeliest bytes, in top-k's order, until their share of the weight reaches
+ * top_p, and zeroes the rest; the likeliest byte always stays. A cut that adapts to the model's certainty:
+ * after "th" few bytes are kept, after a space many. */
+static void keep_top_p(const float *z, double *p, double top_p)
+{
+    double total = 0, kept = 0;
+    int order[256];
+
+    if (top_p >= 1)
+        return;
+    for (int c = 0; c < 256; c++) {
+        int above = 0;
+        for (int d = 0; d < 256; d++)
+            above += z[d] > z[c] || (z[d] == z[c] && d < c);
+        order[above] = c;
+        total += p[c];
+    }
+    int k = 0;
+    while (k < 256 && (k == 0 || kept < top_p * total))
+        kept += p[order[k++]];
+    for (; k < 256; k++)
+        p[order[k]] = 0;
+}
+
+static void print_byte(uint8_t c)
+{
+    putchar(c == '\n' || c == '\t' || (c >= 32 && c < 127) ? c : '?');
+}
+
+/* Generates o->sample bytes after a newline and the prompt, each from the last ctx bytes and a uniform draw
+ * indexed by its position in the text (so a prompt that is an earlier sample's beginning continues it
+ * byte for byte); every rank computes the same (the units are collective), rank 0 prints the prompt and
+ * the bytes generated, bytes other than printable ASCII, newline and tab (the fortunes indent their
+ * attributions with tabs) shown as '?'. */
 static int sample_text(struct run *r, const struct opts *o)
 {
-    int64_t T = o->ctx, V = 256, n = 1;
-    uint8_t *text = calloc((size_t)(o->sample + 1), 1);
+    int64_t T = o->ctx, V = 256, plen = (int64_t)strlen(o->prompt), n = 1 + plen;
+    uint8_t *text = calloc((size_t)(o->sample + n), 1);
     double p[256];
 
     if (!text)
         return (int)ZS_ERR_NOMEM;
     text[0] = '\n';
+    memcpy(text + 1, o->prompt, (size_t)plen);
     for (int64_t i = 0; i < o->sample; i++, n++) {
         int64_t start = n > T ? n - T : 0, len = n - start;
         for (int64_t t = 0; t < T; t++)
@@ -350,12 +389,13 @@ static int sample_text(struct run *r, const struct opts *o)
             return rc;
         }
         const float *z = (r->gpu ? gpt_gpu_logits(r->gpu) : r->model.logits) + (len - 1) * V;
-        double mx = z[0], sum = 0, u = uniform01(o->sample_seed, (uint64_t)i), acc = 0;
+        double mx = z[0], sum = 0, u = uniform01(o->sample_seed, (uint64_t)n), acc = 0;
         for (int c = 1; c < V; c++)
             mx = z[c] > mx ? z[c] : mx;
         for (int c = 0; c < V; c++)
             p[c] = exp(((double)z[c] - mx) / o->temperature);
         keep_top_k(z, p, o->top_k);
+        keep_top_p(z, p, o->top_p);
         for (int c = 0; c < V; c++)
             sum += p[c];
         int pick = V - 1;
@@ -367,10 +407,11 @@ static int sample_text(struct run *r, const struct opts *o)
         text[n] = (uint8_t)pick;
     }
     if (r->rank == 0) {
-        printf("sample (%lld bytes, temperature %g, top-k %lld, seed %llu):\n", (long long)o->sample, o->temperature,
-               (long long)(o->top_k ? o->top_k : V), (unsigned long long)o->sample_seed);
+        printf("sample (%lld bytes, temperature %g, top-k %lld, top-p %g, seed %llu%s):\n", (long long)o->sample,
+               o->temperature, (long long)(o->top_k ? o->top_k : V), o->top_p, (unsigned long long)o->sample_seed,
+               plen ? ", after the prompt" : "");
         for (int64_t i = 1; i < n; i++)
-            putchar(text[i] == '\n' || text[i] == '\t' || (text[i] >= 32 && text[i] < 127) ? text[i] : '?');
+            print_byte(text[i]);
         printf("\n--- end of sample\n");
     }
     free(text);
