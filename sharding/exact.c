@@ -348,8 +348,10 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
 
     if (un->xphase == XPH_VOTE) {
         fold_range(acc, ctx->xtop + un->xoff, agreed, n);
-        zs_comm_set_step(ctx->xsum, un->ready_micro); /* the window's last micro-step on every rank: the */
-        zs_comm_label_next(ctx->xsum, ZS_PURPOSE_GRAD, u); /* sum may start in a later engine call on some */
+        /* labelled with the window's last micro-step, the same on every rank, though the sum may start in a
+         * later engine call on some ranks than on others */
+        zs_comm_set_step(ctx->xsum, un->ready_micro);
+        zs_comm_label_next(ctx->xsum, ZS_PURPOSE_GRAD, u);
         zs_status st = zs_comm_reduce_scatter_i64(ctx->xsum, (const int64_t *)(void *)acc,
                                                   (int64_t *)(void *)acc + b, un->part.shard, &un->xsumq);
         if (st && zs_comm_broken(ctx->xsum))
@@ -376,8 +378,7 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
     return ZS_OK;
 }
 
-/* Moves every unit as far as its collectives and its predecessor allow; *moved: some unit did. */
-/* Whether unit u's collective has completed (the reduce-scatter's request is then freed). */
+/* Whether unit un's collective has completed (the reduce-scatter's request is then freed). */
 static zs_status phase_test(struct zs_ctx *ctx, struct zs_unit *un, bool *done)
 {
     int flag = 0, rc;
@@ -407,6 +408,7 @@ static zs_status phase_test(struct zs_ctx *ctx, struct zs_unit *un, bool *done)
     return ZS_OK;
 }
 
+/* Moves every unit as far as its collectives and its predecessor allow; *moved: some unit did. */
 static zs_status progress_pass(struct zs_ctx *ctx, bool *moved)
 {
     int32_t cap = XPH_DONE; /* the phase of the unit before: no unit starts a collective ahead of it */
