@@ -879,10 +879,11 @@ static bool valid_dtype(zs_dtype t)
 zs_status zs_comm_reduce_scatter_dt(struct zs_comm *c, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
                                     int64_t count, float scale, struct zs_comm_req **req)
 {
+    bool ints = dt_in == ZS_COMM_INT64 && dt_out == ZS_COMM_INT64; /* zs_comm_reduce_scatter_i64 */
     struct zs_comm_req *q;
     zs_status st;
 
-    if (!valid_dtype(dt_in) || !valid_dtype(dt_out) || (dt_out != dt_in && dt_out != ZS_DTYPE_FP32))
+    if (!ints && (!valid_dtype(dt_in) || !valid_dtype(dt_out) || (dt_out != dt_in && dt_out != ZS_DTYPE_FP32)))
         return zs_fail(ZS_ERR_INVALID, "reduce-scatter: output must be fp32 or the input type");
     st = req_new(c, REQ_RS, count, buf, dt_in, dt_out, &q);
     if (st)
@@ -928,15 +929,7 @@ zs_status zs_comm_all_reduce_dt(struct zs_comm *c, void *buf, zs_dtype dt, int64
 zs_status zs_comm_reduce_scatter_i64(struct zs_comm *c, const int64_t *buf, int64_t *out, int64_t count,
                                      struct zs_comm_req **req)
 {
-    struct zs_comm_req *q;
-    zs_status st = req_new(c, REQ_RS, count, buf, ZS_COMM_INT64, ZS_COMM_INT64, &q);
-
-    if (st)
-        return st;
-    q->src = (const char *)buf;
-    q->out = (char *)out;
-    q->scale = 1.0f;
-    return req_launch(c, q, req);
+    return zs_comm_reduce_scatter_dt(c, buf, ZS_COMM_INT64, out, ZS_COMM_INT64, count, 1.0f, req);
 }
 
 zs_status zs_comm_reduce_scatter(struct zs_comm *c, const float *buf, float *out, int64_t count, float scale,

@@ -226,12 +226,6 @@ static double sumsq_value(const uint64_t *c)
     return t;
 }
 
-/* Folds one unit's counters, aligned to the agreed tops, into one int64 per element, in place. */
-static void fold_range(int32_t *acc, const int8_t *top, const int8_t *agreed, int64_t n)
-{
-    zs_exact_fold(acc, top, agreed, n, zs_exact_path());
-}
-
 /* k folded sums v (their agreed tops t < XBANDS) to fp32: the integer to double, times the grid's unit
  * scale[t + 1] (a power of two, so exact; scale[0] = 0 for an element with no nonzero value anywhere, whose
  * sum is 0), divided by the micro-shard count, rounded to fp32. */
@@ -347,7 +341,7 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
     int rc = MPI_SUCCESS;
 
     if (un->xphase == XPH_VOTE) {
-        fold_range(acc, ctx->xtop + un->xoff, agreed, n);
+        zs_exact_fold(acc, ctx->xtop + un->xoff, agreed, n, zs_exact_path()); /* in place, to one int64 each */
         /* labelled with the window's last micro-step, the same on every rank, though the sum may start in a
          * later engine call on some ranks than on others */
         zs_comm_set_step(ctx->xsum, un->ready_micro);
