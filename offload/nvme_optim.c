@@ -162,7 +162,7 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
     int rc;
 
     /* the watchdog's deadline, as the comm gets it: ZS_TIMEOUT overrides zeroshard.timeout_s */
-    so.timeout_s = ctx->cfg.cpu.timeout_s;
+    so.timeout_s = ctx->cfg.zs.timeout_s;
     if (zs_comm_opts_from_env(&co, err, sizeof(err)) == 0 && co.timeout_env)
         so.timeout_s = co.timeout_s;
     for (int s = 0; s < ZS_SLOTS; s++)

@@ -97,7 +97,7 @@ static zs_status read_budget(struct zs_ctx *ctx)
     const char *env = getenv("ZS_DEVICE_MEMORY");
     char *end;
 
-    ctx->device_budget = (uint64_t)ctx->cfg.cpu.device_memory;
+    ctx->device_budget = (uint64_t)ctx->cfg.zs.device_memory;
     if (!env || !*env)
         return ZS_OK;
     double v = strtod(env, &end);

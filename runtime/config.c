@@ -667,7 +667,7 @@ static int parse_root(parser *p, struct zs_config *cfg, json_t *root)
         zs_cfg_parse_zero(p, cfg, root) || parse_optimizer(p, cfg, root) || parse_scheduler(p, cfg, root) ||
         parse_fp16(p, cfg, root) || parse_bf16(p, cfg, root) || parse_fp8(p, root) || parse_comm_dtype(p, cfg, root) ||
         parse_runtime_keys(p, root) || check_precision(p, cfg) ||
-        zs_cfg_parse_cpu(p, cfg, root))
+        zs_cfg_parse_zeroshard(p, cfg, root))
         return -EINVAL;
     return 0;
 }

@@ -69,7 +69,7 @@ struct zs_aio_config {
 
 /* The ZeroShard-only "zeroshard" section (DeepSpeed ignores it). The engine applies ZS_THREADS and ZS_KERNEL
  * on top of these; the parser never reads the environment, so the resolved config depends on the text alone. */
-struct zs_cpu_config {
+struct zs_zeroshard_config {
     int64_t threads;    /* 0: this rank's share of the node's cores */
     char kernel[16];    /* "auto", "scalar", "avx2" or "avx512" */
     bool bind;          /* bind each worker thread to one core */
@@ -100,7 +100,7 @@ struct zs_config {
     zs_dtype comm_dtype;        /* what gradients are reduced to: param_dtype or fp32 */
     struct zs_aio_config aio;
     struct zs_zero_config zero;
-    struct zs_cpu_config cpu;
+    struct zs_zeroshard_config zs;   /* the "zeroshard" section */
     /* One line naming the sections that belong to the training program or have no effect here, or
      * "" when there are none. The engine prints it once on rank 0. */
     char warning[1024];

@@ -88,7 +88,7 @@ int zs_cfg_check_gate(struct zs_cfg_parser *p, json_t *obj, const char *path, co
 /* The zero_optimization and aio sections, and the ZeroShard-only "zeroshard" section (config_zero.c). */
 struct zs_config;
 int zs_cfg_parse_zero(struct zs_cfg_parser *p, struct zs_config *cfg, json_t *root);
-int zs_cfg_parse_cpu(struct zs_cfg_parser *p, struct zs_config *cfg, json_t *root);
+int zs_cfg_parse_zeroshard(struct zs_cfg_parser *p, struct zs_config *cfg, json_t *root);
 
 bool zs_cfg_is_auto(const json_t *v);
 bool zs_cfg_in_list(const char *s, const char *const *list);

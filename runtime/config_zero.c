@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "config.h"       /* defines: struct zs_zero_config, struct zs_aio_config, struct zs_cpu_config */
+#include "config.h"       /* defines: struct zs_zero_config, struct zs_aio_config, struct zs_zeroshard_config */
 #include "config_json.h"  /* defines: zs_cfg_get_int, zs_cfg_fail, zs_cfg_defer */
 
 typedef struct zs_cfg_parser parser;
@@ -301,9 +301,9 @@ static const char *const cpu_kernels[] = {"auto", "scalar", "avx2", "avx512", NU
 static const char *const devices[] = {"cpu", "cuda", NULL};
 static const char *const device_comms[] = {"auto", "nccl", "ordered", "staged", NULL};
 
-int zs_cfg_parse_cpu(parser *p, struct zs_config *cfg, json_t *root)
+int zs_cfg_parse_zeroshard(parser *p, struct zs_config *cfg, json_t *root)
 {
-    struct zs_cpu_config *c = &cfg->cpu;
+    struct zs_zeroshard_config *c = &cfg->zs;
     const char *kernel, *comm, *device, *flight, *det, *dcomm;
     json_t *sec;
 

@@ -112,7 +112,7 @@ static zs_status device_comm(struct zs_ctx *ctx, const char **mode, const char *
 {
     const char *e = getenv("ZS_DEVICE_COMM");
 
-    *mode = ctx->cfg.cpu.device_comm[0] ? ctx->cfg.cpu.device_comm : "auto";
+    *mode = ctx->cfg.zs.device_comm[0] ? ctx->cfg.zs.device_comm : "auto";
     *key = "zeroshard.device_comm";
     if (e && *e) {
         *mode = e;
@@ -129,7 +129,7 @@ static zs_status device_comm(struct zs_ctx *ctx, const char **mode, const char *
         return zs_fail(ZS_ERR_CONFIG, "%s: \"%s\" needs zeroshard.device \"cuda\" (the CPU device's collectives "
                        "are comm/comm.c's, in place)", *key, *mode);
     }
-    if (ctx->cfg.cpu.deterministic && !strcmp(*mode, "nccl"))
+    if (ctx->cfg.zs.deterministic && !strcmp(*mode, "nccl"))
         return zs_fail(ZS_ERR_CONFIG, "%s: \"nccl\" is not bit-identical and zeroshard.deterministic needs exact "
                        "sums; use \"ordered\"", *key);
     if (ctx->dev.kind != ZS_DEV_CUDA && (!strcmp(*mode, "nccl") || !strcmp(*mode, "ordered")))

@@ -110,7 +110,7 @@ double zs_wait_limit_s(const struct zs_ctx *ctx)
 {
     struct zs_comm_opts o;
     char err[256];
-    double t = ctx->cfg.cpu.timeout_s > 0 ? ctx->cfg.cpu.timeout_s : ZS_TIMEOUT_DEFAULT;
+    double t = ctx->cfg.zs.timeout_s > 0 ? ctx->cfg.zs.timeout_s : ZS_TIMEOUT_DEFAULT;
 
     if (zs_comm_opts_from_env(&o, err, sizeof(err)) == 0 && o.timeout_env)
         t = o.timeout_s;
@@ -277,7 +277,7 @@ static enum zs_kopt kernel_opt(enum zs_optim_type t)
  * Resolved before the ranks compare notes, so a rank that cannot honour it fails them all. */
 static zs_status choose_kernel(struct zs_ctx *ctx)
 {
-    const char *env = getenv("ZS_KERNEL"), *name = env && *env ? env : ctx->cfg.cpu.kernel;
+    const char *env = getenv("ZS_KERNEL"), *name = env && *env ? env : ctx->cfg.zs.kernel;
     const char *what = env && *env ? "ZS_KERNEL" : "zeroshard.kernel";
     int rc = zs_kpath_parse(name[0] ? name : "auto", &ctx->kpath);
 
@@ -304,14 +304,14 @@ static zs_status choose_kernel(struct zs_ctx *ctx)
 /* Threads: ZS_THREADS, else zeroshard.cpu_threads, else this rank's share of the node's cores. */
 static zs_status start_threads(struct zs_ctx *ctx)
 {
-    struct zs_pool_opts po = { .threads = (int32_t)ctx->cfg.cpu.threads, .bind = ctx->cfg.cpu.bind };
+    struct zs_pool_opts po = { .threads = (int32_t)ctx->cfg.zs.threads, .bind = ctx->cfg.zs.bind };
     const char *env = getenv("ZS_THREADS");
     char warning[256];
     MPI_Comm node;
     int rc;
 
-    if (ctx->cfg.cpu.threads > 4096)
-        return zs_fail(ZS_ERR_CONFIG, "zeroshard.cpu_threads: %lld is more than 4096", (long long)ctx->cfg.cpu.threads);
+    if (ctx->cfg.zs.threads > 4096)
+        return zs_fail(ZS_ERR_CONFIG, "zeroshard.cpu_threads: %lld is more than 4096", (long long)ctx->cfg.zs.threads);
     if (env && *env) {
         char *end;
         long v = strtol(env, &end, 10);
@@ -356,14 +356,14 @@ static zs_status device_limits(struct zs_ctx *ctx)
 {
     /* offload_param nvme: the stage-3 fetch reads the shard from the swap file into the unit's buffer and the
      * step's parameters are the paged-in fp32 shard, both host memory (sharding/fetch.c, nvme_optim.c) */
-    const char *what = ctx->cfg.cpu.deterministic ? "zeroshard.deterministic"
+    const char *what = ctx->cfg.zs.deterministic ? "zeroshard.deterministic"
                        : zs_offload_params_on_nvme(ctx) ? "zero_optimization.offload_param.device \"nvme\""
                                                         : NULL;
 
     if (ctx->dev.host_access || !what)
         return ZS_OK;
     return zs_fail(ZS_ERR_UNSUPPORTED, "%s with zeroshard.device \"%s\" (%s): not implemented on a device the host "
-                   "cannot read in place", what, ctx->cfg.cpu.device, ctx->dev.ops->name);
+                   "cannot read in place", what, ctx->cfg.zs.device, ctx->dev.ops->name);
 }
 
 /* The device: the CPU unless zeroshard.device asks for the GPU, which is refused by name where this library
@@ -371,7 +371,7 @@ static zs_status device_limits(struct zs_ctx *ctx)
  * collectives' stream and the host-staged transport follow it. */
 static zs_status start_device(struct zs_ctx *ctx)
 {
-    zs_status st = zs_device_open(&ctx->dev, ctx->cfg.cpu.device, "zeroshard.device", ctx->pool, ctx->kpath,
+    zs_status st = zs_device_open(&ctx->dev, ctx->cfg.zs.device, "zeroshard.device", ctx->pool, ctx->kpath,
                                   ctx->local_rank, ctx->local_size);
 
     if (st)
@@ -392,7 +392,7 @@ zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream)
         return zs_fail(ZS_ERR_INVALID, "zs_cuda_stream: NULL %s", ctx ? "stream" : "context");
     if (ctx->dev.kind != ZS_DEV_CUDA || !ctx->dev.compute)
         return zs_fail(ZS_ERR_UNSUPPORTED, "zs_cuda_stream: zeroshard.device is \"%s\", not \"cuda\"",
-                       ctx->cfg.cpu.device);
+                       ctx->cfg.zs.device);
     *stream = ctx->dev.compute;
     return ZS_OK;
 }
@@ -406,13 +406,13 @@ zs_status zs_comm_opts_for(const struct zs_ctx *ctx, struct zs_comm_opts *co)
     if (zs_comm_opts_from_env(co, err, sizeof(err)))
         return zs_fail(ZS_ERR_CONFIG, "%s", err);
     if (!getenv("ZS_COMM") || !*getenv("ZS_COMM"))
-        co->mode = !strcmp(ctx->cfg.cpu.comm, "mpi") ? ZS_COMM_MPI : !strcmp(ctx->cfg.cpu.comm, "shm") ? ZS_COMM_SHM
+        co->mode = !strcmp(ctx->cfg.zs.comm, "mpi") ? ZS_COMM_MPI : !strcmp(ctx->cfg.zs.comm, "shm") ? ZS_COMM_SHM
                                                                                                          : ZS_COMM_AUTO;
     if (co->fake_node_size == 0)
-        co->fake_node_size = (int32_t)ctx->cfg.cpu.fake_node_size;
+        co->fake_node_size = (int32_t)ctx->cfg.zs.fake_node_size;
     if (!co->timeout_env)
-        co->timeout_s = ctx->cfg.cpu.timeout_s;
-    co->flight_dir = ctx->cfg.cpu.flight_dir;
+        co->timeout_s = ctx->cfg.zs.timeout_s;
+    co->flight_dir = ctx->cfg.zs.flight_dir;
     return ZS_OK;
 }
 

@@ -237,14 +237,14 @@ static inline bool zs_unit_is_sharded(const struct zs_ctx *ctx, const struct zs_
 bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what);
 
 /* sharding/fetch.c */
-zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, void **data);
-zs_status zs_release_unit(struct zs_ctx *ctx, int32_t u);
+zs_status zs_fetch_acquire(struct zs_ctx *ctx, int32_t u, void **data);
+zs_status zs_fetch_unref(struct zs_ctx *ctx, int32_t u);
 zs_status zs_fetch_step_end(struct zs_ctx *ctx);  /* drops stale gathered copies, closes the trace window */
 void zs_fetch_free_all(struct zs_ctx *ctx);
 
 /* sharding/grads.c */
-zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad);
-zs_status zs_grads_ready(struct zs_ctx *ctx, int32_t u);
+zs_status zs_grads_open(struct zs_ctx *ctx, int32_t u, void **grad);
+zs_status zs_grads_submit(struct zs_ctx *ctx, int32_t u);
 zs_status zs_grads_progress(struct zs_ctx *ctx);
 zs_status zs_grads_flush(struct zs_ctx *ctx);      /* waits for every reduction in flight */
 /* This rank's reduced gradient shard of unit u, ctx->gdt elements (valid after flush at a boundary). */

@@ -144,7 +144,7 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     bool opt_disk = stage >= 1 && cfg.zero.offload_optimizer.device == ZS_OFFLOAD_NVME;
     bool par_host = stage == 3 && cfg.zero.offload_param.device == ZS_OFFLOAD_CPU;
     bool par_disk = stage == 3 && cfg.zero.offload_param.device == ZS_OFFLOAD_NVME;
-    bool det = cfg.cpu.deterministic;
+    bool det = cfg.zs.deterministic;
 
     if (det && !(pads = malloc((size_t)nunits * sizeof(*pads))))
         return zs_fail(ZS_ERR_NOMEM, "zs_estimate_memory: out of memory");

@@ -367,7 +367,7 @@ zs_status zs_setup(zs_ctx *ctx)
         if (st)
             return st;
     }
-    st = ctx->cfg.cpu.deterministic ? zs_exact_setup(ctx) : setup_bucket(ctx);
+    st = ctx->cfg.zs.deterministic ? zs_exact_setup(ctx) : setup_bucket(ctx);
     if (!st)
         st = zs_offdev_setup(ctx);
     if (st)

@@ -74,7 +74,7 @@ static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm, bool *overfl
     double mine = 0.0, total = 0.0, *all;
     zs_status st;
 
-    if (ctx->cfg.cpu.deterministic) { /* every rank rounds and squares the whole exact sum, in one order */
+    if (ctx->cfg.zs.deterministic) { /* every rank rounds and squares the whole exact sum, in one order */
         st = zs_exact_reduce(ctx, &total);
         *overflow = !isfinite(total) || injected_overflow(ctx);
         *norm = *overflow ? INFINITY : sqrt(total);

@@ -190,7 +190,7 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
 zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
-    int64_t per = ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size;
+    int64_t per = ctx->cfg.micro_batch_size / ctx->cfg.zs.micro_shard_size;
     int64_t want = per * (ctx->micro_step % ctx->cfg.grad_accum_steps + 1);
     const unsigned char *g = un->grad;
     size_t nb = (size_t)un->part.padded * ctx->psz, i = 0;
@@ -209,7 +209,7 @@ zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: unit '%s': %lld micro-shard gradients deposited in this window, "
                        "expected %lld (train_micro_batch_size_per_gpu %lld / zeroshard.micro_shard_size %lld per "
                        "micro-batch)", un->name, (long long)un->xdeposits, (long long)want,
-                       (long long)ctx->cfg.micro_batch_size, (long long)ctx->cfg.cpu.micro_shard_size);
+                       (long long)ctx->cfg.micro_batch_size, (long long)ctx->cfg.zs.micro_shard_size);
     return ZS_OK;
 }
 
@@ -312,7 +312,7 @@ static const char *const xphase_what[] = {"", "the top bands' vote", "the sums' 
 /* The window's micro-shards (train_batch_size / micro_shard_size): DeepSpeed's 1/(N * accumulation). */
 static int64_t window_shards(const struct zs_ctx *ctx)
 {
-    return ctx->world * ctx->cfg.grad_accum_steps * (ctx->cfg.micro_batch_size / ctx->cfg.cpu.micro_shard_size);
+    return ctx->world * ctx->cfg.grad_accum_steps * (ctx->cfg.micro_batch_size / ctx->cfg.zs.micro_shard_size);
 }
 
 static int32_t next_phase(const struct zs_ctx *ctx, int32_t ph)
@@ -618,7 +618,7 @@ void zs_exact_free(struct zs_ctx *ctx)
 {
     int fin = 0;
 
-    if (ctx->cfg.cpu.deterministic && ctx->cfg.zero.stage >= 2) /* grads_get hands out none in this mode */
+    if (ctx->cfg.zs.deterministic && ctx->cfg.zero.stage >= 2) /* grads_get hands out none in this mode */
         for (int32_t u = 0; u < ctx->nunits; u++)
             zs_mem_free(ctx, ZS_MEM_GRADS, ctx->units[u].grad, (uint64_t)ctx->units[u].part.padded * ctx->psz);
     zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xvote, (uint64_t)ctx->xnumel);
@@ -644,12 +644,12 @@ zs_status zs_grad_deposit(zs_ctx *ctx, int32_t unit)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: call zs_setup first");
     if (unit < 0 || unit >= ctx->nunits)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: no unit %d", unit);
-    if (!ctx->cfg.cpu.deterministic) /* the buffer keeps summing, as it always has */
+    if (!ctx->cfg.zs.deterministic) /* the buffer keeps summing, as it always has */
         return ZS_OK;
     return zs_exact_deposit(ctx, unit);
 }
 
 int64_t zs_micro_shard_size(const zs_ctx *ctx)
 {
-    return ctx && ctx->cfg.cpu.deterministic ? ctx->cfg.cpu.micro_shard_size : 0;
+    return ctx && ctx->cfg.zs.deterministic ? ctx->cfg.zs.micro_shard_size : 0;
 }

@@ -200,7 +200,7 @@ static int64_t reuse_distance(const struct zs_ctx *ctx, int32_t u)
     return -1;
 }
 
-zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, void **data)
+zs_status zs_fetch_acquire(struct zs_ctx *ctx, int32_t u, void **data)
 {
     struct zs_unit *un = &ctx->units[u];
     zs_status st;
@@ -229,7 +229,7 @@ zs_status zs_fetch_unit(struct zs_ctx *ctx, int32_t u, void **data)
     return prefetch(ctx);
 }
 
-zs_status zs_release_unit(struct zs_ctx *ctx, int32_t u)
+zs_status zs_fetch_unref(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t dist;
@@ -297,7 +297,7 @@ zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     st = zs_grads_progress(ctx);
     if (!st)
-        st = zs_fetch_unit(ctx, unit, &p);
+        st = zs_fetch_acquire(ctx, unit, &p);
     if (!st && data)
         *data = p;
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -312,7 +312,7 @@ zs_status zs_unit_release(zs_ctx *ctx, int32_t unit)
     if (unit < 0 || unit >= ctx->nunits)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_release: no unit %d", unit);
     zs_note(ctx, "zs_unit_release", unit);
-    return zs_release_unit(ctx, unit);
+    return zs_fetch_unref(ctx, unit);
 }
 
 zs_status zs_param_data(zs_ctx *ctx, int32_t param, void **data)

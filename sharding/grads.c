@@ -61,7 +61,7 @@ zs_status zs_grads_progress(struct zs_ctx *ctx)
 {
     zs_status st = zs_comm_progress(ctx->comm);
 
-    if (!st && ctx->cfg.cpu.deterministic) /* the exact sums' own collectives (exact.c) */
+    if (!st && ctx->cfg.zs.deterministic) /* the exact sums' own collectives (exact.c) */
         return zs_exact_progress(ctx, false);
     while (!st && ctx->npending > 0) {
         bool done = false;
@@ -77,7 +77,7 @@ zs_status zs_grads_flush(struct zs_ctx *ctx)
 {
     zs_status st = ZS_OK;
 
-    if (ctx->cfg.cpu.deterministic)
+    if (ctx->cfg.zs.deterministic)
         return zs_exact_progress(ctx, true);
     while (!st && ctx->npending > 0)
         st = pop_head(ctx);
@@ -166,7 +166,7 @@ static zs_status open_slots_fail(const struct zs_ctx *ctx, const struct zs_unit 
                    "reduce_bucket_size", un->name, (long long)need, (long long)ctx->arena_cap, open);
 }
 
-zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad)
+zs_status zs_grads_open(struct zs_ctx *ctx, int32_t u, void **grad)
 {
     struct zs_unit *un = &ctx->units[u];
     zs_status st;
@@ -182,7 +182,7 @@ zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad)
         if (st)
             return st;
     }
-    if (ctx->cfg.zero.stage >= 2 && !ctx->cfg.cpu.deterministic) {
+    if (ctx->cfg.zero.stage >= 2 && !ctx->cfg.zs.deterministic) {
         /* The bucket restarts only here and at the step, never when reductions happen to finish: every
          * rank must place a unit's staging buffer at the same offset, because peers on the node read it
          * there. */
@@ -210,14 +210,14 @@ zs_status zs_grads_get(struct zs_ctx *ctx, int32_t u, void **grad)
     return ZS_OK;
 }
 
-zs_status zs_grads_ready(struct zs_ctx *ctx, int32_t u)
+zs_status zs_grads_submit(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
 
     if (un->grad_state != ZS_GRAD_OPEN)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: unit '%s': call zs_grad_get first in this micro-batch",
                        un->name);
-    if (ctx->cfg.cpu.deterministic) { /* summed exactly, starting at the window's last micro-batch (exact.c) */
+    if (ctx->cfg.zs.deterministic) { /* summed exactly, starting at the window's last micro-batch (exact.c) */
         zs_status st = zs_exact_ready(ctx, u);
         if (st)
             return st;
@@ -253,7 +253,7 @@ zs_status zs_grads_zero(struct zs_ctx *ctx)
             st = ctx->dev.ops->zero(&ctx->dev, un->grad, (size_t)un->part.padded * ctx->psz, ctx->dev.compute);
         un->accumulated = 0;
     }
-    if (ctx->cfg.cpu.deterministic)
+    if (ctx->cfg.zs.deterministic)
         zs_exact_zero(ctx);
     zs_offdev_window_end(ctx);
     return st;
@@ -270,7 +270,7 @@ zs_status zs_grad_buffer(zs_ctx *ctx, int32_t unit, void **grad)
     if (unit < 0 || unit >= ctx->nunits)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_buffer: no unit %d", unit);
     st = zs_grads_progress(ctx);
-    return st ? st : zs_grads_get(ctx, unit, grad);
+    return st ? st : zs_grads_open(ctx, unit, grad);
 }
 
 zs_status zs_grad_get(zs_ctx *ctx, int32_t unit, float **grad)
@@ -287,5 +287,5 @@ zs_status zs_grad_ready(zs_ctx *ctx, int32_t unit)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: call zs_setup first");
     if (unit < 0 || unit >= ctx->nunits)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: no unit %d", unit);
-    return zs_grads_ready(ctx, unit);
+    return zs_grads_submit(ctx, unit);
 }

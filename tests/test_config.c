@@ -625,23 +625,23 @@ static bool t_zeroshard_section(void)
     struct zs_config c, d;
 
     PARSE_OK("{'train_micro_batch_size_per_gpu': 1}", 1, NULL, &c);
-    EXPECT(c.cpu.threads == 0 && strcmp(c.cpu.kernel, "auto") == 0 && c.cpu.bind && !strcmp(c.cpu.device, "cpu"));
+    EXPECT(c.zs.threads == 0 && strcmp(c.zs.kernel, "auto") == 0 && c.zs.bind && !strcmp(c.zs.device, "cpu"));
     PARSE_OK("{" MB "'zeroshard': {}}", 1, NULL, &d);
     EXPECT(memcmp(&c, &d, sizeof(c)) == 0);
     PARSE_OK("{" MB "'zeroshard': {'cpu_threads': 6, 'kernel': 'avx512', 'bind_threads': false, '_note': 1}}", 1,
              NULL, &c);
-    EXPECT(c.cpu.threads == 6 && strcmp(c.cpu.kernel, "avx512") == 0 && !c.cpu.bind);
+    EXPECT(c.zs.threads == 6 && strcmp(c.zs.kernel, "avx512") == 0 && !c.zs.bind);
     EXPECT(strstr(c.warning, "zeroshard") == NULL);
     PARSE_OK("{" MB "'zeroshard': {'cpu_threads': 'auto', 'kernel': 'scalar', 'bind_threads': true}}", 1, NULL, &c);
-    EXPECT(c.cpu.threads == 0 && strcmp(c.cpu.kernel, "scalar") == 0 && c.cpu.bind);
+    EXPECT(c.zs.threads == 0 && strcmp(c.zs.kernel, "scalar") == 0 && c.zs.bind);
     PARSE_OK("{" MB "'zeroshard': {'cpu_threads': 2.0, 'kernel': 'avx2', 'bind_threads': true}}", 1, NULL, &c);
-    EXPECT(c.cpu.threads == 2 && strcmp(c.cpu.kernel, "avx2") == 0);
+    EXPECT(c.zs.threads == 2 && strcmp(c.zs.kernel, "avx2") == 0);
     PARSE_OK("{" MB "'zeroshard': {'device': 'cuda'}}", 1, NULL, &c);
-    EXPECT(!strcmp(c.cpu.device, "cuda") && !strcmp(c.cpu.device_comm, "auto"));
+    EXPECT(!strcmp(c.zs.device, "cuda") && !strcmp(c.zs.device_comm, "auto"));
     PARSE_OK("{" MB "'zeroshard': {'device': 'cuda', 'device_comm': 'nccl'}}", 1, NULL, &c);
-    EXPECT(!strcmp(c.cpu.device_comm, "nccl"));
+    EXPECT(!strcmp(c.zs.device_comm, "nccl"));
     PARSE_OK("{" MB "'zeroshard': {'device_comm': 'ordered', 'deterministic': 'world_size_invariant'}}", 1, NULL, &c);
-    EXPECT(!strcmp(c.cpu.device_comm, "ordered"));
+    EXPECT(!strcmp(c.zs.device_comm, "ordered"));
     /* the bytes after the name are zero whatever was parsed before, so equal configs hash alike */
     PARSE_OK("{" MB "'zeroshard': {'kernel': 'auto'}}", 1, NULL, &d);
     PARSE_OK("{" MB "'zeroshard': {'kernel': 'avx512'}}", 1, NULL, &c);
