@@ -29,13 +29,32 @@ struct est_args {
     bool json;
 };
 
+static void print_usage(FILE *f)
+{
+    fprintf(f, "usage: zs-estimate --world N (--params P | --mlp HIDDEN,LAYERS | --units N1,N2,...) [--config FILE]\n"
+                    "                   [--stage S] [--dtype fp32|bf16|fp16] [--offload none|cpu|nvme] [--json]\n");
+}
+
 static int usage(const char *why)
 {
-    if (why)
-        fprintf(stderr, "zs-estimate: %s\n", why);
-    fprintf(stderr, "usage: zs-estimate --world N (--params P | --mlp HIDDEN,LAYERS | --units N1,N2,...) [--config FILE]\n"
-                    "                   [--stage S] [--dtype fp32|bf16|fp16] [--offload none|cpu|nvme] [--json]\n");
+    fprintf(stderr, "zs-estimate: %s\n", why);
+    print_usage(stderr);
     return 2;
+}
+
+static void help(void)
+{
+    print_usage(stdout);
+    printf("Memory per rank of a ZeRO run, by category, before launching (no MPI, no GPU).\n"
+           "  --world N          data-parallel ranks\n"
+           "  --params P         a model of P parameters, in units of at most 2^24 elements\n"
+           "  --mlp H,L          the units of zs-train-mlp --hidden H --layers L\n"
+           "  --units N1,N2,...  your own units' element counts\n"
+           "  --config FILE      a DeepSpeed config (default: AdamW at stage 3)\n"
+           "  --stage S          ZeRO stage 0-3 (overrides the config's)\n"
+           "  --dtype D          fp32, bf16 or fp16 parameters (overrides the config's)\n"
+           "  --offload O        none, cpu or nvme: offload_optimizer and, at stage 3, offload_param\n"
+           "  --json             one JSON object instead of the table\n");
 }
 
 static int add_unit(struct est_args *a, int64_t n)
@@ -66,6 +85,10 @@ static int parse(struct est_args *a, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end;
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
+            help();
+            return -1;
+        }
         if (!strcmp(o, "--json")) {
             a->json = true;
             continue;
@@ -182,7 +205,7 @@ int main(int argc, char **argv)
     int rc = parse(&a, argc, argv);
 
     if (rc)
-        return rc;
+        return rc < 0 ? 0 : rc; /* -1: --help printed */
     text = config_text(&a);
     if (!text)
         return 1;
