@@ -17,13 +17,13 @@
 
 #include "ckpt_dir.h"    /* defines: zs_ckpt_begin, zs_ckpt_publish, zs_ckpt_end, zs_ckpt_event */
 #include "ckpt_format.h"
-#include "engine.h"
-#include "error.h"
-#include "convert.h" /* defines: zs_cvt_from_f32 */
-#include "nvme_optim.h"
-#include "optim.h" /* defines: zs_dtype_name */
+#include "runtime/engine.h"
+#include "base/error.h"
+#include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
+#include "offload/nvme_optim.h"
+#include "kernels/optim.h" /* defines: zs_dtype_name */
 #include "safetensors.h"
-#include "swap.h" /* defines: zs_crc32c */
+#include "offload/swap.h" /* defines: zs_crc32c */
 
 #define CKPT_PATH 4096
 

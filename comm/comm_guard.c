@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "comm_impl.h"
-#include "error.h"
+#include "base/error.h"
 
 zs_status zs_comm_mpi_fail(int rc, const char *what, int peer)
 {

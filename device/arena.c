@@ -6,7 +6,7 @@
 
 #include "arena.h"
 #include "device.h" /* defines: struct zs_device, its ops */
-#include "error.h"  /* defines: zs_fail */
+#include "base/error.h"  /* defines: zs_fail */
 
 /* ---------------------------------------------------------------- the sub-allocator */
 

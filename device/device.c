@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "device.h"
-#include "error.h" /* defines: zs_fail, zs_error_prefix */
+#include "base/error.h" /* defines: zs_fail, zs_error_prefix */
 
 zs_status zs_device_open(struct zs_device *d, const char *name, const char *key, struct zs_pool *pool,
                          enum zs_kpath kpath, int32_t local_rank, int32_t local_size)

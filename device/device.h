@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "optim.h"     /* defines: struct zs_optim_step, struct zs_optim_bufs, enum zs_kopt, enum zs_kpath */
+#include "kernels/optim.h"     /* defines: struct zs_optim_step, struct zs_optim_bufs, enum zs_kopt, enum zs_kpath */
 #include "zeroshard.h" /* defines: zs_status, zs_dtype */
 
 #ifdef __cplusplus /* kernels/optim_cuda.cu */

@@ -1,8 +1,8 @@
 /* device_nocuda.c - linked instead of device_cuda.c and comm/comm_nccl.c when the library is built without
  * the CUDA backend: asking for the GPU (or NCCL) is refused by name rather than silently run on the CPU. */
-#include "comm_nccl.h"
+#include "comm/comm_nccl.h"
 #include "device.h"
-#include "error.h" /* defines: zs_fail */
+#include "base/error.h" /* defines: zs_fail */
 
 static int32_t nocuda_count(void)
 {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
+#include "runtime/engine.h"
+#include "base/error.h"
 #include "nvme_optim.h"
 #include "swap.h"
 

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
-#include "error.h"
+#include "runtime/engine.h"
+#include "base/error.h"
 #include "host_pool.h"
 #include "nvme_optim.h"
 

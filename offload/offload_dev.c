@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h" /* defines: zs_fail, zs_error_prefix */
+#include "runtime/engine.h"
+#include "base/error.h" /* defines: zs_fail, zs_error_prefix */
 
 static size_t round64(uint64_t b)
 {

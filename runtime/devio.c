@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm_nccl.h" /* defines: zs_nccl_init, zs_nccl_reduce_scatter, zs_nccl_all_gather, zs_nccl_all_reduce */
+#include "comm/comm_nccl.h" /* defines: zs_nccl_init, zs_nccl_reduce_scatter, zs_nccl_all_gather, zs_nccl_all_reduce */
 #include "engine.h"
-#include "error.h"
+#include "base/error.h"
 
 static zs_status dev_fail(zs_status st, const char *what)
 {

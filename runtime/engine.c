@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h" /* defines: zs_fnv1a */
 #include "engine.h"
-#include "error.h"
-#include "host_pool.h"
-#include "nvme_optim.h"
+#include "base/error.h"
+#include "offload/host_pool.h"
+#include "offload/nvme_optim.h"
 
 /* ---------------------------------------------------------------- accounted memory */
 

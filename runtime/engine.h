@@ -7,14 +7,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "arena.h"     /* defines: struct zs_dev_arena */
-#include "comm.h"      /* defines: struct zs_comm, zs_comm_* */
-#include "comm_staged.h" /* defines: struct zs_staged */
+#include "base/dtype.h" /* defines: zs_at, zs_dtype_bytes */
+#include "device/arena.h"     /* defines: struct zs_dev_arena */
+#include "comm/comm.h"      /* defines: struct zs_comm, zs_comm_* */
+#include "comm/comm_staged.h" /* defines: struct zs_staged */
 #include "config.h"    /* defines: struct zs_config */
-#include "device.h"    /* defines: struct zs_device, zs_device_open */
-#include "optim.h"     /* defines: zs_optim_fn, enum zs_kpath */
-#include "partition.h" /* defines: struct zs_partition */
-#include "threads.h"   /* defines: struct zs_pool */
+#include "device/device.h"    /* defines: struct zs_device, zs_device_open */
+#include "kernels/optim.h"     /* defines: zs_optim_fn, enum zs_kpath */
+#include "sharding/partition.h" /* defines: struct zs_partition */
+#include "kernels/threads.h"   /* defines: struct zs_pool */
 #include "zeroshard.h"
 #include "flight.h"    /* defines: zs_flight_call */
 
@@ -180,22 +181,6 @@ struct zs_ctx {
 
 /* "Adam", "AdamW", "SGD", "Lion", "Adagrad" (DeepSpeed's spelling of the config's optimizer type) */
 const char *zs_optim_name(int type);
-
-/* Element i of a buffer of esz-byte elements. */
-static inline void *zs_at(void *base, int64_t i, size_t esz) { return (char *)base + (size_t)i * esz; }
-
-/* FNV-1a, for the cross-rank agreement hashes (config, registration). */
-#define ZS_FNV_SEED 0xcbf29ce484222325ULL
-static inline uint64_t zs_fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const unsigned char *p = data;
-
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
 
 /* Accounted allocation: every byte the runtime holds is counted in one category. 64-byte aligned,
  * zero-filled. */

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "engine.h"
-#include "error.h"
-#include "host_pool.h"
-#include "nvme_optim.h"
-#include "optim.h" /* defines: zs_dtype_name */
+#include "base/error.h"
+#include "offload/host_pool.h"
+#include "offload/nvme_optim.h"
+#include "kernels/optim.h" /* defines: zs_dtype_name */
 
 int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64_t largest)
 {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "engine.h"
-#include "error.h"
+#include "base/error.h"
 
 static volatile sig_atomic_t term_seen;
 

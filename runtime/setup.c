@@ -4,10 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h" /* defines: zs_fnv1a */
 #include "engine.h"
-#include "error.h"
-#include "convert.h" /* defines: zs_cvt_from_f32 */
-#include "nvme_optim.h"
+#include "base/error.h"
+#include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
+#include "offload/nvme_optim.h"
 
 struct reg_summary {
     uint64_t hash;

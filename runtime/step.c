@@ -9,19 +9,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h" /* defines: zs_now_s */
 #include "engine.h"
-#include "error.h"
-#include "nvme_optim.h"
-#include "optim.h"
+#include "base/error.h"
+#include "offload/nvme_optim.h"
+#include "kernels/optim.h"
 #include "schedule.h"
-
-static double now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void *zs_unit_working(struct zs_ctx *ctx, int32_t u)
 {
@@ -490,7 +483,7 @@ static zs_status skip_step(struct zs_ctx *ctx)
 
 zs_status zs_step_boundary(struct zs_ctx *ctx)
 {
-    double t0 = now(), t1, t2, norm = 0.0, lr, scale = ctx->scaler.scale;
+    double t0 = zs_now_s(), t1, t2, norm = 0.0, lr, scale = ctx->scaler.scale;
     float coef = 1.0f;
     bool overflow = false;
     zs_status st;
@@ -498,7 +491,7 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     st = zs_grads_flush(ctx);
     if (st)
         return st;
-    t1 = now();
+    t1 = zs_now_s();
     /* The norm, always: it is reported every step, decides clipping, and (fp16) reveals an overflow. */
     st = global_grad_norm(ctx, &norm, &overflow);
     if (st)
@@ -519,7 +512,7 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     st = scaler_update(ctx, false);
     if (st)
         return st;
-    t2 = now();
+    t2 = zs_now_s();
     st = gather_updated(ctx);
     if (!st)
         st = end_window(ctx);
@@ -535,7 +528,7 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     ctx->stats.time_fetch = ctx->t_fetch;
     ctx->stats.time_reduce = t1 - t0;
     ctx->stats.time_optimizer = t2 - t1;
-    ctx->stats.time_gather = now() - t2;
+    ctx->stats.time_gather = zs_now_s() - t2;
     ctx->stats.time_swap = zs_nvme_waited(ctx->nvme) - ctx->swap_mark;
     ctx->swap_mark += ctx->stats.time_swap;
     ctx->t_fetch = 0.0;

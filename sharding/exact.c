@@ -44,9 +44,10 @@
 #include <time.h>
 #include <mpi.h>
 
-#include "engine.h"
-#include "error.h"
-#include "convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
+#include "base/clock.h" /* defines: zs_now_s */
+#include "runtime/engine.h"
+#include "base/error.h"
+#include "kernels/convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
 #include "exact_local.h" /* defines: zs_exact_fold, zs_exact_path, zs_xsq_*, XFAST_TARGET */
 
 #define XK 3              /* counters per element */
@@ -438,14 +439,6 @@ static zs_status progress_pass(struct zs_ctx *ctx, bool *moved)
     return ZS_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 zs_status zs_exact_progress(struct zs_ctx *ctx, bool all)
 {
     double start = 0.0;
@@ -462,13 +455,13 @@ zs_status zs_exact_progress(struct zs_ctx *ctx, bool all)
         /* Nothing moved: some rank is behind. Every unit is tried again after a short sleep rather than a
          * spin on one request, which leaves the core to that rank when ranks outnumber cores. */
         if (idle++ == 0) {
-            start = now_s();
-        } else if (idle % 64 == 0 && now_s() - start >= zs_wait_limit_s(ctx)) {
+            start = zs_now_s();
+        } else if (idle % 64 == 0 && zs_now_s() - start >= zs_wait_limit_s(ctx)) {
             struct zs_unit *un = &ctx->units[ctx->pending[0]];
             return zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: deterministic gradient sum of unit '%s': %s did not "
                            "complete in %.1f s (zeroshard.timeout_s / ZS_TIMEOUT = %g); some rank has not reached "
                            "it (an MPI collective does not say which)", ctx->rank, un->name, xphase_what[un->xphase],
-                           now_s() - start, zs_wait_limit_s(ctx));
+                           zs_now_s() - start, zs_wait_limit_s(ctx));
         }
         nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
     }

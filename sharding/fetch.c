@@ -6,9 +6,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
-#include "error.h"
-#include "nvme_optim.h"
+#include "base/clock.h" /* defines: zs_now_s */
+#include "runtime/engine.h"
+#include "base/error.h"
+#include "offload/nvme_optim.h"
 
 static uint64_t unit_bytes(const struct zs_ctx *ctx, const struct zs_unit *un)
 {
@@ -292,16 +293,14 @@ zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_fetch: call zs_setup first");
     if (unit < 0 || unit >= ctx->nunits)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_fetch: no unit %d", unit);
-    struct timespec t0, t1;
+    double t0 = zs_now_s();
     zs_note(ctx, "zs_unit_fetch", unit);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     st = zs_grads_progress(ctx);
     if (!st)
         st = zs_fetch_acquire(ctx, unit, &p);
     if (!st && data)
         *data = p;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    ctx->t_fetch += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    ctx->t_fetch += zs_now_s() - t0;
     return st;
 }
 

@@ -5,9 +5,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
-#include "optim.h"   /* defines: zs_dtype_name */
+#include "runtime/engine.h"
+#include "base/error.h"
+#include "kernels/optim.h"   /* defines: zs_dtype_name */
 
 static bool at_boundary(const struct zs_ctx *ctx)
 {

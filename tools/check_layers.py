@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""check_layers.py [ROOT] - fails when a library file includes a header from a folder above its own.
+
+The order is tools/layers.txt's. Quoted includes are resolved from the repository root ("comm/comm.h"); a
+bare name ("x.h") must be a header of the including file's own folder, or the public header under include/.
+Prints one line per offence (file:line: what) and exits 1 if there is any, 0 otherwise."""
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+SOURCES = ('.c', '.h', '.cu', '.cuh')
+
+
+def read_layers(root):
+    layers = []
+    with open(os.path.join(root, 'tools', 'layers.txt')) as f:
+        for line in f:
+            name = line.split('#', 1)[0].strip()
+            if name:
+                layers.append(name)
+    return {name: i for i, name in enumerate(layers)}
+
+
+def folder_of(relpath):
+    return relpath.split('/', 1)[0]
+
+
+def check_include(root, rank, rel, name):
+    """The offence of `rel` including "name", or None."""
+    own = folder_of(rel)
+    if '/' not in name:
+        if os.path.exists(os.path.join(root, os.path.dirname(rel), name)):
+            return None
+        if os.path.exists(os.path.join(root, 'include', name)):
+            return None
+        return f'includes {name}, which is not in its own folder ({own}): name the folder ("folder/{name}")'
+    target = folder_of(name)
+    if target not in rank:
+        return f'includes {name}, which is in no library folder (tools/layers.txt)'
+    if not os.path.exists(os.path.join(root, name)):
+        return f'includes {name}, which does not exist (paths start at the repository root)'
+    if rank[target] > rank[own]:
+        return f'includes {name} from a higher layer ({target})'
+    return None
+
+
+def main():
+    root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), '..'))
+    rank = read_layers(root)
+    bad = files = 0
+    for folder in rank:
+        for dirpath, _, names in os.walk(os.path.join(root, folder)):
+            for n in sorted(names):
+                if not n.endswith(SOURCES):
+                    continue
+                files += 1
+                path = os.path.join(dirpath, n)
+                rel = os.path.relpath(path, root)
+                with open(path, errors='replace') as f:
+                    for lineno, line in enumerate(f, 1):
+                        m = INCLUDE.match(line)
+                        why = m and check_include(root, rank, rel, m.group(1))
+                        if why:
+                            print(f'{rel}:{lineno}: {why}')
+                            bad += 1
+    print(f'check_layers: {files} files, {bad} backwards or unresolved includes')
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
