@@ -74,7 +74,7 @@ static zs_status view_down(struct zs_ctx *ctx, struct unit_view *v, void **p, bo
     h = malloc(bytes ? bytes : 1);
     if (!h)
         return zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory staging %zu bytes from the device", bytes);
-    st = zs_dev_copy(ctx, h, false, *p, true, bytes);
+    st = zs_device_copy(&ctx->dev, h, false, *p, true, bytes);
     v->copy[v->ncopy].host = h;
     v->copy[v->ncopy].dev = *p;
     v->copy[v->ncopy++].bytes = bytes;
@@ -89,7 +89,7 @@ static zs_status view_done(struct zs_ctx *ctx, struct unit_view *v, bool write_b
 
     for (int i = 0; i < v->ncopy; i++) {
         if (write_back && !st)
-            st = zs_dev_copy(ctx, v->copy[i].dev, true, v->copy[i].host, false, v->copy[i].bytes);
+            st = zs_device_copy(&ctx->dev, v->copy[i].dev, true, v->copy[i].host, false, v->copy[i].bytes);
         free(v->copy[i].host);
     }
     v->ncopy = 0;

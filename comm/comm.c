@@ -14,7 +14,7 @@
 #include "kernels/convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
 #include "kernels/copy.h"    /* defines: zs_copy_stream */
 #include "base/error.h"
-#include "runtime/flight.h" /* defines: zs_flight_op_start, zs_flight_op_end, zs_flight_write */
+#include "comm/flight.h" /* defines: zs_flight_op_start, zs_flight_op_end, zs_flight_write */
 #include "shm.h"
 
 int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)

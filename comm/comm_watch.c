@@ -9,7 +9,7 @@
 #include "base/clock.h" /* defines: zs_now_s */
 #include "comm_impl.h"
 #include "base/error.h"
-#include "runtime/flight.h" /* defines: zs_flight_signalled */
+#include "comm/flight.h" /* defines: zs_flight_signalled */
 
 #define WATCH_POLLS 64    /* polls between reading the clock: a poll is far cheaper than a second */
 #define WATCH_LIVE_S 1.0  /* how often a wait checks that its local peers still exist */

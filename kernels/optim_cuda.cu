@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_launch.h" /* defines: ZS_LAUNCH */
-#include "device/device.h" /* defines: struct zs_optim_launch, zs_cuda_optim_launch */
+#include "optim_launch.h" /* defines: struct zs_optim_launch, zs_cuda_optim_launch */
 #include "optim_elem.h" /* defines: zs_adam_elem, zs_sgd_elem, zs_lion_elem, zs_adagrad_elem */
 
 /* The tensor list travels by value as the kernel's parameter (under the 4 KiB every GPU accepts), so a

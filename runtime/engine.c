@@ -381,7 +381,7 @@ static zs_status start_device(struct zs_ctx *ctx)
                                         .pool = ctx->pool, .kpath = ctx->kpath };
     st = device_limits(ctx);
     if (!st)
-        st = zs_dev_streams_open(ctx);
+        st = zs_coll_open(&ctx->coll, ctx->comm, &ctx->dev);
     return st;
 }
 
@@ -495,7 +495,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
         uint64_t opt = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
         if (un->reduce_req)
-            zs_coll_wait(ctx, un->reduce_req);
+            zs_coll_wait(&ctx->coll, un->reduce_req);
         if (ctx->cfg.zero.stage == 0)
             zs_mem_free(ctx, ZS_MEM_PARAMS, un->full, pad);
         else
@@ -529,7 +529,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         zs_offload_unpin(ctx);
         zs_host_pool_free(ctx->host);
     }
-    zs_dev_streams_close(ctx);
+    zs_coll_close(&ctx->coll);
     zs_device_close(&ctx->dev);
     zs_pool_free(ctx->pool);
     zs_comm_free(ctx->comm);

@@ -10,14 +10,14 @@
 #include "base/dtype.h" /* defines: zs_at, zs_dtype_bytes */
 #include "device/arena.h"     /* defines: struct zs_dev_arena */
 #include "comm/comm.h"      /* defines: struct zs_comm, zs_comm_* */
-#include "comm/comm_staged.h" /* defines: struct zs_staged */
+#include "comm/coll.h"  /* defines: struct zs_coll, zs_coll_* */
 #include "config.h"    /* defines: struct zs_config */
 #include "device/device.h"    /* defines: struct zs_device, zs_device_open */
 #include "kernels/optim.h"     /* defines: zs_optim_fn, enum zs_kpath */
 #include "sharding/partition.h" /* defines: struct zs_partition */
 #include "kernels/threads.h"   /* defines: struct zs_pool */
 #include "zeroshard.h"
-#include "flight.h"    /* defines: zs_flight_call */
+#include "comm/flight.h"    /* defines: zs_flight_call */
 
 /* PARAMS: working parameters (dtype pdt); GRADS: gradients; MASTER: fp32 masters of 16-bit parameters;
  * OPTIM: optimizer moments; BUFFERS: the gradient bucket; SWAP: NVMe swap slots and read-ahead (in the
@@ -117,11 +117,7 @@ struct zs_ctx {
     struct zs_device dev;            /* where model states live and the optimizer runs */
     struct zs_device host_dev;       /* the CPU, for the optimizer offloaded from a device the host cannot reach */
     struct zs_place place;           /* the threads and the host pool near the device's PCI link */
-    struct zs_dev_stream *comm_stream;  /* the collectives' stream (devio.c) */
-    struct zs_dev_event *ev_compute;  /* compute -> communication */
-    struct zs_coll_req *req_free, *req_all; /* devio.c's collective requests: recycled, and all of them */
-    struct zs_staged staged;         /* collectives on device buffers (when !dev.host_access) */
-    struct zs_nccl *nccl;            /* or NCCL's (ordered mode), when every rank has a GPU of its own */
+    struct zs_coll coll;             /* the collectives on dev's buffers, whichever transport */
     bool pool_pinned;                /* the device pinned the host pool (offload.c: zs_offload_pin) */
     struct zs_dev_arena dev_arena;   /* the device's memory, where the host cannot read it in place */
     struct zs_offdev off;            /* offloaded optimizer from such a device (offload/offload_dev.c) */
@@ -247,23 +243,8 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq); /* at the step, af
 void zs_exact_zero(struct zs_ctx *ctx);
 uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits); /* what zs_exact_setup allocates */
 
-/* runtime/devio.c: host <-> device copies, complete on return (dst_dev / src_dev: which side is device
- * memory; host to host is a memmove); the collectives on device buffers, comm.h's where the host reaches the
- * device's memory, NCCL or the host-staged transport otherwise. Each returns a request (*req NULL: already
- * complete); zs_coll_wait makes the result the compute stream's (on a device, without blocking the host),
- * zs_coll_test says whether it has landed. */
-struct zs_coll_req;
-zs_status zs_dev_copy(struct zs_ctx *ctx, void *dst, bool dst_dev, const void *src, bool src_dev, size_t bytes);
-zs_status zs_dev_streams_open(struct zs_ctx *ctx);
-void zs_dev_streams_close(struct zs_ctx *ctx);
-zs_status zs_dev_nccl_open(struct zs_ctx *ctx); /* collective: NCCL when every rank has its own GPU */
-zs_status zs_coll_reduce_scatter(struct zs_ctx *ctx, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
-                                 int64_t count, float scale, struct zs_coll_req **req);
-zs_status zs_coll_all_gather(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t count, struct zs_coll_req **req);
-zs_status zs_coll_all_reduce(struct zs_ctx *ctx, void *buf, zs_dtype dt, int64_t count, float scale,
-                             struct zs_coll_req **req);
-zs_status zs_coll_wait(struct zs_ctx *ctx, struct zs_coll_req *req);
-zs_status zs_coll_test(struct zs_ctx *ctx, struct zs_coll_req *req, bool *done);
+/* runtime/devio.c: collective: NCCL carries the device collectives when every rank has its own GPU */
+zs_status zs_dev_nccl_open(struct zs_ctx *ctx);
 /* offload/offload_dev.c: the offloaded optimizer's staging when the device is not the host's */
 zs_status zs_offdev_setup(struct zs_ctx *ctx);
 void zs_offdev_free(struct zs_ctx *ctx);

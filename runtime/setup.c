@@ -185,11 +185,11 @@ static zs_status place_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u,
             return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory staging unit '%s'", un->name);
         if (tmp)
             zs_cvt_from_f32(tmp, ctx->pdt, vals, wn);
-        st = zs_dev_copy(ctx, work, true, tmp ? tmp : vals, false, (size_t)wn * ctx->psz);
+        st = zs_device_copy(&ctx->dev, work, true, tmp ? tmp : vals, false, (size_t)wn * ctx->psz);
         free(tmp);
     }
     if (!st && un->master)
-        st = zs_dev_copy(ctx, un->master, !zs_optstate_on_host(ctx), vals + (mfirst - begin), false,
+        st = zs_device_copy(&ctx->dev, un->master, !zs_optstate_on_host(ctx), vals + (mfirst - begin), false,
                          (size_t)mcount * sizeof(float));
     if (st)
         return st;

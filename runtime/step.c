@@ -434,12 +434,12 @@ static zs_status gather_updated(struct zs_ctx *ctx)
         if (ctx->units[u].sharded)
             continue;
         zs_label(ctx, ZS_PURPOSE_GATHER, u);
-        st = zs_coll_all_gather(ctx, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
+        st = zs_coll_all_gather(&ctx->coll, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
     }
     for (int32_t u = 0; u < ctx->nunits; u++) {
         if (!reqs[u])
             continue;
-        st2 = zs_coll_wait(ctx, reqs[u]);
+        st2 = zs_coll_wait(&ctx->coll, reqs[u]);
         if (st2 && !st) {
             st = st2;
             zs_error_prefix("gather updated parameters of unit '%s'", ctx->units[u].name);

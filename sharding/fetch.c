@@ -46,7 +46,7 @@ static zs_status shard_in(struct zs_ctx *ctx, int32_t u)
     zs_status st;
 
     if (!zs_nvme_param_on_disk(ctx->nvme, u))
-        return zs_dev_copy(ctx, dst, !ctx->dev.host_access, un->shard, !zs_params_on_host(ctx, un),
+        return zs_device_copy(&ctx->dev, dst, !ctx->dev.host_access, un->shard, !zs_params_on_host(ctx, un),
                            (size_t)un->part.shard * ctx->psz);
     st = zs_nvme_param_read(ctx->nvme, u, dst, un->part.shard);
     if (!st)
@@ -71,12 +71,12 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
          * block stays allocated on every rank alike (released by the usual wait and drop). */
         zs_comm_fail_next(ctx->comm);
         zs_label(ctx, ZS_PURPOSE_FETCH, u);
-        if (!zs_coll_all_gather(ctx, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
+        if (!zs_coll_all_gather(&ctx->coll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
             un->gather = ZS_GATHER_PENDING;
     }
     if (!st) {
         zs_label(ctx, ZS_PURPOSE_FETCH, u);
-        st = zs_coll_all_gather(ctx, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
+        st = zs_coll_all_gather(&ctx->coll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
     }
     if (st && un->gather == ZS_GATHER_PENDING) {
         zs_error_prefix("fetch unit '%s'", un->name);
@@ -98,7 +98,7 @@ static zs_status gather_wait(struct zs_ctx *ctx, struct zs_unit *un)
 
     if (un->gather != ZS_GATHER_PENDING)
         return ZS_OK;
-    st = zs_coll_wait(ctx, un->gather_req);
+    st = zs_coll_wait(&ctx->coll, un->gather_req);
     un->gather_req = NULL;
     if (st) { /* the request is gone and the copy is not the unit: dropped here, on every rank alike */
         zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));

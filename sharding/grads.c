@@ -27,7 +27,7 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
     if (ctx->cfg.zero.stage < 2) /* reduced once, at the boundary: final (stage 1 may offload) */
         return ctx->cfg.zero.stage == 1 ? zs_offdev_grads_final(ctx, u) : ZS_OK;
     if (un->accumulated == 0)
-        st = zs_dev_copy(ctx, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
+        st = zs_device_copy(&ctx->dev, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
     else
         st = d->ops->accumulate(d, un->grad_shard, un->reduced, ctx->cdt, un->part.shard, d->compute);
     un->accumulated++;
@@ -45,7 +45,7 @@ static zs_status pop_head(struct zs_ctx *ctx)
 {
     int32_t u = ctx->pending[0];
     struct zs_unit *un = &ctx->units[u];
-    zs_status st = zs_coll_wait(ctx, un->reduce_req);
+    zs_status st = zs_coll_wait(&ctx->coll, un->reduce_req);
 
     un->reduce_req = NULL;
     memmove(ctx->pending, ctx->pending + 1, (size_t)(--ctx->npending) * sizeof(int32_t));
@@ -65,7 +65,7 @@ zs_status zs_grads_progress(struct zs_ctx *ctx)
         return zs_exact_progress(ctx, false);
     while (!st && ctx->npending > 0) {
         bool done = false;
-        st = zs_coll_test(ctx, ctx->units[ctx->pending[0]].reduce_req, &done);
+        st = zs_coll_test(&ctx->coll, ctx->units[ctx->pending[0]].reduce_req, &done);
         if (st || !done)
             break;
         st = pop_head(ctx);
@@ -101,12 +101,12 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
     }
     zs_label(ctx, ZS_PURPOSE_GRAD, u);
     if (ctx->cfg.zero.stage == 0 || (ctx->cfg.zero.stage == 1 && !ctx->cfg.zero.reduce_scatter))
-        st = zs_coll_all_reduce(ctx, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
+        st = zs_coll_all_reduce(&ctx->coll, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else if (ctx->cfg.zero.stage == 1)
-        st = zs_coll_reduce_scatter(ctx, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->rank), ctx->psz),
+        st = zs_coll_reduce_scatter(&ctx->coll, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->rank), ctx->psz),
                                     ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else
-        st = zs_coll_reduce_scatter(ctx, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale, &un->reduce_req);
+        st = zs_coll_reduce_scatter(&ctx->coll, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale, &un->reduce_req);
     if (st) {
         zs_error_prefix("reduce gradients of unit '%s'", un->name);
         return st;
