@@ -17,7 +17,10 @@
 
 #include "ckpt_dir.h"    /* defines: zs_ckpt_begin, zs_ckpt_publish, zs_ckpt_end, zs_ckpt_event */
 #include "ckpt_format.h"
-#include "runtime/engine.h"
+#include "core/ctx.h"
+#include "core/ranks.h"
+#include "core/units.h"
+#include "runtime/runtime.h"
 #include "base/error.h"
 #include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
 #include "offload/nvme_optim.h"

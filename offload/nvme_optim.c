@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine.h"
+#include "core/ctx.h"
+#include "core/units.h"
 #include "base/error.h"
 #include "nvme_optim.h"
 #include "swap.h"

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine.h"
+#include "core/ctx.h"
+#include "core/units.h"
+#include "offload.h"
 #include "base/error.h" /* defines: zs_fail, zs_error_prefix */
 
 static size_t round64(uint64_t b)
@@ -102,9 +104,10 @@ void *zs_offdev_slot(struct zs_ctx *ctx, int32_t k)
     return (char *)ctx->off.buf + (size_t)(k & 1) * ctx->off.slot;
 }
 
-/* Unit u's gradients are final for this window (its last reduction folded in, on the compute stream): they
- * go down on the copy stream after that work, and the step finds them on the host. */
-zs_status zs_offdev_grads_final(struct zs_ctx *ctx, int32_t u)
+/* Unit u's gradients (shard: this rank's reduced part, on the device) are final for this window (its last
+ * reduction folded in, on the compute stream): they go down on the copy stream after that work, and the
+ * step finds them on the host. */
+zs_status zs_offdev_grads_final(struct zs_ctx *ctx, int32_t u, const void *shard)
 {
     struct zs_offdev *o = &ctx->off;
     struct zs_device *d = &ctx->dev;
@@ -118,7 +121,7 @@ zs_status zs_offdev_grads_final(struct zs_ctx *ctx, int32_t u)
     if (!st)
         st = d->ops->stream_wait(d, o->down, o->ev_grad);
     if (!st && bytes)
-        st = d->ops->copy(d, zs_offdev_grads(ctx, u), zs_grads_shard(ctx, u), bytes, ZS_COPY_D2H, o->down);
+        st = d->ops->copy(d, zs_offdev_grads(ctx, u), shard, bytes, ZS_COPY_D2H, o->down);
     if (st) {
         zs_error_prefix("offloaded optimizer: gradients of unit '%s' down", un->name);
         return st;

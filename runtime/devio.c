@@ -4,7 +4,9 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "runtime/engine.h"
+#include "core/ctx.h"
+#include "core/ranks.h"
+#include "runtime.h"
 
 /* zeroshard.device_comm, or ZS_DEVICE_COMM over it: "auto" (NCCL's ordered mode where every rank has a GPU of
  * its own and NCCL starts, host-staged otherwise), "nccl", "ordered" or "staged". */

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "core/ctx.h"
+#include "core/ranks.h"
+#include "runtime.h"
 #include "base/error.h"     /* defines: zs_fail, zs_log */
 #include "device/placement.h" /* defines: zs_place_near_pci_here */
 

@@ -6,27 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "core/ctx.h"
+#include "core/memory.h"
+#include "sharding/sharding.h"
+#include "runtime.h"
 #include "base/error.h"
-#include "offload/host_pool.h"
+#include "core/host_pool.h"
 #include "offload/nvme_optim.h"
 #include "kernels/optim.h" /* defines: zs_dtype_name */
-
-int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64_t largest)
-{
-    int64_t cap = cfg->zero.reduce_bucket_size;
-
-    if (cap > numel_padded)
-        cap = numel_padded;
-    return cap < largest ? largest : cap;
-}
-
-uint64_t zs_bucket_elem_bytes(const struct zs_config *cfg)
-{
-    uint64_t p = zs_dtype_bytes(cfg->param_dtype), c = zs_dtype_bytes(cfg->comm_dtype);
-
-    return p + (cfg->comm_dtype != cfg->param_dtype ? c : 0);
-}
 
 /* The formulas, per category, for psi parameters at n ranks. */
 static void expect(const struct zs_config *cfg, uint64_t psi, uint64_t n, zs_memory_report *out)

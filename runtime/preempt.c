@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "core/ctx.h"
+#include "core/ranks.h"
 #include "base/error.h"
 
 static volatile sig_atomic_t term_seen;

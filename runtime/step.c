@@ -10,30 +10,16 @@
 #include <time.h>
 
 #include "base/clock.h" /* defines: zs_now_s */
-#include "engine.h"
+#include "core/ctx.h"
+#include "core/ranks.h"
+#include "core/units.h"
+#include "sharding/sharding.h"
+#include "offload/offload.h"
+#include "runtime.h"
 #include "base/error.h"
 #include "offload/nvme_optim.h"
 #include "kernels/optim.h"
-#include "schedule.h"
-
-void *zs_unit_working(struct zs_ctx *ctx, int32_t u)
-{
-    struct zs_unit *un = &ctx->units[u];
-
-    if (ctx->cfg.zero.stage == 0)
-        return un->full;
-    return un->sharded ? un->shard : zs_at(un->full, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
-}
-
-float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n)
-{
-    struct zs_unit *un = &ctx->units[u];
-
-    *n = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
-    if (ctx->pdt != ZS_DTYPE_FP32)
-        return un->master;
-    return zs_unit_working(ctx, u);
-}
+#include "core/schedule.h"
 
 /* Test hook: ZS_TEST_OVERFLOW=R:B1,B2,... makes rank R see an overflow (an Inf in its gradients) at the
  * accumulation boundaries B1, B2, ... (1 = the first), as fp16 gradients that overflowed there would. */
@@ -306,7 +292,7 @@ static zs_status offdev_step_begin(struct zs_ctx *ctx)
     zs_status st = ZS_OK;
 
     for (int32_t v = 0; v < ctx->nunits && !st; v++)
-        st = zs_offdev_grads_final(ctx, v);
+        st = zs_offdev_grads_final(ctx, v, zs_grads_shard(ctx, v));
     if (!st)
         st = d->ops->event_record(d, ctx->off.ev_grad, d->compute);
     return st ? st : d->ops->stream_wait(d, ctx->off.down, ctx->off.ev_grad);

@@ -45,7 +45,10 @@
 #include <mpi.h>
 
 #include "base/clock.h" /* defines: zs_now_s */
-#include "runtime/engine.h"
+#include "core/ctx.h"
+#include "core/memory.h"
+#include "core/ranks.h"
+#include "sharding.h"
 #include "base/error.h"
 #include "kernels/convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
 #include "exact_local.h" /* defines: zs_exact_fold, zs_exact_path, zs_xsq_*, XFAST_TARGET */

@@ -7,7 +7,11 @@
 #include <time.h>
 
 #include "base/clock.h" /* defines: zs_now_s */
-#include "runtime/engine.h"
+#include "core/ctx.h"
+#include "core/memory.h"
+#include "core/ranks.h"
+#include "core/units.h"
+#include "sharding.h"
 #include "base/error.h"
 #include "offload/nvme_optim.h"
 

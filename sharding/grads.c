@@ -5,7 +5,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "runtime/engine.h"
+#include "core/ctx.h"
+#include "core/ranks.h"
+#include "sharding.h"
+#include "offload/offload.h"
 #include "base/error.h"
 #include "kernels/optim.h"   /* defines: zs_dtype_name */
 
@@ -25,7 +28,7 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
 
     un->grad_state = ZS_GRAD_IDLE;
     if (ctx->cfg.zero.stage < 2) /* reduced once, at the boundary: final (stage 1 may offload) */
-        return ctx->cfg.zero.stage == 1 ? zs_offdev_grads_final(ctx, u) : ZS_OK;
+        return ctx->cfg.zero.stage == 1 ? zs_offdev_grads_final(ctx, u, zs_grads_shard(ctx, u)) : ZS_OK;
     if (un->accumulated == 0)
         st = zs_device_copy(&ctx->dev, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
     else
@@ -37,7 +40,7 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
         zs_error_prefix("fold the reduced gradients of unit '%s'", un->name);
     /* the window's last micro-batch: an offloaded optimizer's gradients start down now, not at the step */
     if (!st && un->accumulated == ctx->cfg.grad_accum_steps)
-        st = zs_offdev_grads_final(ctx, u);
+        st = zs_offdev_grads_final(ctx, u, zs_grads_shard(ctx, u));
     return st;
 }
 
