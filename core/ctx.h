@@ -24,8 +24,6 @@
 enum zs_gather_state { ZS_GATHER_NONE, ZS_GATHER_PENDING, ZS_GATHER_READY };
 enum zs_grad_state { ZS_GRAD_IDLE, ZS_GRAD_OPEN, ZS_GRAD_REDUCING };
 
-#define ZS_EXACT_SQ_BANDS 22 /* deterministic mode: 32-bit bands of the norm's exact sum of squares */
-
 struct zs_param_rec {
     char *name;
     int32_t unit;
@@ -61,29 +59,14 @@ struct zs_unit {
     float *master;               /* 16-bit params: fp32 masters (whole at stage 0, shard otherwise), unless
                                   * they live in the NVMe swap file */
     float *m, *v;                /* optimizer state (whole at stage 0, shard otherwise) */
-    /* deterministic mode (sharding/exact.c): the unit's counters start at ctx->xacc + xoff * 3, its
-     * elements' top bands at ctx->xtop + xoff */
+    /* deterministic mode (sharding/exact.c): the unit's counters start at element xoff * 3 of the exact
+     * state's, its elements' top bands at element xoff of its tops */
     int64_t xoff, xdeposits;     /* element offset; micro-shards deposited this window */
     bool xbad;                   /* some deposited value was Inf or NaN */
-    bool xfailed;                /* its reduce-scatter ended with an error on every rank (ctx->xerr) */
+    bool xfailed;                /* its reduce-scatter ended with an error on every rank (the exact state's err) */
     int32_t xphase;              /* at the boundary: which of the sum's collectives is in flight (exact.c): */
     MPI_Request xreq;            /* the vote or the all-gather, */
     struct zs_comm_req *xsumq;   /* or the sums' reduce-scatter */
-};
-
-/* ZeRO-Offload from a device the host cannot read in place (offload/offload_dev.c): pinned host staging of
- * two parameter slots, then every unit's gradients (grad_at: offsets after the slots); a copy stream down and
- * one up, so that the CPU steps one unit while the next comes down and the previous goes up. */
-struct zs_offdev {
-    void *buf;
-    bool pinned;                     /* the device took buf's pin (else it stays pageable) */
-    size_t bytes, slot;
-    size_t *grad_at;
-    bool *grad_down;                 /* this window's gradients of the unit are queued down */
-    struct zs_dev_stream *down, *up;
-    struct zs_dev_event *ev_grad, *ev_up[2], *ev_done;
-    int32_t k;                       /* optimizer state on NVMe: slices stepped this step (slot k % 2) */
-    zs_status st;                    /* and the first failure among them */
 };
 
 /* DeepSpeed's DynamicLossScaler state (fp16 with loss_scale 0); a static scale otherwise. */
@@ -114,7 +97,7 @@ struct zs_ctx {
     struct zs_coll coll;             /* the collectives on dev's buffers, whichever transport */
     bool pool_pinned;                /* the device pinned the host pool (offload.c: zs_offload_pin) */
     struct zs_dev_arena dev_arena;   /* the device's memory, where the host cannot read it in place */
-    struct zs_offdev off;            /* offloaded optimizer from such a device (offload/offload_dev.c) */
+    struct zs_offdev *off;           /* offloaded optimizer from such a device (offload/offdev.h), or NULL */
     enum zs_kpath kpath;
     enum zs_kopt kopt;               /* the config's optimizer as the kernels name it */
     zs_dtype pdt, cdt, gdt;          /* parameters; reduced gradients; what the optimizer reads (pdt or cdt) */
@@ -130,17 +113,9 @@ struct zs_ctx {
     int32_t nunits, cap_units;
     uint64_t numel, numel_padded;
 
-    /* Gradient bucket (stages 2-3): a bump arena of staging buffers, reset when all its reductions end. */
-    char *arena;
-    int64_t arena_cap, arena_used;   /* bytes; restarts only at deterministic points (full, step) */
-    int32_t *pending;            /* units with a reduction in flight, in launch order */
-    int32_t npending;
+    struct zs_bucket *bucket;        /* the gradient reductions in flight and their staging (sharding/bucket.h) */
 
-    /* Stage 3 fetch trace: the unit order of one accumulation window, used to prefetch and to decide
-     * which released units are worth keeping. */
-    int32_t *trace, *rec;        /* the previous window's order, and the one being recorded */
-    int64_t trace_len, trace_cap, trace_pos, rec_len, rec_cap;
-    bool trace_valid, trace_broken;
+    struct zs_fetch *fetch;          /* stage 3's fetch trace (sharding/fetch.c) */
 
     int64_t micro_step, global_step;
     float pre_scale, post_scale;
@@ -155,18 +130,7 @@ struct zs_ctx {
     bool over_budget;                /* the last failed allocation hit the budget or the arena (message set) */
     struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */
     struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload_optimizer.device nvme) */
-    int32_t *xacc;                   /* deterministic mode: exact gradient counters, 3 per element, in xsum's
-                                      * heap (the sums' reduce-scatter reads local peers' in place) */
-    int8_t *xtop;                    /* each element's top band this window, -1 before any nonzero value */
-    int8_t *xvote;                   /* the agreed top bands, every element (units vote while others sum) */
-    int64_t xnumel;                  /* elements of xacc, xtop and xvote (the padded model) */
-    MPI_Comm xcomm[2];               /* the tops' votes, stage 0's all-gathers */
-    int32_t nxcomm;                  /* of xcomm, duplicated so far */
-    struct zs_comm *xsum;            /* the sums' reduce-scatters (int64, zero-copy inside a node) */
-    uint64_t xsq[ZS_EXACT_SQ_BANDS]; /* the norm's exact counters, this rank's shards so far */
-    bool xanybad;                    /* some unit's agreed sum is not finite */
-    uint64_t xorder;                 /* a hash of this window's zs_grad_ready order (units' sums start in it) */
-    char xerr[640];                  /* the first sum of this window that every rank ended with an error */
+    struct zs_exact *exact;          /* deterministic mode's exact sums (sharding/exact_state.h), or NULL */
 };
 
 #endif /* ZS_CTX_H */

@@ -52,4 +52,14 @@ float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n);
 /* The working parameters (ctx->pdt) of the same elements. */
 void *zs_unit_working(struct zs_ctx *ctx, int32_t u);
 
+/* This rank's reduced gradient shard of unit u, ctx->gdt elements (valid after flush at a boundary). */
+void *zs_unit_grad_shard(struct zs_ctx *ctx, int32_t u);
+/* Elements [begin, end) of what this rank owns of unit u as one tensor of an optimizer launch; s1, s2 point at
+ * the unit's element 0, disk_p at its fp32 masters when they were paged in from NVMe (else NULL). */
+void zs_unit_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin, int64_t end,
+                    struct zs_optim_tensor *t);
+/* A launch of the config's optimizer over count such tensors. */
+struct zs_optim_launch zs_unit_launch(const struct zs_ctx *ctx, const struct zs_optim_step *s,
+                                      const struct zs_optim_tensor *t, int32_t count);
+
 #endif /* ZS_UNITS_H */

@@ -24,4 +24,10 @@ void zs_offdev_window_end(struct zs_ctx *ctx);
 void *zs_offdev_grads(struct zs_ctx *ctx, int32_t u);           /* where they land on the host */
 void *zs_offdev_slot(struct zs_ctx *ctx, int32_t k);            /* parameter slot k % 2 */
 
+
+/* offload/offload_step.c: the optimizer step from such a device, with the state in the host pool (cpu) or
+ * paged in from NVMe; s: the step's scalars. */
+zs_status zs_offload_step_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s);
+zs_status zs_offload_step_nvme_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s);
+
 #endif /* ZS_OFFLOAD_H */

@@ -298,6 +298,8 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
     st = load_config(ctx, o);
     if (!st)
         st = choose_kernel(ctx);
+    if (!st)
+        st = zs_fetch_open(ctx);
     st = agree_on_config(ctx, st);
     if (!st)
         st = start_comm(ctx);
@@ -365,13 +367,10 @@ zs_status zs_finalize(zs_ctx *ctx)
     }
     for (int32_t p = 0; p < ctx->nparams; p++)
         free(ctx->params[p].name);
-    zs_mem_free_comm(ctx, ZS_MEM_BUFFERS, ctx->arena, (uint64_t)ctx->arena_cap);
+    zs_grads_free(ctx);
     free(ctx->params);
     free(ctx->config_text);
     free(ctx->units);
-    free(ctx->pending);
-    free(ctx->trace);
-    free(ctx->rec);
     /* after a swap timeout the kernel may still write into the pool's slots: leaking it on this fatal
      * path is the safe choice, freeing it could let a late I/O land in reused memory */
     zs_offdev_free(ctx);

@@ -42,7 +42,7 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->master = ctx->mem[ZS_MEM_MASTER];
     out->optimizer = ctx->mem[ZS_MEM_OPTIM] + ctx->mem[ZS_MEM_MASTER];
     out->comm_buffers = ctx->mem[ZS_MEM_BUFFERS] + zs_comm_scratch_bytes(ctx->comm) +
-                        (ctx->xsum ? zs_comm_scratch_bytes(ctx->xsum) : 0);
+                        zs_exact_scratch_bytes(ctx);
     out->swap_buffers = ctx->mem[ZS_MEM_SWAP];
     out->buffers = out->comm_buffers + out->swap_buffers;
     out->live_params = ctx->mem[ZS_MEM_LIVE];

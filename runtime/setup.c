@@ -254,13 +254,7 @@ static zs_status setup_bucket(struct zs_ctx *ctx)
     if (ctx->cfg.zero.stage < 2)
         return ZS_OK;
     bytes = bucket_bytes(ctx, &cap);
-    ctx->arena = zs_mem_alloc_comm(ctx, ZS_MEM_BUFFERS, (uint64_t)bytes);
-    if (!ctx->arena)
-        return ctx->over_budget ? ZS_ERR_NOMEM
-                                : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket",
-                                          (long long)cap);
-    ctx->arena_cap = bytes;
-    return ZS_OK;
+    return zs_grads_bucket_open(ctx, bytes, cap);
 }
 
 /* ---------------------------------------------------------------- the device arena's plan */
@@ -355,11 +349,8 @@ zs_status zs_setup(zs_ctx *ctx)
     }
     for (int32_t p = 0; p < ctx->nparams; p++)
         ctx->numel += (uint64_t)ctx->params[p].numel;
-    if (!ctx->pending) {
-        ctx->pending = calloc((size_t)ctx->nunits, sizeof(int32_t));
-        if (!ctx->pending)
-            return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
-    }
+    if (!ctx->bucket && (st = zs_grads_setup(ctx)))
+        return st;
     st = zs_agree(ctx, zs_offload_setup(ctx)); /* a disk or budget problem on one rank stops them all */
     if (!st)
         st = zs_agree(ctx, open_arena(ctx));

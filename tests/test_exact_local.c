@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "core/ctx.h"
+#include "sharding/exact_state.h"
 #include "sharding/exact_local.h"
 
 static uint64_t rng_state = 0x243f6a8885a308d3ULL;
