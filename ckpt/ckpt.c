@@ -15,18 +15,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt_dir.h"    /* defines: zs_ckpt_begin, zs_ckpt_publish, zs_ckpt_end, zs_ckpt_event */
-#include "ckpt_format.h"
+#include "base/error.h"
+#include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
+#include "kernels/optim.h" /* defines: zs_dtype_name */
 #include "core/ctx.h"
 #include "core/ranks.h"
 #include "core/units.h"
-#include "runtime/runtime.h"
-#include "base/error.h"
-#include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
 #include "offload/nvme_optim.h"
-#include "kernels/optim.h" /* defines: zs_dtype_name */
-#include "safetensors.h"
 #include "offload/swap.h" /* defines: zs_crc32c */
+#include "runtime/runtime.h"
+#include "ckpt_dir.h"    /* defines: zs_ckpt_begin, zs_ckpt_publish, zs_ckpt_end, zs_ckpt_event */
+#include "ckpt_format.h"
+#include "safetensors.h"
 
 #define CKPT_PATH 4096
 

@@ -10,10 +10,10 @@
 #include <stdint.h>
 #include <mpi.h>
 
+#include "device/device.h" /* defines: struct zs_device, struct zs_dev_stream, struct zs_dev_event */
 #include "comm.h"        /* defines: struct zs_comm */
 #include "comm_nccl.h"   /* defines: enum zs_nccl_mode */
 #include "comm_staged.h" /* defines: struct zs_staged */
-#include "device/device.h" /* defines: struct zs_device, struct zs_dev_stream, struct zs_dev_event */
 
 struct zs_coll_req;
 

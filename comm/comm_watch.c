@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "base/clock.h" /* defines: zs_now_s */
-#include "comm_impl.h"
 #include "base/error.h"
+#include "comm_impl.h"
 #include "comm/flight.h" /* defines: zs_flight_signalled */
 
 #define WATCH_POLLS 64    /* polls between reading the clock: a poll is far cheaper than a second */

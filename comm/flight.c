@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "base/clock.h" /* defines: zs_now_s */
-#include "comm/comm.h"
 #include "base/error.h"
+#include "comm/comm.h"
 #include "flight.h"
 #include "comm/shm.h" /* defines: struct zs_shm_desc */
 

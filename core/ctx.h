@@ -9,17 +9,17 @@
 
 #include <mpi.h>
 
+#include "zeroshard.h"
 #include "base/dtype.h"       /* defines: zs_at, zs_dtype_bytes */
+#include "kernels/optim.h"    /* defines: enum zs_kpath, enum zs_kopt */
+#include "kernels/threads.h"  /* defines: struct zs_pool */
+#include "device/arena.h"     /* defines: struct zs_dev_arena */
+#include "device/device.h"    /* defines: struct zs_device */
 #include "comm/coll.h"        /* defines: struct zs_coll, zs_coll_* */
 #include "comm/comm.h"        /* defines: struct zs_comm, zs_comm_* */
 #include "config.h"           /* defines: struct zs_config */
-#include "device/arena.h"     /* defines: struct zs_dev_arena */
-#include "device/device.h"    /* defines: struct zs_device */
-#include "kernels/optim.h"    /* defines: enum zs_kpath, enum zs_kopt */
-#include "kernels/threads.h"  /* defines: struct zs_pool */
 #include "memory.h"           /* defines: enum zs_mem_cat */
 #include "partition.h"        /* defines: struct zs_partition */
-#include "zeroshard.h"
 
 enum zs_gather_state { ZS_GATHER_NONE, ZS_GATHER_PENDING, ZS_GATHER_READY };
 enum zs_grad_state { ZS_GRAD_IDLE, ZS_GRAD_OPEN, ZS_GRAD_REDUCING };

@@ -12,6 +12,17 @@
 const char *const zs_mem_cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "fp32 masters", "optimizer state",
                                                     "gradient bucket", "swap buffers", "gathered parameters" };
 
+/* p (NULL: a failed allocation) counted in its category; the peak of the gathered units is kept too. */
+static void *counted(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
+{
+    if (!p)
+        return NULL;
+    ctx->mem[cat] += bytes;
+    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
+        ctx->peak_live = ctx->mem[cat];
+    return p;
+}
+
 /* From the device arena where the device has one (setup.c: open_arena), else one device allocation. */
 void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 {
@@ -25,12 +36,7 @@ void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
     } else {
         p = ctx->dev.ops->alloc(&ctx->dev, (size_t)bytes);
     }
-    if (!p)
-        return NULL;
-    ctx->mem[cat] += bytes;
-    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
-        ctx->peak_live = ctx->mem[cat];
-    return p;
+    return counted(ctx, cat, p, bytes);
 }
 
 void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes)
@@ -42,12 +48,7 @@ void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat 
     bool admitted = zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]);
     void *p = zs_comm_alloc_agreed(comm, (size_t)bytes, admitted);
 
-    if (!p)
-        return NULL;
-    ctx->mem[cat] += bytes;
-    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
-        ctx->peak_live = ctx->mem[cat];
-    return p;
+    return counted(ctx, cat, p, bytes);
 }
 
 void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
 #include "base/error.h" /* defines: zs_fail, zs_error_prefix */
+#include "device.h"
 
 zs_status zs_device_open(struct zs_device *d, const char *name, const char *key, struct zs_pool *pool,
                          enum zs_kpath kpath, int32_t local_rank, int32_t local_size)

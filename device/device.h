@@ -9,9 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zeroshard.h" /* defines: zs_status, zs_dtype */
 #include "kernels/optim.h"     /* defines: struct zs_optim_step, struct zs_optim_bufs, enum zs_kopt, enum zs_kpath */
 #include "kernels/optim_launch.h" /* defines: struct zs_optim_launch */
-#include "zeroshard.h" /* defines: zs_status, zs_dtype */
 
 #ifdef __cplusplus /* kernels/optim_cuda.cu */
 extern "C" {

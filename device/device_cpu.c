@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
 #include "base/error.h"   /* defines: zs_fail */
 #include "kernels/gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_sumsq, zs_grad_convert */
 #include "kernels/threads.h" /* defines: zs_pool_run */
+#include "device.h"
 
 /* Any non-NULL address serves as a stream or an event handle. */
 static char cpu_token;

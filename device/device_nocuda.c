@@ -1,8 +1,8 @@
 /* device_nocuda.c - linked instead of device_cuda.c when the library is built without the CUDA backend:
  * asking for the GPU is refused by name rather than silently run on the CPU (comm/comm_nccl_none.c does
  * the same for NCCL). */
-#include "device.h"
 #include "base/error.h" /* defines: zs_fail */
+#include "device.h"
 
 static int32_t nocuda_count(void)
 {

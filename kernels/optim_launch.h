@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
-#include "optim.h"     /* defines: struct zs_optim_step, struct zs_optim_bufs, enum zs_kopt */
 #include "zeroshard.h" /* defines: zs_dtype */
+#include "optim.h"     /* defines: struct zs_optim_step, struct zs_optim_bufs, enum zs_kopt */
 
 #ifdef __cplusplus /* optim_cuda.cu */
 extern "C" {

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "core/ctx.h"
 #include "core/units.h"
-#include "base/error.h"
 #include "nvme_optim.h"
 #include "swap.h"
 

@@ -6,13 +6,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/error.h"
 #include "core/ctx.h"
+#include "core/host_pool.h"
 #include "core/memory.h"
 #include "core/units.h"
-#include "offload.h"
-#include "base/error.h"
-#include "core/host_pool.h"
 #include "nvme_optim.h"
+#include "offload.h"
 
 struct placement {
     int stage;

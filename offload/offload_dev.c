@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h" /* defines: zs_fail, zs_error_prefix */
 #include "core/ctx.h"
 #include "core/units.h"
 #include "offdev.h" /* defines: struct zs_offdev */
 #include "offload.h"
-#include "base/error.h" /* defines: zs_fail, zs_error_prefix */
 
 static size_t round64(uint64_t b)
 {

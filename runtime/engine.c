@@ -5,17 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "base/hash.h" /* defines: zs_fnv1a */
 #include "core/ctx.h"
+#include "core/host_pool.h"
 #include "core/memory.h"
 #include "core/ranks.h"
 #include "core/units.h"
-#include "sharding/sharding.h"
-#include "offload/offload.h"
-#include "runtime.h"
-#include "base/error.h"
-#include "core/host_pool.h"
 #include "offload/nvme_optim.h"
+#include "offload/offload.h"
+#include "sharding/sharding.h"
+#include "runtime.h"
 
 /* ---------------------------------------------------------------- cross-rank agreement */
 

@@ -6,14 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "kernels/optim.h" /* defines: zs_dtype_name */
 #include "core/ctx.h"
+#include "core/host_pool.h"
 #include "core/memory.h"
+#include "offload/nvme_optim.h"
 #include "sharding/sharding.h"
 #include "runtime.h"
-#include "base/error.h"
-#include "core/host_pool.h"
-#include "offload/nvme_optim.h"
-#include "kernels/optim.h" /* defines: zs_dtype_name */
 
 /* The formulas, per category, for psi parameters at n ranks. */
 static void expect(const struct zs_config *cfg, uint64_t psi, uint64_t n, zs_memory_report *out)

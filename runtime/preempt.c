@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "core/ctx.h"
 #include "core/ranks.h"
-#include "base/error.h"
 
 static volatile sig_atomic_t term_seen;
 

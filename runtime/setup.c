@@ -4,17 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "base/hash.h" /* defines: zs_fnv1a */
+#include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
 #include "core/ctx.h"
 #include "core/memory.h"
 #include "core/ranks.h"
 #include "core/units.h"
-#include "sharding/sharding.h"
-#include "offload/offload.h"
-#include "runtime.h"
-#include "base/error.h"
-#include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
 #include "offload/nvme_optim.h"
+#include "offload/offload.h"
+#include "sharding/sharding.h"
+#include "runtime.h"
 
 struct reg_summary {
     uint64_t hash;

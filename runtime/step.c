@@ -10,16 +10,16 @@
 #include <time.h>
 
 #include "base/clock.h" /* defines: zs_now_s */
+#include "base/error.h"
+#include "kernels/optim.h"
 #include "core/ctx.h"
 #include "core/ranks.h"
-#include "core/units.h"
-#include "sharding/sharding.h"
-#include "offload/offload.h"
-#include "runtime.h"
-#include "base/error.h"
-#include "offload/nvme_optim.h"
-#include "kernels/optim.h"
 #include "core/schedule.h"
+#include "core/units.h"
+#include "offload/nvme_optim.h"
+#include "offload/offload.h"
+#include "sharding/sharding.h"
+#include "runtime.h"
 
 /* Test hook: ZS_TEST_OVERFLOW=R:B1,B2,... makes rank R see an overflow (an Inf in its gradients) at the
  * accumulation boundaries B1, B2, ... (1 = the first), as fp16 gradients that overflowed there would. */

@@ -45,15 +45,15 @@
 #include <mpi.h>
 
 #include "base/clock.h" /* defines: zs_now_s */
+#include "base/error.h"
+#include "kernels/convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
 #include "core/ctx.h"
 #include "core/memory.h"
 #include "core/ranks.h"
 #include "bucket.h"   /* defines: struct zs_bucket */
+#include "exact_local.h" /* defines: zs_exact_fold, zs_exact_path, zs_xsq_*, XFAST_TARGET */
 #include "exact_state.h" /* defines: struct zs_exact */
 #include "sharding.h"
-#include "base/error.h"
-#include "kernels/convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
-#include "exact_local.h" /* defines: zs_exact_fold, zs_exact_path, zs_xsq_*, XFAST_TARGET */
 
 #define XK 3              /* counters per element */
 #define XW 16             /* bits per band */

@@ -7,13 +7,13 @@
 #include <time.h>
 
 #include "base/clock.h" /* defines: zs_now_s */
+#include "base/error.h"
 #include "core/ctx.h"
 #include "core/memory.h"
 #include "core/ranks.h"
 #include "core/units.h"
-#include "sharding.h"
-#include "base/error.h"
 #include "offload/nvme_optim.h"
+#include "sharding.h"
 
 /* The unit order of one accumulation window, used to prefetch and to decide which released units are worth
  * keeping. */

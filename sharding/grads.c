@@ -6,15 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "kernels/optim.h"   /* defines: zs_dtype_name */
 #include "core/ctx.h"
 #include "core/memory.h"
 #include "core/ranks.h"
 #include "core/units.h" /* defines: zs_unit_grad_shard */
+#include "offload/offload.h"
 #include "bucket.h"   /* defines: struct zs_bucket */
 #include "sharding.h"
-#include "offload/offload.h"
-#include "base/error.h"
-#include "kernels/optim.h"   /* defines: zs_dtype_name */
 
 static bool at_boundary(const struct zs_ctx *ctx)
 {
