@@ -97,7 +97,6 @@ struct zs_ctx {
     struct zs_coll coll;             /* the collectives on dev's buffers, whichever transport */
     bool pool_pinned;                /* the device pinned the host pool (offload.c: zs_offload_pin) */
     struct zs_dev_arena dev_arena;   /* the device's memory, where the host cannot read it in place */
-    struct zs_offdev *off;           /* offloaded optimizer from such a device (offload/offdev.h), or NULL */
     enum zs_kpath kpath;
     enum zs_kopt kopt;               /* the config's optimizer as the kernels name it */
     zs_dtype pdt, cdt, gdt;          /* parameters; reduced gradients; what the optimizer reads (pdt or cdt) */
@@ -113,10 +112,6 @@ struct zs_ctx {
     int32_t nunits, cap_units;
     uint64_t numel, numel_padded;
 
-    struct zs_bucket *bucket;        /* the gradient reductions in flight and their staging (sharding/bucket.h) */
-
-    struct zs_fetch *fetch;          /* stage 3's fetch trace (sharding/fetch.c) */
-
     int64_t micro_step, global_step;
     float pre_scale, post_scale;
     zs_step_stats stats;
@@ -129,7 +124,12 @@ struct zs_ctx {
     uint64_t device_budget;          /* 0: none; else device (non-host) bytes a rank may hold */
     bool over_budget;                /* the last failed allocation hit the budget or the arena (message set) */
     struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */
-    struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload_optimizer.device nvme) */
+
+    /* The state of the folders above, each defined (and owned) by the folder named. */
+    struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload/nvme_optim.h), or NULL */
+    struct zs_offdev *off;           /* offloaded optimizer from such a device (offload/offdev.h), or NULL */
+    struct zs_bucket *bucket;        /* the gradient reductions in flight and their staging (sharding/bucket.h) */
+    struct zs_fetch *fetch;          /* stage 3's fetch trace (sharding/fetch.c) */
     struct zs_exact *exact;          /* deterministic mode's exact sums (sharding/exact_state.h), or NULL */
 };
 
