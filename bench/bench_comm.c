@@ -14,7 +14,7 @@
 #include <mpi.h>
 
 #include "bench.h" /* defines: bench_now, bench_parse_*, bench_opt_value, bench_cmdline, bench_alloc */
-#include "comm.h"  /* defines: zs_comm_init, zs_comm_alloc, zs_comm_reduce_scatter, ..., zs_comm_wait */
+#include "comm/comm.h"  /* defines: zs_comm_init, zs_comm_alloc, zs_comm_reduce_scatter, ..., zs_comm_wait */
 
 #define MAX_SIZES 32
 #define MAX_ITERS 100000

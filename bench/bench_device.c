@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "bench.h"   /* defines: bench_now, bench_parse_*, bench_spread_of */
-#include "device.h"  /* defines: zs_device_open, struct zs_optim_launch */
-#include "threads.h" /* defines: zs_pool_create */
+#include "device/device.h"  /* defines: zs_device_open, struct zs_optim_launch */
+#include "kernels/threads.h" /* defines: zs_pool_create */
 
 const char bench_device_usage[] = "[--device cpu|cuda] [--size N] [--reps R] [--threads T]\n"
                                   "    defaults: cpu, 64M parameters, 20 reps, every online core (cpu only)";

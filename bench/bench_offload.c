@@ -10,7 +10,7 @@
 #include <mpi.h>
 
 #include "bench.h"   /* defines: bench_now, bench_parse_*, bench_spread_of */
-#include "device.h"  /* defines: zs_device_open, the copy ops */
+#include "device/device.h"  /* defines: zs_device_open, the copy ops */
 #include "zeroshard.h"
 
 const char bench_offload_usage[] = "[--device cpu|cuda] [--size N] [--reps R] [--dtype fp32|bf16]\n"

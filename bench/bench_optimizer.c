@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "bench.h"   /* defines: bench_now, bench_parse_*, bench_alloc */
-#include "optim.h"   /* defines: zs_optim_kernel, zs_kpath_*, zs_optim_bytes_per_param, zs_f32_to_bf16 */
-#include "threads.h" /* defines: zs_pool_create, zs_pool_run */
+#include "kernels/optim.h"   /* defines: zs_optim_kernel, zs_kpath_*, zs_optim_bytes_per_param, zs_f32_to_bf16 */
+#include "kernels/threads.h" /* defines: zs_pool_create, zs_pool_run */
 
 #define MAX_SIZES 16
 #define MAX_ROWS (MAX_SIZES * ZS_KOPT_COUNT * 3)

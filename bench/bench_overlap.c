@@ -16,7 +16,7 @@
 #include <mpi.h>
 
 #include "bench.h" /* defines: bench_now, bench_parse_*, bench_cmdline */
-#include "comm.h"  /* defines: zs_comm_init, zs_comm_alloc, zs_comm_all_reduce, zs_comm_test, zs_comm_wait */
+#include "comm/comm.h"  /* defines: zs_comm_init, zs_comm_alloc, zs_comm_all_reduce, zs_comm_test, zs_comm_wait */
 
 #define MAX_REPS 1000
 #define WORK_FLOATS 4096 /* 16 KB: the compute stays in L1/L2 and leaves the memory bus to the collective */

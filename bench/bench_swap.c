@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "bench.h"   /* defines: bench_now, bench_parse_*, bench_opt_value, bench_cmdline */
-#include "optim.h"   /* defines: zs_optim_kernel, zs_kpath_best, struct zs_optim_step */
-#include "swap.h"    /* defines: zs_swap_open, zs_swap_reserve, zs_swap_register, zs_swap_read/write/wait */
-#include "threads.h" /* defines: zs_pool_create, zs_pool_run */
+#include "kernels/optim.h"   /* defines: zs_optim_kernel, zs_kpath_best, struct zs_optim_step */
+#include "offload/swap.h"    /* defines: zs_swap_open, zs_swap_reserve, zs_swap_register, zs_swap_read/write/wait */
+#include "kernels/threads.h" /* defines: zs_pool_create, zs_pool_run */
 
 #define XFER_BYTES ((int64_t)64 << 20) /* one transfer: what one zs_swap_write/read call moves */
 #define MAX_BUFS 16

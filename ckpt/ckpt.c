@@ -15,15 +15,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/error.h"
+#include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
+#include "kernels/optim.h" /* defines: zs_dtype_name */
+#include "core/ctx.h"
+#include "core/ranks.h"
+#include "core/units.h"
+#include "offload/nvme_optim.h"
+#include "offload/swap.h" /* defines: zs_crc32c */
+#include "runtime/runtime.h"
 #include "ckpt_dir.h"    /* defines: zs_ckpt_begin, zs_ckpt_publish, zs_ckpt_end, zs_ckpt_event */
 #include "ckpt_format.h"
-#include "engine.h"
-#include "error.h"
-#include "convert.h" /* defines: zs_cvt_from_f32 */
-#include "nvme_optim.h"
-#include "optim.h" /* defines: zs_dtype_name */
 #include "safetensors.h"
-#include "swap.h" /* defines: zs_crc32c */
 
 #define CKPT_PATH 4096
 
@@ -74,7 +77,7 @@ static zs_status view_down(struct zs_ctx *ctx, struct unit_view *v, void **p, bo
     h = malloc(bytes ? bytes : 1);
     if (!h)
         return zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory staging %zu bytes from the device", bytes);
-    st = zs_dev_copy(ctx, h, false, *p, true, bytes);
+    st = zs_device_copy(&ctx->dev, h, false, *p, true, bytes);
     v->copy[v->ncopy].host = h;
     v->copy[v->ncopy].dev = *p;
     v->copy[v->ncopy++].bytes = bytes;
@@ -89,7 +92,7 @@ static zs_status view_done(struct zs_ctx *ctx, struct unit_view *v, bool write_b
 
     for (int i = 0; i < v->ncopy; i++) {
         if (write_back && !st)
-            st = zs_dev_copy(ctx, v->copy[i].dev, true, v->copy[i].host, false, v->copy[i].bytes);
+            st = zs_device_copy(&ctx->dev, v->copy[i].dev, true, v->copy[i].host, false, v->copy[i].bytes);
         free(v->copy[i].host);
     }
     v->ncopy = 0;

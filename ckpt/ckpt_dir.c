@@ -14,9 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/error.h"       /* defines: zs_fail */
 #include "ckpt_dir.h"
 #include "ckpt_format.h" /* defines: ZS_CKPT_LATEST, ZS_CKPT_LOCK, zs_ckpt_read_latest */
-#include "error.h"       /* defines: zs_fail */
 
 #define REMOVE_DEPTH 4 /* our directories hold plain files; anything deeper is not ours to walk */
 

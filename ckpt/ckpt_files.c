@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "offload/swap.h"          /* defines: zs_crc32c */
 #include "ckpt_format.h"   /* defines: struct zs_ckpt_manifest, zs_ckpt_manifest_parse */
-#include "swap.h"          /* defines: zs_crc32c */
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint data files are little-endian fp32 read in place: a big-endian host needs byte swaps here"

@@ -12,7 +12,7 @@
 
 #include <jansson.h>       /* defines: json_loadb */
 
-#include "convert.h"       /* defines: zs_cvt_f16_f32, zs_cvt_bf16_f32 */
+#include "kernels/convert.h"       /* defines: zs_cvt_f16_f32, zs_cvt_bf16_f32 */
 #include "safetensors.h"   /* defines: struct zs_st_tensor */
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

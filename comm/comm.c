@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
+#include "kernels/convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
+#include "kernels/copy.h"    /* defines: zs_copy_stream */
 #include "comm.h"
 #include "comm_impl.h" /* defines: struct zs_comm, struct zs_comm_req, piece_tag, zs_comm_check_progress */
-#include "convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
-#include "copy.h"    /* defines: zs_copy_stream */
-#include "error.h"
-#include "flight.h" /* defines: zs_flight_op_start, zs_flight_op_end, zs_flight_write */
+#include "comm/flight.h" /* defines: zs_flight_op_start, zs_flight_op_end, zs_flight_write */
 #include "shm.h"
 
 int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)

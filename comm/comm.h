@@ -142,7 +142,7 @@ zs_status zs_comm_allgather_bytes(struct zs_comm *c, const void *mine, void *all
 struct zs_shm;
 zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, const char *what,
                               const struct zs_shm *live);
-/* The flight recorder (runtime/flight.h) of this rank; zs_comm_flight_dump writes it now. */
+/* The flight recorder (flight.h) of this rank; zs_comm_flight_dump writes it now. */
 struct zs_flight *zs_comm_flight(const struct zs_comm *c);
 void zs_comm_flight_dump(struct zs_comm *c, const char *why);
 

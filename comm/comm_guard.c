@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"
 #include "comm_impl.h"
-#include "error.h"
 
 zs_status zs_comm_mpi_fail(int rc, const char *what, int peer)
 {

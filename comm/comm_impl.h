@@ -1,6 +1,6 @@
 /* comm_impl.h - what the two halves of the collectives share: the request and comm structures, the tag
  * layout, and the functions of comm_guard.c (what keeps the ranks in step: the cross-rank check of every
- * operation, failures that free nothing still pending, the test hooks). Internal to runtime/. */
+ * operation, failures that free nothing still pending, the test hooks). Internal to comm/. */
 #ifndef ZS_COMM_IMPL_H
 #define ZS_COMM_IMPL_H
 

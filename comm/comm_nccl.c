@@ -7,8 +7,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "comm_cuda.h" /* defines: zs_cuda_sum_ranks, zs_cuda_scale */
-#include "error.h"     /* defines: zs_fail, zs_error_prefix */
+#include "base/error.h"     /* defines: zs_fail, zs_error_prefix */
+#include "kernels/comm_cuda.h" /* defines: zs_cuda_sum_ranks, zs_cuda_scale */
 #include "comm_nccl.h"
 
 /* The NCCL functions used, resolved from libnccl.so.2 when a communicator is first made. */

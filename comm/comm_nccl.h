@@ -3,8 +3,8 @@
  * reductions: ZS_NCCL_FAST is NCCL's own reduce-scatter (its summation order, the fastest), and
  * ZS_NCCL_ORDERED moves the chunks with grouped send/recv and sums them in rank order with
  * kernels/comm_cuda.cu, so a GPU reduction gives comm/comm.c's bits. All-reduce is reduce-scatter then
- * all-gather, as on the CPU, so stage 0 equals stages 1-3. The engine (runtime/devio.c) uses the ordered mode
- * when every rank has a GPU of its own, the fast one when zeroshard.device_comm says "nccl" (device_nocuda.c
+ * all-gather, as on the CPU, so stage 0 equals stages 1-3. The engine (comm/coll.c) uses the ordered mode
+ * when every rank has a GPU of its own, the fast one when zeroshard.device_comm says "nccl" (comm_nccl_none.c
  * stands in without the CUDA backend). */
 #ifndef ZS_COMM_NCCL_H
 #define ZS_COMM_NCCL_H

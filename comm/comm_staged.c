@@ -1,6 +1,6 @@
 /* comm_staged.c - host-staged collectives on device buffers (see comm_staged.h). */
+#include "base/error.h" /* defines: zs_fail, zs_error_prefix */
 #include "comm_staged.h"
-#include "error.h" /* defines: zs_fail, zs_error_prefix */
 
 static size_t esz(zs_dtype dt) { return dt == ZS_DTYPE_FP32 ? 4 : 2; }
 

@@ -10,8 +10,8 @@
 
 #include <stdbool.h>
 
+#include "device/device.h" /* defines: struct zs_device, struct zs_dev_stream */
 #include "comm.h"
-#include "device.h" /* defines: struct zs_device, struct zs_dev_stream */
 
 /* The operation in flight: comm.c's request, and where its result goes up when it lands. */
 struct zs_staged_op {

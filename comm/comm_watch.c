@@ -6,25 +6,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/clock.h" /* defines: zs_now_s */
+#include "base/error.h"
 #include "comm_impl.h"
-#include "error.h"
-#include "flight.h" /* defines: zs_flight_signalled */
+#include "comm/flight.h" /* defines: zs_flight_signalled */
 
 #define WATCH_POLLS 64    /* polls between reading the clock: a poll is far cheaper than a second */
 #define WATCH_LIVE_S 1.0  /* how often a wait checks that its local peers still exist */
 #define WATCH_RANKS 16    /* ranks named in a message before "..." */
 
-static double now_s(void)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 void zs_watch_start(struct zs_watch *w)
 {
-    w->start = w->live_at = now_s();
+    w->start = w->live_at = zs_now_s();
     w->polls = 0;
 }
 
@@ -182,7 +175,7 @@ zs_status zs_comm_watch(struct zs_comm *c, struct zs_watch *w, struct zs_comm_re
         zs_comm_flight_dump(c, "SIGUSR1");
     if (++w->polls % WATCH_POLLS)
         return ZS_OK;
-    t = now_s();
+    t = zs_now_s();
     waited = t - w->start;
     if (c->shm && t - w->live_at >= WATCH_LIVE_S) {
         int64_t pid = 0;
@@ -214,7 +207,7 @@ zs_status zs_comm_mpi_wait(struct zs_comm *c, MPI_Request *r, const char *what)
 zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, const char *what,
                               const struct zs_shm *live)
 {
-    double start = now_s(), live_at = start;
+    double start = zs_now_s(), live_at = start;
     int flag = 0;
 
     for (uint32_t spins = 1;; spins++) {
@@ -224,7 +217,7 @@ zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, co
         if (flag)
             return ZS_OK;
         if (spins % WATCH_POLLS == 0) {
-            double t = now_s();
+            double t = zs_now_s();
             int64_t pid = 0;
             int32_t dead = live && t - live_at >= WATCH_LIVE_S ? zs_shm_gone(live, &pid) : -1;
             if (live && t - live_at >= WATCH_LIVE_S)

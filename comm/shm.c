@@ -9,7 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "base/error.h"
 #include "comm.h" /* defines: zs_mpi_wait_timeout, ZS_TIMEOUT_DEFAULT */
 #include "shm.h"
 

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"  /* defines: zs_fail */
 #include "arena.h"
 #include "device.h" /* defines: struct zs_device, its ops */
-#include "error.h"  /* defines: zs_fail */
 
 /* ---------------------------------------------------------------- the sub-allocator */
 

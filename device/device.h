@@ -9,8 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "optim.h"     /* defines: struct zs_optim_step, struct zs_optim_bufs, enum zs_kopt, enum zs_kpath */
 #include "zeroshard.h" /* defines: zs_status, zs_dtype */
+#include "kernels/optim.h"     /* defines: struct zs_optim_step, struct zs_optim_bufs, enum zs_kopt, enum zs_kpath */
+#include "kernels/optim_launch.h" /* defines: struct zs_optim_launch */
 
 #ifdef __cplusplus /* kernels/optim_cuda.cu */
 extern "C" {
@@ -24,22 +25,6 @@ struct zs_dev_event;
 
 enum zs_dev_kind { ZS_DEV_CPU, ZS_DEV_CUDA };
 enum zs_copy_dir { ZS_COPY_H2D, ZS_COPY_D2H, ZS_COPY_D2D };
-
-/* One tensor of a multi-tensor optimizer launch: n elements of each array in bufs. */
-struct zs_optim_tensor {
-    struct zs_optim_bufs bufs;
-    int64_t n;
-};
-
-/* Every tensor gets the same optimizer, dtypes and step scalars; the tensors are independent, so the
- * order the device visits them in never changes a bit. */
-struct zs_optim_launch {
-    enum zs_kopt opt;
-    zs_dtype pdt, gdt;
-    const struct zs_optim_step *step;
-    const struct zs_optim_tensor *t;
-    int32_t count;
-};
 
 struct zs_device;
 
@@ -116,16 +101,15 @@ extern const struct zs_device_ops zs_device_cuda_ops; /* device_cuda.c, or devic
 zs_status zs_device_open(struct zs_device *d, const char *name, const char *key, struct zs_pool *pool,
                          enum zs_kpath kpath, int32_t local_rank, int32_t local_size);
 void zs_device_close(struct zs_device *d);
+/* A host <-> device copy, complete on return (dst_dev / src_dev: which side is device memory; host to host is
+ * a memmove), on the compute stream after what it had queued. */
+zs_status zs_device_copy(struct zs_device *d, void *dst, bool dst_dev, const void *src, bool src_dev, size_t bytes);
 
 /* Test hooks of the separate device (its pins are one registry per process): whether [p, p + bytes) lies inside
  * one range pinned through it; how many ranges are pinned now, -1 once an unregister named no pinned range.
  * ZS_TEST_PIN_FAIL=1 makes it refuse every pin, as a GPU refuses one over the locked-memory limit. */
 bool zs_device_separate_pinned(const void *p, size_t bytes);
 int zs_device_separate_pin_count(void);
-
-/* The CUDA optimizer kernels (kernels/optim_cuda.cu): every tensor of l in one launch on `stream` (a
- * cudaStream_t). 0, or the cudaError_t of the launch. */
-int zs_cuda_optim_launch(const struct zs_optim_launch *l, void *stream);
 
 #ifdef __cplusplus
 }

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/error.h"   /* defines: zs_fail */
+#include "kernels/gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_sumsq, zs_grad_convert */
+#include "kernels/threads.h" /* defines: zs_pool_run */
 #include "device.h"
-#include "error.h"   /* defines: zs_fail */
-#include "gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_sumsq, zs_grad_convert */
-#include "threads.h" /* defines: zs_pool_run */
 
 /* Any non-NULL address serves as a stream or an event handle. */
 static char cpu_token;

@@ -3,9 +3,9 @@
  * backend (CMakeLists.txt); plain C against the CUDA runtime API. */
 #include <cuda_runtime_api.h>
 
+#include "base/error.h" /* defines: zs_fail */
+#include "kernels/gradops.h" /* defines: zs_cuda_grad_accumulate, zs_cuda_grad_scale, zs_cuda_grad_convert, zs_cuda_grad_sumsq */
 #include "device.h"
-#include "error.h" /* defines: zs_fail */
-#include "gradops.h" /* defines: zs_cuda_grad_accumulate, zs_cuda_grad_scale, zs_cuda_grad_convert, zs_cuda_grad_sumsq */
 
 static zs_status cuda_fail(cudaError_t e, const char *what)
 {

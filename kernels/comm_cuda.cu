@@ -2,10 +2,10 @@
  * kernels' flags (no contraction, no flush to zero), so the sum is comm/comm.c's, bit for bit. */
 #include <cuda_runtime.h>
 
+#include "zeroshard.h" /* defines: ZS_DTYPE_* */
 #include "comm_cuda.h"
 #include "convert.h"   /* defines: zs_cvt_* */
 #include "cuda_launch.h" /* defines: ZS_LAUNCH */
-#include "zeroshard.h" /* defines: ZS_DTYPE_* */
 
 enum { THREADS = 256 };
 

@@ -1,7 +1,7 @@
 /* gradops.c - the CPU forms of gradops.h: what grads.c and step.c always did, in 256-element blocks
  * through fp32 for the 16-bit dtypes. */
-#include "gradops.h"
 #include "convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
+#include "gradops.h"
 #include "optim.h"   /* defines: zs_sumsq_ref */
 
 #define BLK 256

@@ -5,8 +5,8 @@
 #include <cuda_runtime.h>
 
 #include "cuda_launch.h" /* defines: ZS_LAUNCH */
-#include "device.h" /* defines: struct zs_optim_launch, zs_cuda_optim_launch */
 #include "optim_elem.h" /* defines: zs_adam_elem, zs_sgd_elem, zs_lion_elem, zs_adagrad_elem */
+#include "optim_launch.h" /* defines: struct zs_optim_launch, zs_cuda_optim_launch */
 
 /* The tensor list travels by value as the kernel's parameter (under the 4 KiB every GPU accepts), so a
  * launch needs no device allocation and no copy of its own. */

@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
+#include "base/error.h"
+#include "core/ctx.h"
+#include "core/units.h"
 #include "nvme_optim.h"
 #include "swap.h"
 

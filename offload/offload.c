@@ -6,30 +6,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
-#include "error.h"
-#include "host_pool.h"
+#include "base/error.h"
+#include "core/ctx.h"
+#include "core/host_pool.h"
+#include "core/memory.h"
+#include "core/units.h"
 #include "nvme_optim.h"
-
-bool zs_offload_optimizer_on_host(const struct zs_ctx *ctx)
-{
-    return ctx->cfg.zero.stage >= 1 && ctx->cfg.zero.offload_optimizer.device == ZS_OFFLOAD_CPU;
-}
-
-bool zs_offload_optimizer_on_nvme(const struct zs_ctx *ctx)
-{
-    return ctx->cfg.zero.stage >= 1 && ctx->cfg.zero.offload_optimizer.device == ZS_OFFLOAD_NVME;
-}
-
-bool zs_offload_params_on_nvme(const struct zs_ctx *ctx)
-{
-    return ctx->cfg.zero.stage == 3 && ctx->cfg.zero.offload_param.device == ZS_OFFLOAD_NVME;
-}
-
-bool zs_offload_params_on_host(const struct zs_ctx *ctx)
-{
-    return ctx->cfg.zero.stage == 3 && ctx->cfg.zero.offload_param.device == ZS_OFFLOAD_CPU;
-}
+#include "offload.h"
 
 struct placement {
     int stage;
@@ -76,18 +59,6 @@ static const char *describe(struct placement pl, char *buf, size_t len)
     snprintf(buf, len, "stage %d%s%s%s%s", pl.stage, pl.opt_host ? " with offload_optimizer " : "",
              pl.opt_host ? dev : "", pl.param_host ? (pl.opt_host ? " and offload_param " : " with offload_param ") : "",
              pl.param_host ? dev : "");
-    return buf;
-}
-
-/* 1.50 GiB, 12.0 MiB, 44.0 KiB: enough digits to compare a need with a budget. */
-static const char *human(uint64_t b, char *buf, size_t len)
-{
-    if (b >= (1ull << 30))
-        snprintf(buf, len, "%.2f GiB", (double)b / (double)(1ull << 30));
-    else if (b >= (1ull << 20))
-        snprintf(buf, len, "%.1f MiB", (double)b / (double)(1ull << 20));
-    else
-        snprintf(buf, len, "%.1f KiB", (double)b / 1024.0);
     return buf;
 }
 
@@ -143,15 +114,15 @@ static zs_status check_ram(struct zs_ctx *ctx, struct placement now)
         if (n > share)
             continue;
         return zs_fail(ZS_ERR_NOMEM, "out of memory: %s needs %s per rank, but this node's %s of RAM gives each of "
-                       "its %d ranks %s; %s would need %s", describe(now, a, sizeof(a)), human(need, h1, sizeof(h1)),
-                       human(ram, h2, sizeof(h2)), local, human(share, h3, sizeof(h3)),
-                       describe(options[i], b, sizeof(b)), human(n, h4, sizeof(h4)));
+                       "its %d ranks %s; %s would need %s", describe(now, a, sizeof(a)), zs_mem_human(need, h1, sizeof(h1)),
+                       zs_mem_human(ram, h2, sizeof(h2)), local, zs_mem_human(share, h3, sizeof(h3)),
+                       describe(options[i], b, sizeof(b)), zs_mem_human(n, h4, sizeof(h4)));
     }
     return zs_fail(ZS_ERR_NOMEM, "out of memory: %s needs %s per rank, but this node's %s of RAM gives each of its "
                    "%d ranks %s, and even stage 3 with both offloads on NVMe needs %s with this config's buffers (lower "
                    "stage3_max_live_parameters and reduce_bucket_size, or add ranks or nodes)",
-                   describe(now, a, sizeof(a)), human(need, h1, sizeof(h1)), human(ram, h2, sizeof(h2)), local,
-                   human(share, h3, sizeof(h3)), human(ram_need(ctx, options[6]), h4, sizeof(h4)));
+                   describe(now, a, sizeof(a)), zs_mem_human(need, h1, sizeof(h1)), zs_mem_human(ram, h2, sizeof(h2)), local,
+                   zs_mem_human(share, h3, sizeof(h3)), zs_mem_human(ram_need(ctx, options[6]), h4, sizeof(h4)));
 }
 
 static zs_status check_budget(struct zs_ctx *ctx)
@@ -175,35 +146,15 @@ static zs_status check_budget(struct zs_ctx *ctx)
         uint64_t n = device_need(ctx, options[i]);
         if (n <= ctx->device_budget)
             return zs_fail(ZS_ERR_NOMEM, "out of device memory: %s needs %s per rank, the budget is %s; %s would need %s",
-                           describe(now, a, sizeof(a)), human(need, h1, sizeof(h1)),
-                           human(ctx->device_budget, h2, sizeof(h2)), describe(options[i], b, sizeof(b)),
-                           human(n, h3, sizeof(h3)));
+                           describe(now, a, sizeof(a)), zs_mem_human(need, h1, sizeof(h1)),
+                           zs_mem_human(ctx->device_budget, h2, sizeof(h2)), describe(options[i], b, sizeof(b)),
+                           zs_mem_human(n, h3, sizeof(h3)));
     }
     return zs_fail(ZS_ERR_NOMEM,
                    "out of device memory: %s needs %s per rank, the budget is %s, and even stage 3 with both offloads "
                    "needs %s (lower stage3_max_live_parameters or reduce_bucket_size, or add ranks)",
-                   describe(now, a, sizeof(a)), human(need, h1, sizeof(h1)), human(ctx->device_budget, h2, sizeof(h2)),
-                   human(device_need(ctx, options[6]), h3, sizeof(h3)));
-}
-
-bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what)
-{
-    uint64_t used = 0;
-
-    ctx->over_budget = false;
-    if (!ctx->device_budget)
-        return true;
-    for (int c = 0; c < ZS_MEM_NCAT; c++)
-        used += ctx->mem[c];
-    used -= ctx->mem_host;
-    if (used + bytes <= ctx->device_budget)
-        return true;
-    char h1[32], h2[32], h3[32];
-    ctx->over_budget = true;
-    zs_fail(ZS_ERR_NOMEM, "out of device memory: %s need %s more, %s of the %s budget are in use "
-            "(lower stage3_max_live_parameters or stage3_prefetch_bucket_size)", what, human(bytes, h1, sizeof(h1)),
-            human(used, h2, sizeof(h2)), human(ctx->device_budget, h3, sizeof(h3)));
-    return false;
+                   describe(now, a, sizeof(a)), zs_mem_human(need, h1, sizeof(h1)), zs_mem_human(ctx->device_budget, h2, sizeof(h2)),
+                   zs_mem_human(device_need(ctx, options[6]), h3, sizeof(h3)));
 }
 
 /* Host bytes the offload settings put in the pool: optimizer state (m, v) of this rank's shards, and
@@ -270,17 +221,6 @@ zs_status zs_offload_setup(struct zs_ctx *ctx)
             zs_log("rank %d: optimizer state on NVMe: %s", ctx->rank, zs_nvme_optim_describe(ctx->nvme));
     }
     return ZS_OK;
-}
-
-void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
-{
-    void *p = zs_host_pool_alloc(ctx->host, bytes);
-
-    if (p) {
-        ctx->mem[cat] += bytes;
-        ctx->mem_host += bytes;
-    }
-    return p;
 }
 
 /* Asynchronous copies between a GPU and pageable memory go through the driver's own bounce buffers; pinned,

@@ -1,13 +1,16 @@
 /* offload_dev.c - ZeRO-Offload from a device the host cannot read in place (offload_optimizer cpu or nvme
  * with zeroshard.device cuda): the pinned host staging that each unit's reduced gradients stream down into as soon
  * as its last reduction of the window lands (sharding/grads.c), while backward goes on, and the two parameter
- * slots through which runtime/step.c's pipeline steps unit k on the CPU while unit k+1's parameters come down
+ * slots through which offload_step.c's pipeline steps unit k on the CPU while unit k+1's parameters come down
  * and unit k-1's go up (with nvme: slice by slice of the swapper's sub-groups). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h" /* defines: zs_fail, zs_error_prefix */
+#include "base/error.h" /* defines: zs_fail, zs_error_prefix */
+#include "core/ctx.h"
+#include "core/units.h"
+#include "offdev.h" /* defines: struct zs_offdev */
+#include "offload.h"
 
 static size_t round64(uint64_t b)
 {
@@ -28,13 +31,16 @@ static zs_status off_fail(zs_status st, const char *what)
 
 zs_status zs_offdev_setup(struct zs_ctx *ctx)
 {
-    struct zs_offdev *o = &ctx->off;
+    struct zs_offdev *o;
     struct zs_device *d = &ctx->dev;
     size_t slot = 64, grads = 0;
     zs_status st;
 
     if (d->host_access || (!zs_offload_optimizer_on_host(ctx) && !zs_offload_optimizer_on_nvme(ctx)))
         return ZS_OK;
+    o = ctx->off = calloc(1, sizeof(*o));
+    if (!o)
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
     o->grad_at = calloc((size_t)(ctx->nunits ? ctx->nunits : 1), sizeof(*o->grad_at));
     o->grad_down = calloc((size_t)(ctx->nunits ? ctx->nunits : 1), sizeof(*o->grad_down));
     if (!o->grad_at || !o->grad_down)
@@ -64,12 +70,12 @@ zs_status zs_offdev_setup(struct zs_ctx *ctx)
 
 void zs_offdev_free(struct zs_ctx *ctx)
 {
-    struct zs_offdev *o = &ctx->off;
+    struct zs_offdev *o = ctx->off;
     struct zs_device *d = &ctx->dev;
-    struct zs_dev_event *ev[4] = { o->ev_grad, o->ev_up[0], o->ev_up[1], o->ev_done };
 
-    if (!d->ops)
+    if (!o || !d->ops)
         return;
+    struct zs_dev_event *ev[4] = { o->ev_grad, o->ev_up[0], o->ev_up[1], o->ev_done };
     /* copies may still read or fill the staging */
     if (o->down)
         d->ops->stream_sync(d, o->down);
@@ -89,36 +95,38 @@ void zs_offdev_free(struct zs_ctx *ctx)
     }
     free(o->grad_at);
     free(o->grad_down);
-    memset(o, 0, sizeof(*o));
+    free(o);
+    ctx->off = NULL;
 }
 
 void *zs_offdev_grads(struct zs_ctx *ctx, int32_t u)
 {
-    return (char *)ctx->off.buf + 2 * ctx->off.slot + ctx->off.grad_at[u];
+    return (char *)ctx->off->buf + 2 * ctx->off->slot + ctx->off->grad_at[u];
 }
 
 void *zs_offdev_slot(struct zs_ctx *ctx, int32_t k)
 {
-    return (char *)ctx->off.buf + (size_t)(k & 1) * ctx->off.slot;
+    return (char *)ctx->off->buf + (size_t)(k & 1) * ctx->off->slot;
 }
 
-/* Unit u's gradients are final for this window (its last reduction folded in, on the compute stream): they
- * go down on the copy stream after that work, and the step finds them on the host. */
-zs_status zs_offdev_grads_final(struct zs_ctx *ctx, int32_t u)
+/* Unit u's gradients (shard: this rank's reduced part, on the device) are final for this window (its last
+ * reduction folded in, on the compute stream): they go down on the copy stream after that work, and the
+ * step finds them on the host. */
+zs_status zs_offdev_grads_final(struct zs_ctx *ctx, int32_t u, const void *shard)
 {
-    struct zs_offdev *o = &ctx->off;
+    struct zs_offdev *o = ctx->off;
     struct zs_device *d = &ctx->dev;
     struct zs_unit *un = &ctx->units[u];
     size_t bytes = (size_t)owned(ctx, un) * zs_dtype_bytes(ctx->gdt);
     zs_status st;
 
-    if (!o->buf || o->grad_down[u])
+    if (!o || !o->buf || o->grad_down[u])
         return ZS_OK;
     st = d->ops->event_record(d, o->ev_grad, d->compute);
     if (!st)
         st = d->ops->stream_wait(d, o->down, o->ev_grad);
     if (!st && bytes)
-        st = d->ops->copy(d, zs_offdev_grads(ctx, u), zs_grads_shard(ctx, u), bytes, ZS_COPY_D2H, o->down);
+        st = d->ops->copy(d, zs_offdev_grads(ctx, u), shard, bytes, ZS_COPY_D2H, o->down);
     if (st) {
         zs_error_prefix("offloaded optimizer: gradients of unit '%s' down", un->name);
         return st;
@@ -129,6 +137,6 @@ zs_status zs_offdev_grads_final(struct zs_ctx *ctx, int32_t u)
 
 void zs_offdev_window_end(struct zs_ctx *ctx)
 {
-    if (ctx->off.grad_down)
-        memset(ctx->off.grad_down, 0, (size_t)ctx->nunits * sizeof(*ctx->off.grad_down));
+    if (ctx->off && ctx->off->grad_down)
+        memset(ctx->off->grad_down, 0, (size_t)ctx->nunits * sizeof(*ctx->off->grad_down));
 }

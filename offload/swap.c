@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h" /* defines: zs_now_s */
 #include "swap.h"
 
 #define SWAP_ALIGN 4096u
@@ -234,14 +235,6 @@ static void io_complete(struct zs_swap *s, struct io_rec *r, int res)
     s->inflight--;
 }
 
-static double seconds(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The oldest I/O in flight (lowest ticket, then offset): what a timeout names. */
 static const struct io_rec *oldest_busy(const struct zs_swap *s)
 {
@@ -277,7 +270,7 @@ static int ring_wait(struct zs_swap *s)
 {
     struct __kernel_timespec ts = {.tv_sec = 0, .tv_nsec = SWAP_POLL_NS};
     struct io_uring_cqe *cqe;
-    double t0 = seconds();
+    double t0 = zs_now_s();
     int rc;
 
     rc = ring_enter(s, 0);
@@ -291,8 +284,8 @@ static int ring_wait(struct zs_swap *s)
             s->broken = rc;
             return swap_fail(s, rc, "%s: io_uring wait failed: %s", s->path, strerror(-rc));
         }
-        if (seconds() - t0 >= s->timeout_s)
-            return swap_timeout(s, seconds() - t0);
+        if (zs_now_s() - t0 >= s->timeout_s)
+            return swap_timeout(s, zs_now_s() - t0);
     }
 }
 
@@ -479,10 +472,10 @@ static int swap_wait(struct zs_swap *s, uint64_t ticket);
 
 int zs_swap_wait(struct zs_swap *s, uint64_t ticket)
 {
-    double t0 = seconds();
+    double t0 = zs_now_s();
     int rc = swap_wait(s, ticket);
 
-    s->waited += seconds() - t0;
+    s->waited += zs_now_s() - t0;
     return rc;
 }
 

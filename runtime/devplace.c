@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"     /* defines: zs_fail, zs_log */
-#include "placement.h" /* defines: zs_place_near_pci_here */
+#include "base/error.h"     /* defines: zs_fail, zs_log */
+#include "device/placement.h" /* defines: zs_place_near_pci_here */
+#include "core/ctx.h"
+#include "core/ranks.h"
+#include "runtime.h"
 
 /* The node's ranks near the same cores (ranks whose GPUs hang off one package) split them: this rank's slice
  * index among them, and their count. Collective over the node. */

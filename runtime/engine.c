@@ -5,86 +5,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
-#include "host_pool.h"
-#include "nvme_optim.h"
-
-/* ---------------------------------------------------------------- accounted memory */
-
-const char *const zs_mem_cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "fp32 masters", "optimizer state",
-                                                    "gradient bucket", "swap buffers", "gathered parameters" };
-
-/* From the device arena where the device has one (setup.c: open_arena), else one device allocation. */
-void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
-{
-    void *p;
-
-    if (!zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]))
-        return NULL;
-    if (ctx->dev_arena.open) {
-        p = zs_dev_arena_alloc(&ctx->dev_arena, (int32_t)cat, bytes);
-        ctx->over_budget = !p; /* the arena's message names the region and the sizes */
-    } else {
-        p = ctx->dev.ops->alloc(&ctx->dev, (size_t)bytes);
-    }
-    if (!p)
-        return NULL;
-    ctx->mem[cat] += bytes;
-    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
-        ctx->peak_live = ctx->mem[cat];
-    return p;
-}
-
-void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes)
-{
-    if (!ctx->dev.host_access) /* peers reach device buffers through the collectives' staging, not in place */
-        return zs_mem_alloc(ctx, cat, bytes);
-    /* The budget is this rank's; the shared heap is the node's: a refusal here is put to the node, so
-     * that no peer allocates (or grows the heap, a collective) without this rank. */
-    bool admitted = zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]);
-    void *p = zs_comm_alloc_agreed(comm, (size_t)bytes, admitted);
-
-    if (!p)
-        return NULL;
-    ctx->mem[cat] += bytes;
-    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
-        ctx->peak_live = ctx->mem[cat];
-    return p;
-}
-
-void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
-{
-    return zs_mem_alloc_on(ctx, ctx->comm, cat, bytes);
-}
-
-void zs_mem_free_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, void *p, uint64_t bytes)
-{
-    if (!p)
-        return;
-    if (!ctx->dev.host_access) {
-        zs_mem_free(ctx, cat, p, bytes);
-        return;
-    }
-    zs_comm_release(comm, p);
-    ctx->mem[cat] -= bytes;
-}
-
-void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
-{
-    zs_mem_free_on(ctx, ctx->comm, cat, p, bytes);
-}
-
-void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
-{
-    if (!p)
-        return;
-    if (!ctx->dev_arena.open)
-        ctx->dev.ops->free(&ctx->dev, p);
-    else if (zs_dev_arena_free(&ctx->dev_arena, (int32_t)cat, p, bytes) && !ctx->quiet)
-        zs_log("rank %d: warning: %s", ctx->rank, zs_last_error()); /* an engine bug; the arena frees it at finalize */
-    ctx->mem[cat] -= bytes;
-}
+#include "base/error.h"
+#include "base/hash.h" /* defines: zs_fnv1a */
+#include "core/ctx.h"
+#include "core/host_pool.h"
+#include "core/memory.h"
+#include "core/ranks.h"
+#include "core/units.h"
+#include "offload/nvme_optim.h"
+#include "offload/offload.h"
+#include "sharding/sharding.h"
+#include "runtime.h"
 
 /* ---------------------------------------------------------------- cross-rank agreement */
 
@@ -102,66 +33,6 @@ const char *zs_optim_name(int t)
     static const char *const names[] = { "Adam", "AdamW", "SGD", "Lion", "Adagrad" };
 
     return t >= 0 && t < (int)(sizeof(names) / sizeof(names[0])) ? names[t] : "?";
-}
-
-/* The votes are MPI's nonblocking collectives under the watchdog's deadline: before the comm exists the
- * config's timeout (or ZS_TIMEOUT, or the default when this rank's config did not parse). */
-double zs_wait_limit_s(const struct zs_ctx *ctx)
-{
-    struct zs_comm_opts o;
-    char err[256];
-    double t = ctx->cfg.zs.timeout_s > 0 ? ctx->cfg.zs.timeout_s : ZS_TIMEOUT_DEFAULT;
-
-    if (zs_comm_opts_from_env(&o, err, sizeof(err)) == 0 && o.timeout_env)
-        t = o.timeout_s;
-    return t;
-}
-
-zs_status zs_vote_wait(struct zs_ctx *ctx, MPI_Request *r, const char *what)
-{
-    if (!zs_mpi_wait_timeout(r, zs_wait_limit_s(ctx), ctx->rank, what, NULL))
-        return ZS_OK;
-    char msg[768];
-    snprintf(msg, sizeof(msg), "%s", zs_last_error());
-    return zs_fail(ZS_ERR_COMM, "%s; some rank has not reached it (an MPI vote does not say which)", msg);
-}
-
-/* The first failing rank's message goes to every rank, so each reports the same line. */
-static zs_status share_error(struct zs_ctx *ctx, int32_t r, zs_status code)
-{
-    char msg[1024];
-
-    snprintf(msg, sizeof(msg), "%s", zs_last_error());
-    MPI_Request q;
-    if (MPI_Ibcast(msg, sizeof(msg), MPI_BYTE, r, ctx->parent, &q) != MPI_SUCCESS)
-        return zs_fail(ZS_ERR_COMM, "broadcast of rank %d's error failed", r);
-    if (zs_vote_wait(ctx, &q, "the broadcast of a rank's error"))
-        return ZS_ERR_COMM;
-    msg[sizeof(msg) - 1] = '\0';
-    if (r == 0)
-        return zs_fail(code, "%s", msg);
-    return zs_fail(code, "rank %d: %s", r, msg);
-}
-
-zs_status zs_agree(struct zs_ctx *ctx, zs_status local)
-{
-    int32_t *all = calloc((size_t)ctx->world, sizeof(int32_t)), mine = (int32_t)local;
-    zs_status st = ZS_OK;
-
-    if (!all)
-        return zs_fail(ZS_ERR_NOMEM, "out of memory");
-    MPI_Request q;
-    if (MPI_Iallgather(&mine, 1, MPI_INT32_T, all, 1, MPI_INT32_T, ctx->parent, &q) != MPI_SUCCESS)
-        st = zs_fail(ZS_ERR_COMM, "all-gather of the ranks' status failed");
-    else
-        st = zs_vote_wait(ctx, &q, "the vote on every rank's status");
-    for (int32_t r = 0; !st && r < ctx->world; r++)
-        if (all[r]) {
-            st = share_error(ctx, r, (zs_status)all[r]);
-            break;
-        }
-    free(all);
-    return st;
 }
 
 /* Every rank reaches this exchange whether or not its own parse succeeded, so no rank is left
@@ -198,7 +69,7 @@ static zs_status agree_on_config(struct zs_ctx *ctx, zs_status local)
         if (all[r].status) {
             zs_status code = (zs_status)all[r].status;
             free(all);
-            return share_error(ctx, r, code);
+            return zs_share_error(ctx, r, code);
         }
     }
     for (int32_t r = 1; r < ctx->world && bad < 0; r++)
@@ -380,7 +251,7 @@ static zs_status start_device(struct zs_ctx *ctx)
                                         .pool = ctx->pool, .kpath = ctx->kpath };
     st = device_limits(ctx);
     if (!st)
-        st = zs_dev_streams_open(ctx);
+        st = zs_coll_open(&ctx->coll, ctx->comm, &ctx->dev);
     return st;
 }
 
@@ -394,25 +265,6 @@ zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream)
         return zs_fail(ZS_ERR_UNSUPPORTED, "zs_cuda_stream: zeroshard.device is \"%s\", not \"cuda\"",
                        ctx->cfg.zs.device);
     *stream = ctx->dev.compute;
-    return ZS_OK;
-}
-
-/* The collective backend's options: ZS_COMM / ZS_FAKE_NODE_SIZE in the environment, else the zeroshard
- * section, else automatic (shared memory inside a node, MPI between nodes). */
-zs_status zs_comm_opts_for(const struct zs_ctx *ctx, struct zs_comm_opts *co)
-{
-    char err[256];
-
-    if (zs_comm_opts_from_env(co, err, sizeof(err)))
-        return zs_fail(ZS_ERR_CONFIG, "%s", err);
-    if (!getenv("ZS_COMM") || !*getenv("ZS_COMM"))
-        co->mode = !strcmp(ctx->cfg.zs.comm, "mpi") ? ZS_COMM_MPI : !strcmp(ctx->cfg.zs.comm, "shm") ? ZS_COMM_SHM
-                                                                                                         : ZS_COMM_AUTO;
-    if (co->fake_node_size == 0)
-        co->fake_node_size = (int32_t)ctx->cfg.zs.fake_node_size;
-    if (!co->timeout_env)
-        co->timeout_s = ctx->cfg.zs.timeout_s;
-    co->flight_dir = ctx->cfg.zs.flight_dir;
     return ZS_OK;
 }
 
@@ -446,6 +298,8 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
     st = load_config(ctx, o);
     if (!st)
         st = choose_kernel(ctx);
+    if (!st)
+        st = zs_fetch_open(ctx);
     st = agree_on_config(ctx, st);
     if (!st)
         st = start_comm(ctx);
@@ -494,7 +348,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
         uint64_t opt = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
         if (un->reduce_req)
-            zs_coll_wait(ctx, un->reduce_req);
+            zs_coll_wait(&ctx->coll, un->reduce_req);
         if (ctx->cfg.zero.stage == 0)
             zs_mem_free(ctx, ZS_MEM_PARAMS, un->full, pad);
         else
@@ -513,13 +367,10 @@ zs_status zs_finalize(zs_ctx *ctx)
     }
     for (int32_t p = 0; p < ctx->nparams; p++)
         free(ctx->params[p].name);
-    zs_mem_free_comm(ctx, ZS_MEM_BUFFERS, ctx->arena, (uint64_t)ctx->arena_cap);
+    zs_grads_free(ctx);
     free(ctx->params);
     free(ctx->config_text);
     free(ctx->units);
-    free(ctx->pending);
-    free(ctx->trace);
-    free(ctx->rec);
     /* after a swap timeout the kernel may still write into the pool's slots: leaking it on this fatal
      * path is the safe choice, freeing it could let a late I/O land in reused memory */
     zs_offdev_free(ctx);
@@ -528,7 +379,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         zs_offload_unpin(ctx);
         zs_host_pool_free(ctx->host);
     }
-    zs_dev_streams_close(ctx);
+    zs_coll_close(&ctx->coll);
     zs_device_close(&ctx->dev);
     zs_pool_free(ctx->pool);
     zs_comm_free(ctx->comm);

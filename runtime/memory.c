@@ -6,27 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
-#include "host_pool.h"
-#include "nvme_optim.h"
-#include "optim.h" /* defines: zs_dtype_name */
-
-int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64_t largest)
-{
-    int64_t cap = cfg->zero.reduce_bucket_size;
-
-    if (cap > numel_padded)
-        cap = numel_padded;
-    return cap < largest ? largest : cap;
-}
-
-uint64_t zs_bucket_elem_bytes(const struct zs_config *cfg)
-{
-    uint64_t p = zs_dtype_bytes(cfg->param_dtype), c = zs_dtype_bytes(cfg->comm_dtype);
-
-    return p + (cfg->comm_dtype != cfg->param_dtype ? c : 0);
-}
+#include "base/error.h"
+#include "kernels/optim.h" /* defines: zs_dtype_name */
+#include "core/ctx.h"
+#include "core/host_pool.h"
+#include "core/memory.h"
+#include "offload/nvme_optim.h"
+#include "sharding/sharding.h"
+#include "runtime.h"
 
 /* The formulas, per category, for psi parameters at n ranks. */
 static void expect(const struct zs_config *cfg, uint64_t psi, uint64_t n, zs_memory_report *out)
@@ -55,7 +42,7 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->master = ctx->mem[ZS_MEM_MASTER];
     out->optimizer = ctx->mem[ZS_MEM_OPTIM] + ctx->mem[ZS_MEM_MASTER];
     out->comm_buffers = ctx->mem[ZS_MEM_BUFFERS] + zs_comm_scratch_bytes(ctx->comm) +
-                        (ctx->xsum ? zs_comm_scratch_bytes(ctx->xsum) : 0);
+                        zs_exact_scratch_bytes(ctx);
     out->swap_buffers = ctx->mem[ZS_MEM_SWAP];
     out->buffers = out->comm_buffers + out->swap_buffers;
     out->live_params = ctx->mem[ZS_MEM_LIVE];

@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
+#include "base/error.h"
+#include "core/ctx.h"
+#include "core/ranks.h"
 
 static volatile sig_atomic_t term_seen;
 

@@ -4,10 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
-#include "convert.h" /* defines: zs_cvt_from_f32 */
-#include "nvme_optim.h"
+#include "base/error.h"
+#include "base/hash.h" /* defines: zs_fnv1a */
+#include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
+#include "core/ctx.h"
+#include "core/memory.h"
+#include "core/ranks.h"
+#include "core/units.h"
+#include "offload/nvme_optim.h"
+#include "offload/offload.h"
+#include "sharding/sharding.h"
+#include "runtime.h"
 
 struct reg_summary {
     uint64_t hash;
@@ -184,11 +191,11 @@ static zs_status place_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u,
             return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory staging unit '%s'", un->name);
         if (tmp)
             zs_cvt_from_f32(tmp, ctx->pdt, vals, wn);
-        st = zs_dev_copy(ctx, work, true, tmp ? tmp : vals, false, (size_t)wn * ctx->psz);
+        st = zs_device_copy(&ctx->dev, work, true, tmp ? tmp : vals, false, (size_t)wn * ctx->psz);
         free(tmp);
     }
     if (!st && un->master)
-        st = zs_dev_copy(ctx, un->master, !zs_optstate_on_host(ctx), vals + (mfirst - begin), false,
+        st = zs_device_copy(&ctx->dev, un->master, !zs_optstate_on_host(ctx), vals + (mfirst - begin), false,
                          (size_t)mcount * sizeof(float));
     if (st)
         return st;
@@ -247,13 +254,7 @@ static zs_status setup_bucket(struct zs_ctx *ctx)
     if (ctx->cfg.zero.stage < 2)
         return ZS_OK;
     bytes = bucket_bytes(ctx, &cap);
-    ctx->arena = zs_mem_alloc_comm(ctx, ZS_MEM_BUFFERS, (uint64_t)bytes);
-    if (!ctx->arena)
-        return ctx->over_budget ? ZS_ERR_NOMEM
-                                : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket",
-                                          (long long)cap);
-    ctx->arena_cap = bytes;
-    return ZS_OK;
+    return zs_grads_bucket_open(ctx, bytes, cap);
 }
 
 /* ---------------------------------------------------------------- the device arena's plan */
@@ -348,11 +349,8 @@ zs_status zs_setup(zs_ctx *ctx)
     }
     for (int32_t p = 0; p < ctx->nparams; p++)
         ctx->numel += (uint64_t)ctx->params[p].numel;
-    if (!ctx->pending) {
-        ctx->pending = calloc((size_t)ctx->nunits, sizeof(int32_t));
-        if (!ctx->pending)
-            return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
-    }
+    if (!ctx->bucket && (st = zs_grads_setup(ctx)))
+        return st;
     st = zs_agree(ctx, zs_offload_setup(ctx)); /* a disk or budget problem on one rank stops them all */
     if (!st)
         st = zs_agree(ctx, open_arena(ctx));

@@ -9,38 +9,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
-#include "error.h"
-#include "nvme_optim.h"
-#include "optim.h"
-#include "schedule.h"
-
-static double now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-void *zs_unit_working(struct zs_ctx *ctx, int32_t u)
-{
-    struct zs_unit *un = &ctx->units[u];
-
-    if (ctx->cfg.zero.stage == 0)
-        return un->full;
-    return un->sharded ? un->shard : zs_at(un->full, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
-}
-
-float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n)
-{
-    struct zs_unit *un = &ctx->units[u];
-
-    *n = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
-    if (ctx->pdt != ZS_DTYPE_FP32)
-        return un->master;
-    return zs_unit_working(ctx, u);
-}
+#include "base/clock.h" /* defines: zs_now_s */
+#include "base/error.h"
+#include "kernels/optim.h"
+#include "core/ctx.h"
+#include "core/ranks.h"
+#include "core/schedule.h"
+#include "core/units.h"
+#include "offload/nvme_optim.h"
+#include "offload/offload.h"
+#include "sharding/sharding.h"
+#include "runtime.h"
 
 /* Test hook: ZS_TEST_OVERFLOW=R:B1,B2,... makes rank R see an overflow (an Inf in its gradients) at the
  * accumulation boundaries B1, B2, ... (1 = the first), as fp16 gradients that overflowed there would. */
@@ -87,7 +66,7 @@ static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm, bool *overfl
     int64_t *n = malloc((size_t)ctx->nunits * sizeof(*n));
     st = all && x && n ? ZS_OK : zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
     for (int32_t u = 0; !st && u < ctx->nunits; u++) {
-        x[u] = zs_grads_shard(ctx, u);
+        x[u] = zs_unit_grad_shard(ctx, u);
         n[u] = ctx->units[u].part.shard;
     }
     if (!st)
@@ -188,35 +167,6 @@ static void step_scalars(const struct zs_ctx *ctx, double lr, float coef, struct
     s->first = ctx->global_step - ctx->skipped_steps == 0;
 }
 
-/* Elements [begin, end) of what this rank owns of unit u as one tensor of a launch; s1, s2 point at the
- * unit's element 0, disk_p at its fp32 masters when they were paged in from NVMe. */
-static void optim_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
-                         int64_t end, struct zs_optim_tensor *t)
-{
-    struct zs_unit *un = &ctx->units[u];
-    int64_t n;
-    float *master = disk_p ? disk_p : zs_unit_master(ctx, u, &n);
-    void *g = ctx->cfg.zero.stage == 0 ? un->grad : zs_grads_shard(ctx, u);
-
-    *t = (struct zs_optim_tensor){ .n = end - begin };
-    if (ctx->pdt == ZS_DTYPE_FP32) {
-        t->bufs.param = master + begin;
-    } else { /* the kernel updates the fp32 master and writes its rounding to the working copy */
-        t->bufs.param = zs_at(zs_unit_working(ctx, u), begin, ctx->psz);
-        t->bufs.master = master + begin;
-    }
-    t->bufs.grad = zs_at(g, begin, zs_dtype_bytes(ctx->gdt));
-    t->bufs.s1 = s1 ? s1 + begin : NULL;
-    t->bufs.s2 = s2 ? s2 + begin : NULL;
-}
-
-static struct zs_optim_launch optim_launch(const struct zs_ctx *ctx, const struct zs_optim_step *s,
-                                           const struct zs_optim_tensor *t, int32_t count)
-{
-    return (struct zs_optim_launch){ .opt = ctx->kopt, .pdt = ctx->pdt, .gdt = ctx->gdt,
-                                     .step = s, .t = t, .count = count };
-}
-
 /* A sub-group's slice of one unit, its state paged in from NVMe: a launch of one tensor. A failure can only
  * be a kernel missing, which set-up already ruled out (choose_kernel). */
 static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
@@ -225,174 +175,9 @@ static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1,
     struct zs_optim_tensor t;
     struct zs_optim_launch l;
 
-    optim_tensor(ctx, u, disk_p, s1, s2, begin, end, &t);
-    l = optim_launch(ctx, arg, &t, 1);
+    zs_unit_tensor(ctx, u, disk_p, s1, s2, begin, end, &t);
+    l = zs_unit_launch(ctx, arg, &t, 1);
     ctx->dev.ops->optim(&ctx->dev, &l, ctx->dev.compute);
-}
-
-/* The optimizer state on NVMe from a device the host cannot read in place: one slice of unit u, its state
- * paged into the swapper's slot (nvme_optim.c's pipeline). The slice's parameters come down into pinned slot
- * k % 2 once that slot's last copy up is done, the CPU kernels step them with the gradients that came down
- * during backward, and they go up on the other copy stream while the next slice comes down. */
-static void optim_paged_dev(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
-                            int64_t end, void *arg)
-{
-    struct zs_device *d = &ctx->dev;
-    struct zs_offdev *o = &ctx->off;
-    struct zs_optim_tensor t;
-    struct zs_optim_launch l;
-    size_t bytes = (size_t)(end - begin) * ctx->psz;
-    int32_t k = o->k++;
-    void *param;
-    zs_status st;
-
-    if (o->st)
-        return;
-    optim_tensor(ctx, u, disk_p, s1, s2, begin, end, &t);
-    t.bufs.grad = zs_at(zs_offdev_grads(ctx, u), begin, zs_dtype_bytes(ctx->gdt));
-    l = optim_launch(ctx, arg, &t, 1);
-    if (zs_params_on_host(ctx, &ctx->units[u])) { /* a stage-3 shard with offload_param cpu: stepped in place */
-        st = ctx->host_dev.ops->optim(&ctx->host_dev, &l, NULL);
-        goto out;
-    }
-    param = t.bufs.param;
-    t.bufs.param = zs_offdev_slot(ctx, k);
-    st = d->ops->stream_wait(d, o->down, o->ev_up[k & 1]);
-    if (!st)
-        st = d->ops->copy(d, t.bufs.param, param, bytes, ZS_COPY_D2H, o->down);
-    if (!st)
-        st = d->ops->stream_sync(d, o->down);
-    if (!st)
-        st = ctx->host_dev.ops->optim(&ctx->host_dev, &l, NULL);
-    if (!st)
-        st = d->ops->copy(d, param, t.bufs.param, bytes, ZS_COPY_H2D, o->up);
-    if (!st)
-        st = d->ops->event_record(d, o->ev_up[k & 1], o->up);
-out:
-    if (st) {
-        zs_error_prefix("zs_step: offloaded optimizer (nvme), unit '%s'", ctx->units[u].name);
-        o->st = st;
-    }
-}
-
-/* Unit u's working parameters into slot k on the copy stream down, once that slot's last copy up is done
- * (fp32: the masters are the working parameters, on the device; 16-bit: the kernel writes their rounding). */
-static zs_status params_down(struct zs_ctx *ctx, int32_t u, int32_t k)
-{
-    struct zs_device *d = &ctx->dev;
-    int64_t n;
-    struct zs_optim_tensor t;
-    zs_status st;
-
-    zs_unit_master(ctx, u, &n);
-    optim_tensor(ctx, u, NULL, NULL, NULL, 0, n, &t);
-    st = d->ops->stream_wait(d, ctx->off.down, ctx->off.ev_up[k & 1]);
-    return st ? st : d->ops->copy(d, zs_offdev_slot(ctx, k), t.bufs.param, (size_t)n * ctx->psz, ZS_COPY_D2H,
-                                  ctx->off.down);
-}
-
-/* The next unit after u with elements to step and parameters on the device, or nunits. */
-static int32_t next_staged(struct zs_ctx *ctx, int32_t u)
-{
-    int64_t n;
-
-    for (u++; u < ctx->nunits; u++) {
-        zs_unit_master(ctx, u, &n);
-        if (n > 0 && !zs_params_on_host(ctx, &ctx->units[u]))
-            break;
-    }
-    return u;
-}
-
-/* Both offloaded steps from such a device start here: every unit's gradients queued down (any unit whose did
- * not go during backward, now), and the copy stream down ordered after everything the compute stream did to
- * the parameters (the last step's gather). */
-static zs_status offdev_step_begin(struct zs_ctx *ctx)
-{
-    struct zs_device *d = &ctx->dev;
-    zs_status st = ZS_OK;
-
-    for (int32_t v = 0; v < ctx->nunits && !st; v++)
-        st = zs_offdev_grads_final(ctx, v);
-    if (!st)
-        st = d->ops->event_record(d, ctx->off.ev_grad, d->compute);
-    return st ? st : d->ops->stream_wait(d, ctx->off.down, ctx->off.ev_grad);
-}
-
-/* ... and end here: the compute stream waits for the last copy up. */
-static zs_status offdev_step_end(struct zs_ctx *ctx)
-{
-    struct zs_device *d = &ctx->dev;
-    zs_status st = d->ops->event_record(d, ctx->off.ev_done, ctx->off.up);
-
-    return st ? st : d->ops->stream_wait(d, d->compute, ctx->off.ev_done);
-}
-
-/* The optimizer offloaded (offload_optimizer cpu) from a device the host cannot read in place. The reduced
- * gradients came down during backward (offload_dev.c; any unit that did not, now); then unit by unit, in two
- * pinned slots: while the CPU kernels step unit k against the masters and moments in the host pool, unit k+1's
- * parameters come down on one copy stream and unit k-1's go up on the other. The compute stream waits for the
- * last copy up. */
-static zs_status optim_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s)
-{
-    struct zs_device *d = &ctx->dev;
-    struct zs_offdev *o = &ctx->off;
-    int32_t k = 0, u = next_staged(ctx, -1);
-    zs_status st = offdev_step_begin(ctx);
-
-    if (!st && u < ctx->nunits)
-        st = params_down(ctx, u, 0);
-    for (int32_t v = 0; v < ctx->nunits && !st; v++) {
-        struct zs_unit *un = &ctx->units[v];
-        struct zs_optim_tensor t;
-        struct zs_optim_launch l;
-        int64_t n;
-        bool staged = v == u;
-        zs_unit_master(ctx, v, &n);
-        if (!n)
-            continue;
-        optim_tensor(ctx, v, NULL, un->m, un->v, 0, n, &t);
-        void *param = t.bufs.param;
-        st = d->ops->stream_sync(d, o->down); /* this unit's parameters, and every gradient */
-        if (!st && staged) {
-            u = next_staged(ctx, v);
-            if (u < ctx->nunits)
-                st = params_down(ctx, u, k + 1);
-            t.bufs.param = zs_offdev_slot(ctx, k);
-        }
-        t.bufs.grad = zs_offdev_grads(ctx, v);
-        l = optim_launch(ctx, s, &t, 1);
-        if (!st)
-            st = ctx->host_dev.ops->optim(&ctx->host_dev, &l, NULL);
-        if (!st && staged)
-            st = d->ops->copy(d, param, t.bufs.param, (size_t)n * ctx->psz, ZS_COPY_H2D, o->up);
-        if (!st && staged)
-            st = d->ops->event_record(d, o->ev_up[k++ & 1], o->up);
-        if (st)
-            zs_error_prefix("zs_step: offloaded optimizer, unit '%s'", un->name);
-    }
-    return st ? st : offdev_step_end(ctx);
-}
-
-/* The optimizer state on NVMe from a device the host cannot read in place: the gradients down and waited for
- * (with everything the compute stream did before them), then nvme_optim.c's pipeline with optim_paged_dev per
- * slice; the compute stream waits for the last copy up. */
-static zs_status optim_nvme_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s)
-{
-    struct zs_device *d = &ctx->dev;
-    struct zs_offdev *o = &ctx->off;
-    zs_status st = offdev_step_begin(ctx);
-
-    if (!st) /* every gradient on the host, and (offload_param cpu) nothing on the device still reading a shard */
-        st = d->ops->stream_sync(d, o->down);
-    if (st)
-        return st;
-    o->st = ZS_OK;
-    o->k = 0;
-    st = zs_nvme_optim_step(ctx, ctx->nvme, optim_paged_dev, (void *)s);
-    if (!st)
-        st = o->st;
-    return st ? st : offdev_step_end(ctx);
 }
 
 /* Every unit's owned range in one launch on the device. The kernel is elementwise, so neither the thread
@@ -407,20 +192,20 @@ static zs_status run_optimizer(struct zs_ctx *ctx, double lr, float coef)
 
     step_scalars(ctx, lr, coef, &s);
     if (ctx->nvme && !ctx->dev.host_access)
-        return optim_nvme_from_device(ctx, &s);
+        return zs_offload_step_nvme_from_device(ctx, &s);
     if (ctx->nvme)
         return zs_nvme_optim_step(ctx, ctx->nvme, optim_paged, &s);
     if (!ctx->dev.host_access && zs_offload_optimizer_on_host(ctx)) /* state on the host, the rest on the device */
-        return optim_from_device(ctx, &s);
+        return zs_offload_step_from_device(ctx, &s);
     t = malloc((size_t)(ctx->nunits ? ctx->nunits : 1) * sizeof(*t));
     if (!t)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
     for (int32_t u = 0; u < ctx->nunits; u++) {
         int64_t n;
         zs_unit_master(ctx, u, &n);
-        optim_tensor(ctx, u, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &t[u]);
+        zs_unit_tensor(ctx, u, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &t[u]);
     }
-    l = optim_launch(ctx, &s, t, ctx->nunits);
+    l = zs_unit_launch(ctx, &s, t, ctx->nunits);
     st = ctx->dev.ops->optim(&ctx->dev, &l, ctx->dev.compute);
     free(t);
     return st;
@@ -441,12 +226,12 @@ static zs_status gather_updated(struct zs_ctx *ctx)
         if (ctx->units[u].sharded)
             continue;
         zs_label(ctx, ZS_PURPOSE_GATHER, u);
-        st = zs_coll_all_gather(ctx, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
+        st = zs_coll_all_gather(&ctx->coll, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
     }
     for (int32_t u = 0; u < ctx->nunits; u++) {
         if (!reqs[u])
             continue;
-        st2 = zs_coll_wait(ctx, reqs[u]);
+        st2 = zs_coll_wait(&ctx->coll, reqs[u]);
         if (st2 && !st) {
             st = st2;
             zs_error_prefix("gather updated parameters of unit '%s'", ctx->units[u].name);
@@ -490,7 +275,7 @@ static zs_status skip_step(struct zs_ctx *ctx)
 
 zs_status zs_step_boundary(struct zs_ctx *ctx)
 {
-    double t0 = now(), t1, t2, norm = 0.0, lr, scale = ctx->scaler.scale;
+    double t0 = zs_now_s(), t1, t2, norm = 0.0, lr, scale = ctx->scaler.scale;
     float coef = 1.0f;
     bool overflow = false;
     zs_status st;
@@ -498,7 +283,7 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     st = zs_grads_flush(ctx);
     if (st)
         return st;
-    t1 = now();
+    t1 = zs_now_s();
     /* The norm, always: it is reported every step, decides clipping, and (fp16) reveals an overflow. */
     st = global_grad_norm(ctx, &norm, &overflow);
     if (st)
@@ -519,7 +304,7 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     st = scaler_update(ctx, false);
     if (st)
         return st;
-    t2 = now();
+    t2 = zs_now_s();
     st = gather_updated(ctx);
     if (!st)
         st = end_window(ctx);
@@ -535,7 +320,7 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     ctx->stats.time_fetch = ctx->t_fetch;
     ctx->stats.time_reduce = t1 - t0;
     ctx->stats.time_optimizer = t2 - t1;
-    ctx->stats.time_gather = now() - t2;
+    ctx->stats.time_gather = zs_now_s() - t2;
     ctx->stats.time_swap = zs_nvme_waited(ctx->nvme) - ctx->swap_mark;
     ctx->swap_mark += ctx->stats.time_swap;
     ctx->t_fetch = 0.0;

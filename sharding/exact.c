@@ -44,10 +44,16 @@
 #include <time.h>
 #include <mpi.h>
 
-#include "engine.h"
-#include "error.h"
-#include "convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
+#include "base/clock.h" /* defines: zs_now_s */
+#include "base/error.h"
+#include "kernels/convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
+#include "core/ctx.h"
+#include "core/memory.h"
+#include "core/ranks.h"
+#include "bucket.h"   /* defines: struct zs_bucket */
 #include "exact_local.h" /* defines: zs_exact_fold, zs_exact_path, zs_xsq_*, XFAST_TARGET */
+#include "exact_state.h" /* defines: struct zs_exact */
+#include "sharding.h"
 
 #define XK 3              /* counters per element */
 #define XW 16             /* bits per band */
@@ -162,8 +168,8 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t n = un->part.padded;
-    int32_t *acc = ctx->xacc + un->xoff * XK;
-    int8_t *top = ctx->xtop + un->xoff;
+    int32_t *acc = ctx->exact->acc + un->xoff * XK;
+    int8_t *top = ctx->exact->top + un->xoff;
     float tmp[256];
 
     if (un->grad_state != ZS_GRAD_OPEN)
@@ -299,7 +305,7 @@ static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, b
  * At the window's last zs_grad_ready each unit starts its own sum, while backward goes on: the tops' vote
  * (an int8 maximum), then the fold and the sums' reduce-scatter (landing in this rank's chunk of the folded sums),
  * then the rounding of this rank's part where the optimizer reads it, and at stage 0 its all-gather. Each
- * kind of collective has its own communicator (the reduce-scatters a ZeroShard comm, ctx->xsum, whose
+ * kind of collective has its own communicator (the reduce-scatters a ZeroShard comm, ctx->exact->sum, whose
  * shared-memory path sums the local peers' int64 in place) and is started in the units' zs_grad_ready order
  * on every rank: a unit starts its reduce-scatter (or all-gather) only after the unit before it has started
  * its own, however the ranks' progress calls fall. The engine's progress calls move the units along. */
@@ -325,8 +331,8 @@ static int32_t next_phase(const struct zs_ctx *ctx, int32_t ph)
  * every rank's collectives stay matched). */
 static void sum_failed(struct zs_ctx *ctx, struct zs_unit *un)
 {
-    if (!ctx->xerr[0])
-        snprintf(ctx->xerr, sizeof(ctx->xerr), "%s", zs_last_error());
+    if (!ctx->exact->err[0])
+        snprintf(ctx->exact->err, sizeof(ctx->exact->err), "%s", zs_last_error());
     un->xfailed = true;
     un->xsumq = NULL;
 }
@@ -336,19 +342,19 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t n = un->part.padded, b = zs_partition_begin(&un->part, ctx->rank);
-    int32_t *acc = ctx->xacc + un->xoff * XK;
-    int8_t *agreed = ctx->xvote + un->xoff;
+    int32_t *acc = ctx->exact->acc + un->xoff * XK;
+    int8_t *agreed = ctx->exact->vote + un->xoff;
     int rc = MPI_SUCCESS;
 
     if (un->xphase == XPH_VOTE) {
-        zs_exact_fold(acc, ctx->xtop + un->xoff, agreed, n, zs_exact_path()); /* in place, to one int64 each */
+        zs_exact_fold(acc, ctx->exact->top + un->xoff, agreed, n, zs_exact_path()); /* in place, to one int64 each */
         /* labelled with the window's last micro-step, the same on every rank, though the sum may start in a
          * later engine call on some ranks than on others */
-        zs_comm_set_step(ctx->xsum, un->ready_micro);
-        zs_comm_label_next(ctx->xsum, ZS_PURPOSE_GRAD, u);
-        zs_status st = zs_comm_reduce_scatter_i64(ctx->xsum, (const int64_t *)(void *)acc,
+        zs_comm_set_step(ctx->exact->sum, un->ready_micro);
+        zs_comm_label_next(ctx->exact->sum, ZS_PURPOSE_GRAD, u);
+        zs_status st = zs_comm_reduce_scatter_i64(ctx->exact->sum, (const int64_t *)(void *)acc,
                                                   (int64_t *)(void *)acc + b, un->part.shard, &un->xsumq);
-        if (st && zs_comm_broken(ctx->xsum))
+        if (st && zs_comm_broken(ctx->exact->sum))
             return st;
         if (st) /* ended on every rank before any data moved (it differed between ranks): zs_step says so */
             sum_failed(ctx, un);
@@ -358,12 +364,12 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
     } else if (un->xphase == XPH_SUM) {
         bool bad = agreed[0] == XBAD; /* some rank saw a non-finite value: the unit's result is not finite */
         void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
-        ctx->xanybad |= bad;
+        ctx->exact->anybad |= bad;
         round_range((const i64_alias *)(void *)acc + b, agreed + b, un->part.shard, bad, (double)window_shards(ctx),
-                    ctx->gdt, g, ctx->xsq);
+                    ctx->gdt, g, ctx->exact->sq);
         if (ctx->cfg.zero.stage == 0) /* whose optimizer reads every element */
             rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad, (int)(un->part.shard * (int64_t)ctx->psz),
-                                MPI_BYTE, ctx->xcomm[1], &un->xreq);
+                                MPI_BYTE, ctx->exact->comm[1], &un->xreq);
     }
     if (rc)
         return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
@@ -382,10 +388,10 @@ static zs_status phase_test(struct zs_ctx *ctx, struct zs_unit *un, bool *done)
             *done = true;
             return ZS_OK;
         }
-        zs_status st = zs_comm_test(ctx->xsum, un->xsumq, done);
+        zs_status st = zs_comm_test(ctx->exact->sum, un->xsumq, done);
         if (*done) {
-            zs_status w = zs_comm_wait(ctx->xsum, un->xsumq); /* over: returns at once and frees it */
-            if (w && !zs_comm_broken(ctx->xsum)) {
+            zs_status w = zs_comm_wait(ctx->exact->sum, un->xsumq); /* over: returns at once and frees it */
+            if (w && !zs_comm_broken(ctx->exact->sum)) {
                 sum_failed(ctx, un);
                 return ZS_OK;
             }
@@ -406,12 +412,12 @@ static zs_status phase_test(struct zs_ctx *ctx, struct zs_unit *un, bool *done)
 static zs_status progress_pass(struct zs_ctx *ctx, bool *moved)
 {
     int32_t cap = XPH_DONE; /* the phase of the unit before: no unit starts a collective ahead of it */
-    zs_status st = zs_comm_progress(ctx->xsum); /* every reduce-scatter in flight, oldest first */
+    zs_status st = zs_comm_progress(ctx->exact->sum); /* every reduce-scatter in flight, oldest first */
 
     if (st)
         return st;
-    for (int32_t q = 0; q < ctx->npending; q++) {
-        struct zs_unit *un = &ctx->units[ctx->pending[q]];
+    for (int32_t q = 0; q < ctx->bucket->npending; q++) {
+        struct zs_unit *un = &ctx->units[ctx->bucket->pending[q]];
         while (un->xphase != XPH_DONE) {
             int32_t next = next_phase(ctx, un->xphase);
             bool done = false;
@@ -422,28 +428,20 @@ static zs_status progress_pass(struct zs_ctx *ctx, bool *moved)
                 return st;
             if (!done)
                 break;
-            st = unit_next(ctx, ctx->pending[q]);
+            st = unit_next(ctx, ctx->bucket->pending[q]);
             if (st)
                 return st;
             *moved = true;
         }
         cap = un->xphase;
     }
-    while (ctx->npending > 0 && ctx->units[ctx->pending[0]].xphase == XPH_DONE) {
-        struct zs_unit *un = &ctx->units[ctx->pending[0]];
+    while (ctx->bucket->npending > 0 && ctx->units[ctx->bucket->pending[0]].xphase == XPH_DONE) {
+        struct zs_unit *un = &ctx->units[ctx->bucket->pending[0]];
         un->xphase = XPH_IDLE;
         un->grad_state = ZS_GRAD_IDLE;
-        memmove(ctx->pending, ctx->pending + 1, (size_t)(--ctx->npending) * sizeof(int32_t));
+        memmove(ctx->bucket->pending, ctx->bucket->pending + 1, (size_t)(--ctx->bucket->npending) * sizeof(int32_t));
     }
     return ZS_OK;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 zs_status zs_exact_progress(struct zs_ctx *ctx, bool all)
@@ -453,7 +451,7 @@ zs_status zs_exact_progress(struct zs_ctx *ctx, bool all)
     for (uint32_t idle = 0;;) {
         bool moved = false;
         zs_status st = progress_pass(ctx, &moved);
-        if (st || !all || ctx->npending == 0)
+        if (st || !all || ctx->bucket->npending == 0)
             return st;
         if (moved) {
             idle = 0;
@@ -462,13 +460,13 @@ zs_status zs_exact_progress(struct zs_ctx *ctx, bool all)
         /* Nothing moved: some rank is behind. Every unit is tried again after a short sleep rather than a
          * spin on one request, which leaves the core to that rank when ranks outnumber cores. */
         if (idle++ == 0) {
-            start = now_s();
-        } else if (idle % 64 == 0 && now_s() - start >= zs_wait_limit_s(ctx)) {
-            struct zs_unit *un = &ctx->units[ctx->pending[0]];
+            start = zs_now_s();
+        } else if (idle % 64 == 0 && zs_now_s() - start >= zs_wait_limit_s(ctx)) {
+            struct zs_unit *un = &ctx->units[ctx->bucket->pending[0]];
             return zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: deterministic gradient sum of unit '%s': %s did not "
                            "complete in %.1f s (zeroshard.timeout_s / ZS_TIMEOUT = %g); some rank has not reached "
                            "it (an MPI collective does not say which)", ctx->rank, un->name, xphase_what[un->xphase],
-                           now_s() - start, zs_wait_limit_s(ctx));
+                           zs_now_s() - start, zs_wait_limit_s(ctx));
         }
         nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
     }
@@ -483,16 +481,16 @@ zs_status zs_exact_launch(struct zs_ctx *ctx, int32_t u)
         return zs_fail(ZS_ERR_UNSUPPORTED, "zs_grad_ready: deterministic mode: unit '%s' has %lld elements, more than "
                        "MPI can count in one piece", un->name, (long long)n);
     if (un->xbad)
-        memset(ctx->xtop + un->xoff, XBAD, (size_t)n);
-    int rc = MPI_Iallreduce(ctx->xtop + un->xoff, ctx->xvote + un->xoff, (int)n, MPI_INT8_T, MPI_MAX, ctx->xcomm[0],
+        memset(ctx->exact->top + un->xoff, XBAD, (size_t)n);
+    int rc = MPI_Iallreduce(ctx->exact->top + un->xoff, ctx->exact->vote + un->xoff, (int)n, MPI_INT8_T, MPI_MAX, ctx->exact->comm[0],
                             &un->xreq);
     if (rc)
         return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
                        xphase_what[XPH_VOTE], rc);
     un->xphase = XPH_VOTE;
     un->grad_state = ZS_GRAD_REDUCING;
-    ctx->xorder = (ctx->xorder ^ (uint64_t)(u + 1)) * 0x100000001b3ull; /* FNV-1a over the unit indices */
-    ctx->pending[ctx->npending++] = u;
+    ctx->exact->order = (ctx->exact->order ^ (uint64_t)(u + 1)) * 0x100000001b3ull; /* FNV-1a over the unit indices */
+    ctx->bucket->pending[ctx->bucket->npending++] = u;
     return zs_exact_progress(ctx, !ctx->cfg.zero.overlap_comm);
 }
 
@@ -509,22 +507,22 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
      * orders may have summed one unit's counters with another's of the same size. The order's hash rides with
      * the norm's bands; a sum of hashes that is not world times this rank's own fails the step on every rank
      * (but with odds of 2^-64), before the optimizer reads anything. */
-    memcpy(buf, ctx->xsq, sizeof(ctx->xsq));
-    buf[SQ_BANDS] = ctx->xorder;
-    rc = MPI_Iallreduce(MPI_IN_PLACE, buf, SQ_BANDS + 1, MPI_UINT64_T, MPI_SUM, ctx->xcomm[0], &r);
+    memcpy(buf, ctx->exact->sq, sizeof(ctx->exact->sq));
+    buf[SQ_BANDS] = ctx->exact->order;
+    rc = MPI_Iallreduce(MPI_IN_PLACE, buf, SQ_BANDS + 1, MPI_UINT64_T, MPI_SUM, ctx->exact->comm[0], &r);
     if (rc)
         return zs_fail(ZS_ERR_COMM, "zs_step: deterministic sum: the norm's bands: MPI error %d", rc);
     st = zs_vote_wait(ctx, &r, "zs_step: deterministic sum: the norm's bands");
     if (st)
         return st; /* a wait that ran out names itself */
-    if (ctx->xerr[0])
-        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic sum refused on every rank: %s", ctx->xerr);
-    if (buf[SQ_BANDS] != (uint64_t)ctx->world * ctx->xorder)
+    if (ctx->exact->err[0])
+        return zs_fail(ZS_ERR_COMM, "zs_step: deterministic sum refused on every rank: %s", ctx->exact->err);
+    if (buf[SQ_BANDS] != (uint64_t)ctx->world * ctx->exact->order)
         return zs_fail(ZS_ERR_COMM, "zs_step: deterministic mode: rank %d marked the units ready (zs_grad_ready) in "
                        "another order than some other rank; the units' sums are matched by that order, so this "
                        "window's gradients are not trusted and the step is refused", ctx->rank);
-    memcpy(ctx->xsq, buf, sizeof(ctx->xsq));
-    *sumsq = ctx->xanybad ? INFINITY : sumsq_value(ctx->xsq);
+    memcpy(ctx->exact->sq, buf, sizeof(ctx->exact->sq));
+    *sumsq = ctx->exact->anybad ? INFINITY : sumsq_value(ctx->exact->sq);
     return ZS_OK;
 }
 
@@ -537,10 +535,10 @@ void zs_exact_zero(struct zs_ctx *ctx)
         ctx->units[u].xfailed = false;
         ctx->units[u].xdeposits = 0;
     }
-    ctx->xerr[0] = '\0';
-    memset(ctx->xsq, 0, sizeof(ctx->xsq));
-    ctx->xanybad = false;
-    ctx->xorder = 0xcbf29ce484222325ull;
+    ctx->exact->err[0] = '\0';
+    memset(ctx->exact->sq, 0, sizeof(ctx->exact->sq));
+    ctx->exact->anybad = false;
+    ctx->exact->order = 0xcbf29ce484222325ull;
 }
 
 /* Bytes of the counters, tops and agreed tops for units of these padded sizes: what zs_exact_setup
@@ -562,20 +560,20 @@ static zs_status open_comms(struct zs_ctx *ctx)
     struct zs_comm_opts co;
     zs_status st;
 
-    while (ctx->nxcomm < 2) {
+    while (ctx->exact->ncomm < 2) {
         MPI_Request r;
-        if (MPI_Comm_idup(zs_comm_mpi(ctx->comm), &ctx->xcomm[ctx->nxcomm], &r))
+        if (MPI_Comm_idup(zs_comm_mpi(ctx->comm), &ctx->exact->comm[ctx->exact->ncomm], &r))
             return zs_fail(ZS_ERR_COMM, "zs_setup: deterministic mode: MPI_Comm_idup failed");
         st = zs_vote_wait(ctx, &r, "zs_setup: deterministic mode: the exact sum's communicators");
         if (st)
             return st;
-        ctx->nxcomm++;
+        ctx->exact->ncomm++;
     }
-    if (ctx->xsum)
+    if (ctx->exact->sum)
         return ZS_OK;
     st = zs_comm_opts_for(ctx, &co);
     co.name = "xsum";
-    return st ? st : zs_comm_init(&ctx->xsum, zs_comm_mpi(ctx->comm), &co);
+    return st ? st : zs_comm_init(&ctx->exact->sum, zs_comm_mpi(ctx->comm), &co);
 }
 
 zs_status zs_exact_setup(struct zs_ctx *ctx)
@@ -587,6 +585,8 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
         return zs_fail(ZS_ERR_CONFIG, "zeroshard.micro_shard_size: %lld micro-shards per window (train_batch_size / "
                        "micro_shard_size) exceed the deterministic sum's %d; raise micro_shard_size",
                        (long long)shards, XMAX_SHARDS);
+    if (!ctx->exact && !(ctx->exact = calloc(1, sizeof(*ctx->exact))))
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
     st = open_comms(ctx);
     if (st)
         return st;
@@ -602,11 +602,11 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
                                                   un->name);
         }
     }
-    ctx->xnumel = off;
-    ctx->xacc = zs_mem_alloc_on(ctx, ctx->xsum, ZS_MEM_GRADS, (uint64_t)off * XK * sizeof(int32_t));
-    ctx->xtop = ctx->xacc ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off) : NULL;
-    ctx->xvote = ctx->xtop ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off) : NULL;
-    if (!ctx->xvote)
+    ctx->exact->numel = off;
+    ctx->exact->acc = zs_mem_alloc_on(ctx, ctx->exact->sum, ZS_MEM_GRADS, (uint64_t)off * XK * sizeof(int32_t));
+    ctx->exact->top = ctx->exact->acc ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off) : NULL;
+    ctx->exact->vote = ctx->exact->top ? zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)off) : NULL;
+    if (!ctx->exact->vote)
         return ctx->over_budget ? ZS_ERR_NOMEM
                                 : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for %lld exact gradient counters",
                                           (long long)off * XK);
@@ -621,19 +621,27 @@ void zs_exact_free(struct zs_ctx *ctx)
     if (ctx->cfg.zs.deterministic && ctx->cfg.zero.stage >= 2) /* grads_get hands out none in this mode */
         for (int32_t u = 0; u < ctx->nunits; u++)
             zs_mem_free(ctx, ZS_MEM_GRADS, ctx->units[u].grad, (uint64_t)ctx->units[u].part.padded * ctx->psz);
-    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xvote, (uint64_t)ctx->xnumel);
-    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->xtop, (uint64_t)ctx->xnumel);
-    if (ctx->xacc)
-        zs_mem_free_on(ctx, ctx->xsum, ZS_MEM_GRADS, ctx->xacc, (uint64_t)ctx->xnumel * XK * sizeof(int32_t));
-    ctx->xacc = NULL;
-    ctx->xtop = ctx->xvote = NULL;
-    ctx->xnumel = 0;
+    if (!ctx->exact)
+        return;
+    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->exact->vote, (uint64_t)ctx->exact->numel);
+    zs_mem_free(ctx, ZS_MEM_GRADS, ctx->exact->top, (uint64_t)ctx->exact->numel);
+    if (ctx->exact->acc)
+        zs_mem_free_on(ctx, ctx->exact->sum, ZS_MEM_GRADS, ctx->exact->acc, (uint64_t)ctx->exact->numel * XK * sizeof(int32_t));
+    ctx->exact->acc = NULL;
+    ctx->exact->top = ctx->exact->vote = NULL;
+    ctx->exact->numel = 0;
     MPI_Finalized(&fin);
-    while (!fin && ctx->nxcomm > 0)
-        MPI_Comm_free(&ctx->xcomm[--ctx->nxcomm]);
-    if (ctx->xsum)
-        zs_comm_free(ctx->xsum);
-    ctx->xsum = NULL;
+    while (!fin && ctx->exact->ncomm > 0)
+        MPI_Comm_free(&ctx->exact->comm[--ctx->exact->ncomm]);
+    if (ctx->exact->sum)
+        zs_comm_free(ctx->exact->sum);
+    free(ctx->exact);
+    ctx->exact = NULL;
+}
+
+uint64_t zs_exact_scratch_bytes(const struct zs_ctx *ctx)
+{
+    return ctx->exact && ctx->exact->sum ? zs_comm_scratch_bytes(ctx->exact->sum) : 0;
 }
 
 /* ---------------------------------------------------------------- public API */

@@ -6,9 +6,28 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine.h"
-#include "error.h"
-#include "nvme_optim.h"
+#include "base/clock.h" /* defines: zs_now_s */
+#include "base/error.h"
+#include "core/ctx.h"
+#include "core/memory.h"
+#include "core/ranks.h"
+#include "core/units.h"
+#include "offload/nvme_optim.h"
+#include "sharding.h"
+
+/* The unit order of one accumulation window, used to prefetch and to decide which released units are worth
+ * keeping. */
+struct zs_fetch {
+    int32_t *trace, *rec;        /* the previous window's order, and the one being recorded */
+    int64_t trace_len, trace_cap, trace_pos, rec_len, rec_cap;
+    bool trace_valid, trace_broken;
+};
+
+zs_status zs_fetch_open(struct zs_ctx *ctx)
+{
+    ctx->fetch = calloc(1, sizeof(*ctx->fetch));
+    return ctx->fetch ? ZS_OK : zs_fail(ZS_ERR_NOMEM, "zs_init: out of memory");
+}
 
 static uint64_t unit_bytes(const struct zs_ctx *ctx, const struct zs_unit *un)
 {
@@ -21,13 +40,13 @@ static uint64_t live_elems(const struct zs_ctx *ctx) { return ctx->mem[ZS_MEM_LI
 static zs_status read_ahead(struct zs_ctx *ctx, int32_t u)
 {
     int64_t window = 2 * ctx->cfg.zero.offload_param.buffer_count;
-    bool traced = ctx->trace_valid && !ctx->trace_broken, queued;
+    bool traced = ctx->fetch->trace_valid && !ctx->fetch->trace_broken, queued;
 
     for (int64_t i = 0; i < window; i++) {
-        int64_t at = traced ? ctx->trace_pos + i : u + 1 + i;
-        if (at >= (traced ? ctx->trace_len : ctx->nunits))
+        int64_t at = traced ? ctx->fetch->trace_pos + i : u + 1 + i;
+        if (at >= (traced ? ctx->fetch->trace_len : ctx->nunits))
             break;
-        int32_t v = traced ? ctx->trace[at] : (int32_t)at;
+        int32_t v = traced ? ctx->fetch->trace[at] : (int32_t)at;
         if (v == u || ctx->units[v].gather != ZS_GATHER_NONE)
             continue;
         zs_status st = zs_nvme_param_ahead(ctx->nvme, v, &queued);
@@ -45,7 +64,7 @@ static zs_status shard_in(struct zs_ctx *ctx, int32_t u)
     zs_status st;
 
     if (!zs_nvme_param_on_disk(ctx->nvme, u))
-        return zs_dev_copy(ctx, dst, !ctx->dev.host_access, un->shard, !zs_params_on_host(ctx, un),
+        return zs_device_copy(&ctx->dev, dst, !ctx->dev.host_access, un->shard, !zs_params_on_host(ctx, un),
                            (size_t)un->part.shard * ctx->psz);
     st = zs_nvme_param_read(ctx->nvme, u, dst, un->part.shard);
     if (!st)
@@ -70,12 +89,12 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
          * block stays allocated on every rank alike (released by the usual wait and drop). */
         zs_comm_fail_next(ctx->comm);
         zs_label(ctx, ZS_PURPOSE_FETCH, u);
-        if (!zs_coll_all_gather(ctx, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
+        if (!zs_coll_all_gather(&ctx->coll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
             un->gather = ZS_GATHER_PENDING;
     }
     if (!st) {
         zs_label(ctx, ZS_PURPOSE_FETCH, u);
-        st = zs_coll_all_gather(ctx, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
+        st = zs_coll_all_gather(&ctx->coll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
     }
     if (st && un->gather == ZS_GATHER_PENDING) {
         zs_error_prefix("fetch unit '%s'", un->name);
@@ -97,7 +116,7 @@ static zs_status gather_wait(struct zs_ctx *ctx, struct zs_unit *un)
 
     if (un->gather != ZS_GATHER_PENDING)
         return ZS_OK;
-    st = zs_coll_wait(ctx, un->gather_req);
+    st = zs_coll_wait(&ctx->coll, un->gather_req);
     un->gather_req = NULL;
     if (st) { /* the request is gone and the copy is not the unit: dropped here, on every rank alike */
         zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));
@@ -140,21 +159,21 @@ static zs_status make_room(struct zs_ctx *ctx, int64_t need, int32_t except)
 
 static zs_status trace_note(struct zs_ctx *ctx, int32_t u)
 {
-    if (ctx->trace_valid && !ctx->trace_broken) {
-        if (ctx->trace_pos < ctx->trace_len && ctx->trace[ctx->trace_pos] == u)
-            ctx->trace_pos++;
+    if (ctx->fetch->trace_valid && !ctx->fetch->trace_broken) {
+        if (ctx->fetch->trace_pos < ctx->fetch->trace_len && ctx->fetch->trace[ctx->fetch->trace_pos] == u)
+            ctx->fetch->trace_pos++;
         else
-            ctx->trace_broken = true; /* the program changed its order: no prefetch until re-learned */
+            ctx->fetch->trace_broken = true; /* the program changed its order: no prefetch until re-learned */
     }
-    if (ctx->rec_len == ctx->rec_cap) {
-        int64_t cap = ctx->rec_cap ? ctx->rec_cap * 2 : 256;
-        int32_t *p = realloc(ctx->rec, (size_t)cap * sizeof(int32_t));
+    if (ctx->fetch->rec_len == ctx->fetch->rec_cap) {
+        int64_t cap = ctx->fetch->rec_cap ? ctx->fetch->rec_cap * 2 : 256;
+        int32_t *p = realloc(ctx->fetch->rec, (size_t)cap * sizeof(int32_t));
         if (!p)
             return zs_fail(ZS_ERR_NOMEM, "fetch: out of memory for the fetch trace");
-        ctx->rec = p;
-        ctx->rec_cap = cap;
+        ctx->fetch->rec = p;
+        ctx->fetch->rec_cap = cap;
     }
-    ctx->rec[ctx->rec_len++] = u;
+    ctx->fetch->rec[ctx->fetch->rec_len++] = u;
     return ZS_OK;
 }
 
@@ -162,10 +181,10 @@ static zs_status prefetch(struct zs_ctx *ctx)
 {
     int64_t budget = ctx->cfg.zero.prefetch_bucket_size, inflight = 0;
 
-    if (!ctx->trace_valid || ctx->trace_broken || budget <= 0)
+    if (!ctx->fetch->trace_valid || ctx->fetch->trace_broken || budget <= 0)
         return ZS_OK;
-    for (int64_t i = ctx->trace_pos; i < ctx->trace_len; i++) {
-        struct zs_unit *un = &ctx->units[ctx->trace[i]];
+    for (int64_t i = ctx->fetch->trace_pos; i < ctx->fetch->trace_len; i++) {
+        struct zs_unit *un = &ctx->units[ctx->fetch->trace[i]];
         if (!un->sharded || un->fetched > 0)
             continue;
         if (un->gather != ZS_GATHER_NONE) {
@@ -176,7 +195,7 @@ static zs_status prefetch(struct zs_ctx *ctx)
         if (inflight + un->part.padded > budget ||
             live_elems(ctx) + (uint64_t)un->part.padded > (uint64_t)ctx->cfg.zero.max_live_parameters)
             break;
-        zs_status st = gather_start(ctx, ctx->trace[i]);
+        zs_status st = gather_start(ctx, ctx->fetch->trace[i]);
         if (st)
             return st;
         un->prefetched = true;
@@ -190,12 +209,12 @@ static int64_t reuse_distance(const struct zs_ctx *ctx, int32_t u)
 {
     int64_t dist = 0;
 
-    if (!ctx->trace_valid || ctx->trace_broken)
+    if (!ctx->fetch->trace_valid || ctx->fetch->trace_broken)
         return -1;
-    for (int64_t i = ctx->trace_pos; i < ctx->trace_len; i++) {
-        if (ctx->trace[i] == u)
+    for (int64_t i = ctx->fetch->trace_pos; i < ctx->fetch->trace_len; i++) {
+        if (ctx->fetch->trace[i] == u)
             return dist;
-        dist += ctx->units[ctx->trace[i]].part.padded;
+        dist += ctx->units[ctx->fetch->trace[i]].part.padded;
     }
     return -1;
 }
@@ -249,6 +268,12 @@ void zs_fetch_free_all(struct zs_ctx *ctx)
     for (int32_t u = 0; u < ctx->nunits; u++)
         if (ctx->units[u].gather != ZS_GATHER_NONE)
             gather_drop(ctx, &ctx->units[u]);
+    if (ctx->fetch) {
+        free(ctx->fetch->trace);
+        free(ctx->fetch->rec);
+        free(ctx->fetch);
+        ctx->fetch = NULL;
+    }
 }
 
 /* After the optimizer step every gathered copy is stale; the window just recorded becomes the trace. */
@@ -264,20 +289,20 @@ zs_status zs_fetch_step_end(struct zs_ctx *ctx)
         if (un->gather != ZS_GATHER_NONE && !st)
             st = gather_drop(ctx, un);
     }
-    if (ctx->rec_len > 0 && (!ctx->trace_valid || ctx->rec_len != ctx->trace_len ||
-                             memcmp(ctx->rec, ctx->trace, (size_t)ctx->rec_len * sizeof(int32_t)))) {
-        int32_t *t = ctx->trace;
-        int64_t cap = ctx->trace_cap;
-        ctx->trace = ctx->rec;
-        ctx->trace_cap = ctx->rec_cap;
-        ctx->trace_len = ctx->rec_len;
-        ctx->rec = t;
-        ctx->rec_cap = cap;
-        ctx->trace_valid = true;
+    if (ctx->fetch->rec_len > 0 && (!ctx->fetch->trace_valid || ctx->fetch->rec_len != ctx->fetch->trace_len ||
+                             memcmp(ctx->fetch->rec, ctx->fetch->trace, (size_t)ctx->fetch->rec_len * sizeof(int32_t)))) {
+        int32_t *t = ctx->fetch->trace;
+        int64_t cap = ctx->fetch->trace_cap;
+        ctx->fetch->trace = ctx->fetch->rec;
+        ctx->fetch->trace_cap = ctx->fetch->rec_cap;
+        ctx->fetch->trace_len = ctx->fetch->rec_len;
+        ctx->fetch->rec = t;
+        ctx->fetch->rec_cap = cap;
+        ctx->fetch->trace_valid = true;
     }
-    ctx->rec_len = 0;
-    ctx->trace_pos = 0;
-    ctx->trace_broken = false;
+    ctx->fetch->rec_len = 0;
+    ctx->fetch->trace_pos = 0;
+    ctx->fetch->trace_broken = false;
     return st;
 }
 
@@ -292,16 +317,14 @@ zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_fetch: call zs_setup first");
     if (unit < 0 || unit >= ctx->nunits)
         return zs_fail(ZS_ERR_INVALID, "zs_unit_fetch: no unit %d", unit);
-    struct timespec t0, t1;
+    double t0 = zs_now_s();
     zs_note(ctx, "zs_unit_fetch", unit);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
     st = zs_grads_progress(ctx);
     if (!st)
         st = zs_fetch_acquire(ctx, unit, &p);
     if (!st && data)
         *data = p;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    ctx->t_fetch += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    ctx->t_fetch += zs_now_s() - t0;
     return st;
 }
 

@@ -3,11 +3,18 @@
  * reduce-scatter every micro-batch as backward produces it, and fold the result into a persistent
  * shard. With overlap_comm the reduction runs while the program keeps computing. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
-#include "optim.h"   /* defines: zs_dtype_name */
+#include "base/error.h"
+#include "kernels/optim.h"   /* defines: zs_dtype_name */
+#include "core/ctx.h"
+#include "core/memory.h"
+#include "core/ranks.h"
+#include "core/units.h" /* defines: zs_unit_grad_shard */
+#include "offload/offload.h"
+#include "bucket.h"   /* defines: struct zs_bucket */
+#include "sharding.h"
 
 static bool at_boundary(const struct zs_ctx *ctx)
 {
@@ -25,9 +32,9 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
 
     un->grad_state = ZS_GRAD_IDLE;
     if (ctx->cfg.zero.stage < 2) /* reduced once, at the boundary: final (stage 1 may offload) */
-        return ctx->cfg.zero.stage == 1 ? zs_offdev_grads_final(ctx, u) : ZS_OK;
+        return ctx->cfg.zero.stage == 1 ? zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u)) : ZS_OK;
     if (un->accumulated == 0)
-        st = zs_dev_copy(ctx, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
+        st = zs_device_copy(&ctx->dev, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
     else
         st = d->ops->accumulate(d, un->grad_shard, un->reduced, ctx->cdt, un->part.shard, d->compute);
     un->accumulated++;
@@ -37,18 +44,18 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
         zs_error_prefix("fold the reduced gradients of unit '%s'", un->name);
     /* the window's last micro-batch: an offloaded optimizer's gradients start down now, not at the step */
     if (!st && un->accumulated == ctx->cfg.grad_accum_steps)
-        st = zs_offdev_grads_final(ctx, u);
+        st = zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u));
     return st;
 }
 
 static zs_status pop_head(struct zs_ctx *ctx)
 {
-    int32_t u = ctx->pending[0];
+    int32_t u = ctx->bucket->pending[0];
     struct zs_unit *un = &ctx->units[u];
-    zs_status st = zs_coll_wait(ctx, un->reduce_req);
+    zs_status st = zs_coll_wait(&ctx->coll, un->reduce_req);
 
     un->reduce_req = NULL;
-    memmove(ctx->pending, ctx->pending + 1, (size_t)(--ctx->npending) * sizeof(int32_t));
+    memmove(ctx->bucket->pending, ctx->bucket->pending + 1, (size_t)(--ctx->bucket->npending) * sizeof(int32_t));
     if (st) {
         zs_error_prefix("reduce gradients of unit '%s'", un->name);
         return st;
@@ -63,9 +70,9 @@ zs_status zs_grads_progress(struct zs_ctx *ctx)
 
     if (!st && ctx->cfg.zs.deterministic) /* the exact sums' own collectives (exact.c) */
         return zs_exact_progress(ctx, false);
-    while (!st && ctx->npending > 0) {
+    while (!st && ctx->bucket->npending > 0) {
         bool done = false;
-        st = zs_coll_test(ctx, ctx->units[ctx->pending[0]].reduce_req, &done);
+        st = zs_coll_test(&ctx->coll, ctx->units[ctx->bucket->pending[0]].reduce_req, &done);
         if (st || !done)
             break;
         st = pop_head(ctx);
@@ -79,7 +86,7 @@ zs_status zs_grads_flush(struct zs_ctx *ctx)
 
     if (ctx->cfg.zs.deterministic)
         return zs_exact_progress(ctx, true);
-    while (!st && ctx->npending > 0)
+    while (!st && ctx->bucket->npending > 0)
         st = pop_head(ctx);
     return st;
 }
@@ -101,18 +108,18 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
     }
     zs_label(ctx, ZS_PURPOSE_GRAD, u);
     if (ctx->cfg.zero.stage == 0 || (ctx->cfg.zero.stage == 1 && !ctx->cfg.zero.reduce_scatter))
-        st = zs_coll_all_reduce(ctx, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
+        st = zs_coll_all_reduce(&ctx->coll, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else if (ctx->cfg.zero.stage == 1)
-        st = zs_coll_reduce_scatter(ctx, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->rank), ctx->psz),
+        st = zs_coll_reduce_scatter(&ctx->coll, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->rank), ctx->psz),
                                     ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else
-        st = zs_coll_reduce_scatter(ctx, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale, &un->reduce_req);
+        st = zs_coll_reduce_scatter(&ctx->coll, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale, &un->reduce_req);
     if (st) {
         zs_error_prefix("reduce gradients of unit '%s'", un->name);
         return st;
     }
     un->grad_state = ZS_GRAD_REDUCING;
-    ctx->pending[ctx->npending++] = u;
+    ctx->bucket->pending[ctx->bucket->npending++] = u;
     if (!ctx->cfg.zero.overlap_comm)
         return zs_grads_flush(ctx);
     return zs_grads_progress(ctx);
@@ -141,7 +148,7 @@ static int64_t slot_place(const struct zs_ctx *ctx, int64_t at, int64_t need)
         moved = false;
         for (int32_t u = 0; u < ctx->nunits; u++) {
             const struct zs_unit *o = &ctx->units[u];
-            int64_t off = o->grad_state == ZS_GRAD_OPEN ? (char *)o->grad - (char *)ctx->arena : 0;
+            int64_t off = o->grad_state == ZS_GRAD_OPEN ? (char *)o->grad - (char *)ctx->bucket->arena : 0;
             if (o->grad_state == ZS_GRAD_OPEN && at < off + slot_bytes(ctx, o) && off < at + need) {
                 at = off + slot_bytes(ctx, o);
                 moved = true;
@@ -163,7 +170,7 @@ static zs_status open_slots_fail(const struct zs_ctx *ctx, const struct zs_unit 
     return zs_fail(ZS_ERR_INVALID, "zs_grad_get: unit '%s' needs %lld bytes of the reduction bucket "
                    "(zero_optimization.reduce_bucket_size, %lld bytes here), but units still between zs_grad_get "
                    "and zs_grad_ready hold its free room (first: '%s'); hand them over sooner or raise "
-                   "reduce_bucket_size", un->name, (long long)need, (long long)ctx->arena_cap, open);
+                   "reduce_bucket_size", un->name, (long long)need, (long long)ctx->bucket->arena_cap, open);
 }
 
 zs_status zs_grads_open(struct zs_ctx *ctx, int32_t u, void **grad)
@@ -187,20 +194,20 @@ zs_status zs_grads_open(struct zs_ctx *ctx, int32_t u, void **grad)
          * rank must place a unit's staging buffer at the same offset, because peers on the node read it
          * there. */
         int64_t stage_b = un->part.padded * (int64_t)ctx->psz;
-        int64_t need = slot_bytes(ctx, un), at = slot_place(ctx, ctx->arena_used, need);
-        if (at + need > ctx->arena_cap) {
+        int64_t need = slot_bytes(ctx, un), at = slot_place(ctx, ctx->bucket->arena_used, need);
+        if (at + need > ctx->bucket->arena_cap) {
             st = zs_grads_flush(ctx); /* the bucket is full: its reductions must land before reuse */
             if (st)
                 return st;
             at = slot_place(ctx, 0, need);
-            if (at + need > ctx->arena_cap)
+            if (at + need > ctx->bucket->arena_cap)
                 return open_slots_fail(ctx, un, need);
         }
-        ctx->arena_used = at;
-        un->grad = ctx->arena + ctx->arena_used;
-        un->reduced = ctx->cdt != ctx->pdt ? ctx->arena + ctx->arena_used + stage_b
+        ctx->bucket->arena_used = at;
+        un->grad = ctx->bucket->arena + ctx->bucket->arena_used;
+        un->reduced = ctx->cdt != ctx->pdt ? ctx->bucket->arena + ctx->bucket->arena_used + stage_b
                                            : zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
-        ctx->arena_used += need;
+        ctx->bucket->arena_used += need;
         st = ctx->dev.ops->zero(&ctx->dev, un->grad, (size_t)stage_b, ctx->dev.compute);
         if (st)
             return st;
@@ -233,20 +240,50 @@ zs_status zs_grads_submit(struct zs_ctx *ctx, int32_t u)
     return launch(ctx, u);
 }
 
-void *zs_grads_shard(struct zs_ctx *ctx, int32_t u)
+zs_status zs_grads_setup(struct zs_ctx *ctx)
 {
-    struct zs_unit *un = &ctx->units[u];
+    struct zs_bucket *b = calloc(1, sizeof(*b));
 
-    if (ctx->cfg.zero.stage >= 2)
-        return un->grad_shard;
-    return zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz); /* stage 0: the norm's part */
+    if (b)
+        b->pending = calloc((size_t)ctx->nunits, sizeof(int32_t));
+    if (!b || !b->pending) {
+        free(b);
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
+    }
+    ctx->bucket = b;
+    return ZS_OK;
+}
+
+zs_status zs_grads_bucket_open(struct zs_ctx *ctx, int64_t bytes, int64_t elems)
+{
+    struct zs_bucket *b = ctx->bucket;
+
+    b->arena = zs_mem_alloc_comm(ctx, ZS_MEM_BUFFERS, (uint64_t)bytes);
+    if (!b->arena)
+        return ctx->over_budget ? ZS_ERR_NOMEM
+                                : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory for a %lld-element gradient bucket",
+                                          (long long)elems);
+    b->arena_cap = bytes;
+    return ZS_OK;
+}
+
+void zs_grads_free(struct zs_ctx *ctx)
+{
+    struct zs_bucket *b = ctx->bucket;
+
+    if (!b)
+        return;
+    zs_mem_free_comm(ctx, ZS_MEM_BUFFERS, b->arena, (uint64_t)b->arena_cap);
+    free(b->pending);
+    free(b);
+    ctx->bucket = NULL;
 }
 
 zs_status zs_grads_zero(struct zs_ctx *ctx)
 {
     zs_status st = ZS_OK;
 
-    ctx->arena_used = 0; /* called after the step flushed every reduction */
+    ctx->bucket->arena_used = 0; /* called after the step flushed every reduction */
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         if (ctx->cfg.zero.stage < 2 && !st) /* deterministic mode: the deposits left the stage 2-3 buffers zero */

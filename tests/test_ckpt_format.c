@@ -14,8 +14,8 @@
 #include <jansson.h>       /* defines: json_loads, for mutating manifests */
 
 #include "check.h"         /* defines: CHECK, zs_test_summary */
-#include "ckpt_format.h"   /* defines: zs_ckpt_* */
-#include "swap.h"          /* defines: zs_crc32c */
+#include "ckpt/ckpt_format.h"   /* defines: zs_ckpt_* */
+#include "offload/swap.h"          /* defines: zs_crc32c */
 
 static char err[2048];
 

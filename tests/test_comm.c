@@ -8,8 +8,8 @@
 #include <mpi.h>
 
 #include "check.h"
-#include "comm.h"
-#include "convert.h"
+#include "comm/comm.h"
+#include "kernels/convert.h"
 
 static float value(int rank, int64_t i, int op)
 {

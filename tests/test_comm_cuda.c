@@ -10,10 +10,10 @@
 #include <mpi.h>
 
 #include "check.h"
-#include "comm.h"      /* defines: zs_comm_init, zs_comm_reduce_scatter_dt, zs_comm_wait */
-#include "comm_cuda.h" /* defines: zs_cuda_sum_ranks, zs_cuda_scale */
-#include "convert.h"   /* defines: zs_cvt_*, zs_float */
-#include "device.h"
+#include "comm/comm.h"      /* defines: zs_comm_init, zs_comm_reduce_scatter_dt, zs_comm_wait */
+#include "kernels/comm_cuda.h" /* defines: zs_cuda_sum_ranks, zs_cuda_scale */
+#include "kernels/convert.h"   /* defines: zs_cvt_*, zs_float */
+#include "device/device.h"
 
 static int32_t rank, size;
 static struct zs_device dev;

@@ -11,7 +11,7 @@
 #include <mpi.h>
 
 #include "check.h"
-#include "comm.h"
+#include "comm/comm.h"
 
 static int rank, world;
 

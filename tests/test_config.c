@@ -11,7 +11,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "config.h"  /* defines: zs_config_parse, zs_config_read_file */
+#include "core/config.h"  /* defines: zs_config_parse, zs_config_read_file */
 
 
 /* Tests write JSON with single quotes to stay readable; this turns them into double quotes. */

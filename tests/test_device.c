@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "check.h"
-#include "convert.h" /* defines: zs_float, zs_cvt_f32_bf16, zs_cvt_f32_f16 */
-#include "device.h"
-#include "gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_convert, zs_grad_sumsq */
-#include "threads.h"
+#include "kernels/convert.h" /* defines: zs_float, zs_cvt_f32_bf16, zs_cvt_f32_f16 */
+#include "device/device.h"
+#include "kernels/gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_convert, zs_grad_sumsq */
+#include "kernels/threads.h"
 
 static const zs_dtype pairs[][2] = {
     { ZS_DTYPE_FP32, ZS_DTYPE_FP32 }, { ZS_DTYPE_BF16, ZS_DTYPE_BF16 }, { ZS_DTYPE_BF16, ZS_DTYPE_FP32 },

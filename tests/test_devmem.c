@@ -13,13 +13,13 @@
 #include <string.h>
 #include <mpi.h>
 
-#include "arena.h"     /* defines: zs_suballoc_*, zs_dev_arena_* */
+#include "device/arena.h"     /* defines: zs_suballoc_*, zs_dev_arena_* */
 #include "check.h"
-#include "device.h"    /* defines: zs_device_open, zs_device_separate_pinned */
-#include "engine.h"    /* defines: struct zs_ctx (its arena, host pool and placement) */
-#include "error.h"     /* defines: zs_last_error */
-#include "host_pool.h" /* defines: zs_host_pool_base, zs_host_pool_size */
-#include "placement.h" /* defines: zs_place_near_pci, zs_place_parse_busid */
+#include "device/device.h"    /* defines: zs_device_open, zs_device_separate_pinned */
+#include "core/ctx.h"
+#include "base/error.h"     /* defines: zs_last_error */
+#include "core/host_pool.h" /* defines: zs_host_pool_base, zs_host_pool_size */
+#include "device/placement.h" /* defines: zs_place_near_pci, zs_place_parse_busid */
 #include "zeroshard.h"
 
 /* ---------------------------------------------------------------- the sub-allocator */

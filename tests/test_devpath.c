@@ -16,7 +16,7 @@
 #include <mpi.h>
 
 #include "check.h"
-#include "convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
+#include "kernels/convert.h" /* defines: zs_cvt_to_f32, zs_cvt_from_f32 */
 #include "zeroshard.h"
 
 static int rank, world;

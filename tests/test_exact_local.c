@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "engine.h" /* defines: ZS_EXACT_SQ_BANDS */
-#include "exact_local.h"
+#include "sharding/exact_state.h"
+#include "sharding/exact_local.h"
 
 static uint64_t rng_state = 0x243f6a8885a308d3ULL;
 

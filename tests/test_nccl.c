@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "comm_nccl.h"
-#include "convert.h" /* defines: zs_cvt_* */
-#include "device.h"
+#include "comm/comm_nccl.h"
+#include "kernels/convert.h" /* defines: zs_cvt_* */
+#include "device/device.h"
 
 static int32_t rank, size;
 

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "convert.h"
-#include "optim.h"
-#include "threads.h"
+#include "kernels/convert.h"
+#include "kernels/optim.h"
+#include "kernels/threads.h"
 
 static const zs_dtype pairs[][2] = {
     { ZS_DTYPE_FP32, ZS_DTYPE_FP32 }, { ZS_DTYPE_BF16, ZS_DTYPE_BF16 }, { ZS_DTYPE_BF16, ZS_DTYPE_FP32 },

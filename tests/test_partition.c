@@ -4,7 +4,7 @@
 #include <stdint.h>
 
 #include "check.h"
-#include "partition.h"
+#include "core/partition.h"
 
 static void check_one(int64_t numel, int32_t world)
 {

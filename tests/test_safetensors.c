@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "check.h"        /* defines: CHECK, zs_test_summary */
-#include "convert.h"      /* defines: zs_cvt_f32_bf16, zs_cvt_f32_f16 */
-#include "safetensors.h"  /* defines: zs_st_* */
+#include "kernels/convert.h"      /* defines: zs_cvt_f32_bf16, zs_cvt_f32_f16 */
+#include "ckpt/safetensors.h"  /* defines: zs_st_* */
 
 static char err[2048];
 static uint64_t file_bytes; /* what the writer said the sample file would hold */

@@ -3,7 +3,7 @@
 #include <math.h>
 
 #include "check.h"
-#include "schedule.h"
+#include "core/schedule.h"
 
 #define NEAR(a, b) (fabs((a) - (b)) <= 1e-12 + 1e-9 * fabs(b))
 

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "check.h"
-#include "comm_staged.h"
-#include "convert.h" /* defines: zs_cvt_* */
+#include "comm/comm_staged.h"
+#include "kernels/convert.h" /* defines: zs_cvt_* */
 
 static int32_t rank, size;
 static struct zs_device dev;

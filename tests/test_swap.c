@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "swap.h" /* defines: zs_swap_*, zs_crc32c */
+#include "offload/swap.h" /* defines: zs_swap_*, zs_crc32c */
 
 #define KiB 1024u
 #define MiB (1024u * 1024u)

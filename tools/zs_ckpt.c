@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt_format.h"  /* defines: zs_ckpt_resolve, zs_ckpt_manifest_load, zs_ckpt_verify_file */
-#include "safetensors.h"  /* defines: zs_st_open, zs_st_read_f32 */
+#include "ckpt/ckpt_format.h"  /* defines: zs_ckpt_resolve, zs_ckpt_manifest_load, zs_ckpt_verify_file */
+#include "ckpt/safetensors.h"  /* defines: zs_st_open, zs_st_read_f32 */
 #include "zs_ckpt.h"      /* defines: struct ckpt_export_opts, ckpt_tool_export */
 
 #define DEFAULT_BUFFER (64u << 20)

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ckpt_format.h" /* defines: struct zs_ckpt_manifest */
+#include "ckpt/ckpt_format.h" /* defines: struct zs_ckpt_manifest */
 
 struct ckpt_export_opts {
     const char *dir, *out;

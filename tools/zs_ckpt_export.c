@@ -12,9 +12,9 @@
 
 #include <jansson.h>      /* defines: json_pack, json_dumps */
 
-#include "ckpt_format.h"  /* defines: zs_ckpt_reader_open, zs_ckpt_read_range */
-#include "convert.h"      /* defines: zs_cvt_f32_bf16 */
-#include "safetensors.h"  /* defines: zs_st_writer_open, zs_st_writer_append */
+#include "ckpt/ckpt_format.h"  /* defines: zs_ckpt_reader_open, zs_ckpt_read_range */
+#include "kernels/convert.h"      /* defines: zs_cvt_f32_bf16 */
+#include "ckpt/safetensors.h"  /* defines: zs_st_writer_open, zs_st_writer_append */
 #include "zs_ckpt.h"      /* defines: struct ckpt_export_opts, ckpt_tool_fail */
 
 #define SUFFIX ".safetensors"

@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"  /* defines: zs_config_parse, zs_config_read_file */
-#include "engine.h"  /* defines: zs_optim_name */
+#include "core/config.h"  /* defines: zs_config_parse, zs_config_read_file */
+#include "core/ctx.h"
+#include "runtime/runtime.h"
 
 static int check_file(const char *path, int world, const zs_auto_values *av)
 {

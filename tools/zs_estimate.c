@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"     /* defines: zs_config_read_file */
-#include "partition.h"  /* defines: ZS_PARAM_ALIGN */
+#include "core/config.h"     /* defines: zs_config_read_file */
+#include "core/partition.h"  /* defines: ZS_PARAM_ALIGN */
 #include "zeroshard.h"
 
 #define MAX_UNITS (1 << 20)

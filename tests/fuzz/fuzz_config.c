@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h" /* defines: zs_config_parse, struct zs_config */
+#include "core/config.h" /* defines: zs_config_parse, struct zs_config */
 #include "fuzz.h"   /* defines: zs_fuzz_config */
 
 static void broken(const char *what, const char *detail)

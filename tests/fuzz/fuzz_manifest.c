@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt_format.h" /* defines: zs_ckpt_manifest_parse, zs_ckpt_manifest_dump */
+#include "ckpt/ckpt_format.h" /* defines: zs_ckpt_manifest_parse, zs_ckpt_manifest_dump */
 #include "fuzz.h"        /* defines: zs_fuzz_manifest */
 
 #define WHAT "fuzz/manifest.json"

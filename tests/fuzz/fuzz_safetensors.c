@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "fuzz.h"         /* defines: zs_fuzz_safetensors */
-#include "safetensors.h"  /* defines: zs_st_open_mem, zs_st_read_f32 */
+#include "ckpt/safetensors.h"  /* defines: zs_st_open_mem, zs_st_read_f32 */
 
 #define WHAT "fuzz.safetensors"
 

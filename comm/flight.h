@@ -1,6 +1,6 @@
 /* flight.h - the flight recorder: each rank's last ZS_FLIGHT_RING collectives and engine calls (what,
  * unit, sequence number, bytes, start and end), written to DIR/flight-rank<R>.txt on a timeout, on a
- * failed collective and on SIGUSR1, for tools/zs_flight.c to line up. Internal to runtime/. */
+ * failed collective and on SIGUSR1, for tools/zs_flight.c to line up. Internal: the library only. */
 #ifndef ZS_FLIGHT_H
 #define ZS_FLIGHT_H
 

@@ -1,4 +1,4 @@
-/* config_json.h - private to runtime/config*.c: typed reads of jansson values that name the key path
+/* config_json.h - private to core/config*.c: typed reads of jansson values that name the key path
  * in every message, "auto" resolution, unknown-key checks with did-you-mean. */
 #ifndef ZS_CONFIG_JSON_H
 #define ZS_CONFIG_JSON_H

@@ -9,10 +9,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "error.h"
+#include "base/clock.h" /* defines: zs_now_s */
+#include "base/error.h"
+#include "comm/comm.h"
 #include "flight.h"
-#include "shm.h" /* defines: struct zs_shm_desc */
+#include "comm/shm.h" /* defines: struct zs_shm_desc */
 
 enum entry_state { ENTRY_RUNNING, ENTRY_DONE, ENTRY_FAILED };
 
@@ -49,14 +50,6 @@ bool zs_flight_signalled(void)
     return true;
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* The launcher's job id, so that two jobs on one machine do not write over each other's dumps. */
 static void default_dir(char *b, size_t n)
 {
@@ -89,7 +82,7 @@ struct zs_flight *zs_flight_new(int32_t rank, int32_t world, const char *cfg_dir
         return NULL;
     f->rank = rank;
     f->world = world;
-    f->epoch = now_s();
+    f->epoch = zs_now_s();
     if (env && *env)
         snprintf(f->dir, sizeof(f->dir), "%s", env);
     else if (cfg_dir && *cfg_dir)
@@ -128,7 +121,7 @@ static struct entry *entry_new(struct zs_flight *f)
     struct entry *e = &f->ring[f->n++ % ZS_FLIGHT_RING];
 
     memset(e, 0, sizeof(*e));
-    e->t0 = now_s() - f->epoch;
+    e->t0 = zs_now_s() - f->epoch;
     return e;
 }
 
@@ -154,7 +147,7 @@ void zs_flight_op_end(struct zs_flight *f, uint64_t seq, zs_status st)
         struct entry *e = &f->ring[(f->n - 1 - i) % ZS_FLIGHT_RING];
         if (!e->call && e->seq == seq && e->state == ENTRY_RUNNING) {
             e->state = st ? ENTRY_FAILED : ENTRY_DONE;
-            e->t1 = now_s() - f->epoch;
+            e->t1 = zs_now_s() - f->epoch;
             return;
         }
     }
@@ -214,7 +207,7 @@ void zs_flight_write(struct zs_flight *f, const char *why)
         if (*p == '\n')
             *p = ' ';
     fprintf(o, "# zeroshard flight recorder: rank %d of %d, pid %ld, at %.6f s\n# why: %s\n", f->rank, f->world,
-            (long)getpid(), now_s() - f->epoch, reason);
+            (long)getpid(), zs_now_s() - f->epoch, reason);
     fprintf(o, "# type seq kind purpose unit step count bytes start_s end_s state\n");
     first = f->n > ZS_FLIGHT_RING ? f->n - ZS_FLIGHT_RING : 0;
     for (uint64_t i = first; i < f->n; i++)

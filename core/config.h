@@ -130,9 +130,6 @@ static inline uint64_t zs_config_state_bytes(const struct zs_config *c)
     return 4 * (uint64_t)zs_config_state_arrays(c) + master;
 }
 
-/* Bytes of one parameter element, and of one reduced gradient element, as trained. */
-static inline uint64_t zs_dtype_bytes(zs_dtype t) { return t == ZS_DTYPE_FP32 ? 4 : 2; }
-
 /* Reads a whole file into a malloc'd NUL-terminated string; 0 or -errno. */
 int zs_config_read_file(const char *path, char **text);
 

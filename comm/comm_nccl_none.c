@@ -1,0 +1,41 @@
+/* comm_nccl_none.c - linked instead of comm_nccl.c when the library is built without the CUDA backend:
+ * NCCL never starts, so the device collectives stay host-staged (or a config that asks for NCCL is refused
+ * by name). */
+#include "base/error.h" /* defines: zs_fail */
+#include "comm_nccl.h"
+
+zs_status zs_nccl_init(struct zs_nccl **n, MPI_Comm comm, enum zs_nccl_mode mode)
+{
+    *n = NULL;
+    return zs_fail(ZS_ERR_UNSUPPORTED, "NCCL: this library was built without the CUDA backend");
+}
+
+void zs_nccl_free(struct zs_nccl *n)
+{
+}
+
+void *zs_nccl_stream(struct zs_nccl *n)
+{
+    return NULL;
+}
+
+zs_status zs_nccl_sync(struct zs_nccl *n)
+{
+    return ZS_ERR_UNSUPPORTED;
+}
+
+zs_status zs_nccl_reduce_scatter(struct zs_nccl *n, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
+                                 int64_t count, float scale, void *after)
+{
+    return ZS_ERR_UNSUPPORTED;
+}
+
+zs_status zs_nccl_all_gather(struct zs_nccl *n, void *buf, zs_dtype dt, int64_t count, void *after)
+{
+    return ZS_ERR_UNSUPPORTED;
+}
+
+zs_status zs_nccl_all_reduce(struct zs_nccl *n, void *buf, zs_dtype dt, int64_t count, float scale, void *after)
+{
+    return ZS_ERR_UNSUPPORTED;
+}

@@ -1,0 +1,136 @@
+/* ctx.h - the context behind zs_ctx: the units and parameters, the device, the communicators and the
+ * accounting every layer above core/ shares. Internal: nothing here is exported. */
+#ifndef ZS_CTX_H
+#define ZS_CTX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#include "zeroshard.h"
+#include "base/dtype.h"       /* defines: zs_at, zs_dtype_bytes */
+#include "kernels/optim.h"    /* defines: enum zs_kpath, enum zs_kopt */
+#include "kernels/threads.h"  /* defines: struct zs_pool */
+#include "device/arena.h"     /* defines: struct zs_dev_arena */
+#include "device/device.h"    /* defines: struct zs_device */
+#include "comm/coll.h"        /* defines: struct zs_coll, zs_coll_* */
+#include "comm/comm.h"        /* defines: struct zs_comm, zs_comm_* */
+#include "config.h"           /* defines: struct zs_config */
+#include "memory.h"           /* defines: enum zs_mem_cat */
+#include "partition.h"        /* defines: struct zs_partition */
+
+enum zs_gather_state { ZS_GATHER_NONE, ZS_GATHER_PENDING, ZS_GATHER_READY };
+enum zs_grad_state { ZS_GRAD_IDLE, ZS_GRAD_OPEN, ZS_GRAD_REDUCING };
+
+struct zs_param_rec {
+    char *name;
+    int32_t unit;
+    int64_t numel, offset; /* offset inside the unit's flat buffer */
+    const float *init;     /* borrowed until zs_setup */
+    zs_init_fn init_fn;    /* or this, called for the elements a rank stores */
+    void *init_arg;
+    int32_t ndim;          /* 0: [numel] */
+    int64_t shape[8];
+};
+
+struct zs_unit {
+    char *name;
+    int32_t first_param, nparams;
+    int64_t numel;               /* last parameter's end, alignment gaps included */
+    struct zs_partition part;
+    bool sharded;                /* stage 3 and not kept whole by the persistence threshold */
+    /* Parameter and gradient buffers hold ctx->pdt elements (grad_shard: ctx->cdt); zs_at() indexes. */
+    void *full;                  /* whole parameters: persistent unless sharded */
+    void *shard;                 /* sharded: this rank's persistent shard */
+    void *gathered;              /* sharded: the gathered unit while live */
+    enum zs_gather_state gather;
+    struct zs_coll_req *gather_req;
+    bool prefetched;             /* gathered ahead of its fetch, not yet fetched */
+    int32_t fetched;             /* program references (fetch minus release) */
+    void *grad;                  /* stages 0-1: persistent full gradients; 2-3: bucket staging */
+    void *grad_shard;            /* stages 2-3: persistent accumulator for this rank's shard (cdt) */
+    void *reduced;               /* stages 2-3: where the reduce-scatter puts this rank's part */
+    enum zs_grad_state grad_state;
+    struct zs_coll_req *reduce_req;
+    int64_t ready_micro;         /* micro-step of the last zs_grad_ready, -1 before any */
+    int64_t accumulated;         /* micro-batches folded into grad_shard this window */
+    float *master;               /* 16-bit params: fp32 masters (whole at stage 0, shard otherwise), unless
+                                  * they live in the NVMe swap file */
+    float *m, *v;                /* optimizer state (whole at stage 0, shard otherwise) */
+    /* deterministic mode (sharding/exact.c): the unit's counters start at element xoff * 3 of the exact
+     * state's, its elements' top bands at element xoff of its tops */
+    int64_t xoff, xdeposits;     /* element offset; micro-shards deposited this window */
+    bool xbad;                   /* some deposited value was Inf or NaN */
+    bool xfailed;                /* its reduce-scatter ended with an error on every rank (the exact state's err) */
+    int32_t xphase;              /* at the boundary: which of the sum's collectives is in flight (exact.c): */
+    MPI_Request xreq;            /* the vote or the all-gather, */
+    struct zs_comm_req *xsumq;   /* or the sums' reduce-scatter */
+};
+
+/* DeepSpeed's DynamicLossScaler state (fp16 with loss_scale 0); a static scale otherwise. */
+struct zs_scaler {
+    double scale;
+    int64_t cur_hysteresis, last_overflow_iter, cur_iter;
+    bool dynamic;
+};
+
+/* Where the rank sits relative to its GPU (engine.c: place_near_device): the NUMA node nearest it (-1: not
+ * known, the host pool then goes near the rank's cores as on the CPU), for the start-up line. */
+struct zs_place {
+    int32_t numa;
+    char desc[256];
+};
+
+struct zs_ctx {
+    struct zs_config cfg;
+    char *config_text;               /* the config as given (for checkpoint manifests) */
+    struct zs_comm *comm;
+    MPI_Comm parent;                 /* the program's communicator (not owned) */
+    int32_t rank, world;
+    int32_t local_rank, local_size;  /* among the ranks sharing this node */
+    struct zs_pool *pool;            /* the optimizer's threads, bound to this rank's cores */
+    struct zs_device dev;            /* where model states live and the optimizer runs */
+    struct zs_device host_dev;       /* the CPU, for the optimizer offloaded from a device the host cannot reach */
+    struct zs_place place;           /* the threads and the host pool near the device's PCI link */
+    struct zs_coll coll;             /* the collectives on dev's buffers, whichever transport */
+    bool pool_pinned;                /* the device pinned the host pool (offload.c: zs_offload_pin) */
+    struct zs_dev_arena dev_arena;   /* the device's memory, where the host cannot read it in place */
+    enum zs_kpath kpath;
+    enum zs_kopt kopt;               /* the config's optimizer as the kernels name it */
+    zs_dtype pdt, cdt, gdt;          /* parameters; reduced gradients; what the optimizer reads (pdt or cdt) */
+    size_t psz, csz;                 /* their element sizes */
+    struct zs_scaler scaler;
+    int64_t skipped_steps;           /* boundaries skipped for overflow (global_step counts them too) */
+    bool own_mpi, quiet, set_up, broken;
+    char broken_why[640];            /* when broken: what left the state inconsistent (for step and save) */
+
+    struct zs_param_rec *params;
+    int32_t nparams, cap_params;
+    struct zs_unit *units;
+    int32_t nunits, cap_units;
+    uint64_t numel, numel_padded;
+
+    int64_t micro_step, global_step;
+    float pre_scale, post_scale;
+    zs_step_stats stats;
+    double t_reduce, t_optim, t_gather; /* wall_clock_breakdown, seconds since last print */
+    double t_fetch, swap_mark;          /* fetch time since the last step; NVMe wait total at the last step */
+
+    uint64_t mem[ZS_MEM_NCAT];
+    uint64_t peak_live;
+    uint64_t mem_host;               /* of mem[], the bytes living in the host pool (offloaded) */
+    uint64_t device_budget;          /* 0: none; else device (non-host) bytes a rank may hold */
+    bool over_budget;                /* the last failed allocation hit the budget or the arena (message set) */
+    struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */
+
+    /* The state of the folders above, each defined (and owned) by the folder named. */
+    struct zs_nvme_optim *nvme;      /* optimizer state on NVMe (offload/nvme_optim.h), or NULL */
+    struct zs_offdev *off;           /* offloaded optimizer from such a device (offload/offdev.h), or NULL */
+    struct zs_bucket *bucket;        /* the gradient reductions in flight and their staging (sharding/bucket.h) */
+    struct zs_fetch *fetch;          /* stage 3's fetch trace (sharding/fetch.c) */
+    struct zs_exact *exact;          /* deterministic mode's exact sums (sharding/exact_state.h), or NULL */
+};
+
+#endif /* ZS_CTX_H */

@@ -1,0 +1,144 @@
+/* memory.c - the accounted allocator: device memory (or the device's arena), the shared heap collectives read
+ * in place, the host pool; the device budget that admits each device allocation; the bucket's sizing. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/error.h"
+#include "comm/comm.h" /* defines: zs_comm_alloc_agreed, zs_comm_release */
+#include "ctx.h"
+#include "host_pool.h" /* defines: zs_host_pool_alloc */
+#include "memory.h"
+
+const char *const zs_mem_cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "fp32 masters", "optimizer state",
+                                                    "gradient bucket", "swap buffers", "gathered parameters" };
+
+/* p (NULL: a failed allocation) counted in its category; the peak of the gathered units is kept too. */
+static void *counted(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
+{
+    if (!p)
+        return NULL;
+    ctx->mem[cat] += bytes;
+    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
+        ctx->peak_live = ctx->mem[cat];
+    return p;
+}
+
+/* From the device arena where the device has one (setup.c: open_arena), else one device allocation. */
+void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+{
+    void *p;
+
+    if (!zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]))
+        return NULL;
+    if (ctx->dev_arena.open) {
+        p = zs_dev_arena_alloc(&ctx->dev_arena, (int32_t)cat, bytes);
+        ctx->over_budget = !p; /* the arena's message names the region and the sizes */
+    } else {
+        p = ctx->dev.ops->alloc(&ctx->dev, (size_t)bytes);
+    }
+    return counted(ctx, cat, p, bytes);
+}
+
+void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes)
+{
+    if (!ctx->dev.host_access) /* peers reach device buffers through the collectives' staging, not in place */
+        return zs_mem_alloc(ctx, cat, bytes);
+    /* The budget is this rank's; the shared heap is the node's: a refusal here is put to the node, so
+     * that no peer allocates (or grows the heap, a collective) without this rank. */
+    bool admitted = zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]);
+    void *p = zs_comm_alloc_agreed(comm, (size_t)bytes, admitted);
+
+    return counted(ctx, cat, p, bytes);
+}
+
+void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+{
+    return zs_mem_alloc_on(ctx, ctx->comm, cat, bytes);
+}
+
+void zs_mem_free_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, void *p, uint64_t bytes)
+{
+    if (!p)
+        return;
+    if (!ctx->dev.host_access) {
+        zs_mem_free(ctx, cat, p, bytes);
+        return;
+    }
+    zs_comm_release(comm, p);
+    ctx->mem[cat] -= bytes;
+}
+
+void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
+{
+    zs_mem_free_on(ctx, ctx->comm, cat, p, bytes);
+}
+
+void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
+{
+    if (!p)
+        return;
+    if (!ctx->dev_arena.open)
+        ctx->dev.ops->free(&ctx->dev, p);
+    else if (zs_dev_arena_free(&ctx->dev_arena, (int32_t)cat, p, bytes) && !ctx->quiet)
+        zs_log("rank %d: warning: %s", ctx->rank, zs_last_error()); /* an engine bug; the arena frees it at finalize */
+    ctx->mem[cat] -= bytes;
+}
+
+void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+{
+    void *p = zs_host_pool_alloc(ctx->host, bytes);
+
+    if (p) {
+        ctx->mem[cat] += bytes;
+        ctx->mem_host += bytes;
+    }
+    return p;
+}
+
+/* 1.50 GiB, 12.0 MiB, 44.0 KiB: enough digits to compare a need with a budget. */
+const char *zs_mem_human(uint64_t b, char *buf, size_t len)
+{
+    if (b >= (1ull << 30))
+        snprintf(buf, len, "%.2f GiB", (double)b / (double)(1ull << 30));
+    else if (b >= (1ull << 20))
+        snprintf(buf, len, "%.1f MiB", (double)b / (double)(1ull << 20));
+    else
+        snprintf(buf, len, "%.1f KiB", (double)b / 1024.0);
+    return buf;
+}
+
+bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what)
+{
+    uint64_t used = 0;
+
+    ctx->over_budget = false;
+    if (!ctx->device_budget)
+        return true;
+    for (int c = 0; c < ZS_MEM_NCAT; c++)
+        used += ctx->mem[c];
+    used -= ctx->mem_host;
+    if (used + bytes <= ctx->device_budget)
+        return true;
+    char h1[32], h2[32], h3[32];
+    ctx->over_budget = true;
+    zs_fail(ZS_ERR_NOMEM, "out of device memory: %s need %s more, %s of the %s budget are in use "
+            "(lower stage3_max_live_parameters or stage3_prefetch_bucket_size)", what, zs_mem_human(bytes, h1, sizeof(h1)),
+            zs_mem_human(used, h2, sizeof(h2)), zs_mem_human(ctx->device_budget, h3, sizeof(h3)));
+    return false;
+}
+
+int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64_t largest)
+{
+    int64_t cap = cfg->zero.reduce_bucket_size;
+
+    if (cap > numel_padded)
+        cap = numel_padded;
+    return cap < largest ? largest : cap;
+}
+
+uint64_t zs_bucket_elem_bytes(const struct zs_config *cfg)
+{
+    uint64_t p = zs_dtype_bytes(cfg->param_dtype), c = zs_dtype_bytes(cfg->comm_dtype);
+
+    return p + (cfg->comm_dtype != cfg->param_dtype ? c : 0);
+}

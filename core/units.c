@@ -1,0 +1,58 @@
+/* units.c - which of a unit's elements the optimizer updates on this rank, in which buffers, with which
+ * gradients. */
+#include "units.h"
+
+void *zs_unit_working(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+
+    if (ctx->cfg.zero.stage == 0)
+        return un->full;
+    return un->sharded ? un->shard : zs_at(un->full, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
+}
+
+float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n)
+{
+    struct zs_unit *un = &ctx->units[u];
+
+    *n = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
+    if (ctx->pdt != ZS_DTYPE_FP32)
+        return un->master;
+    return zs_unit_working(ctx, u);
+}
+
+void *zs_unit_grad_shard(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+
+    if (ctx->cfg.zero.stage >= 2)
+        return un->grad_shard;
+    return zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz); /* stage 0: the norm's part */
+}
+
+void zs_unit_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin, int64_t end,
+                    struct zs_optim_tensor *t)
+{
+    struct zs_unit *un = &ctx->units[u];
+    int64_t n;
+    float *master = disk_p ? disk_p : zs_unit_master(ctx, u, &n);
+    void *g = ctx->cfg.zero.stage == 0 ? un->grad : zs_unit_grad_shard(ctx, u);
+
+    *t = (struct zs_optim_tensor){ .n = end - begin };
+    if (ctx->pdt == ZS_DTYPE_FP32) {
+        t->bufs.param = master + begin;
+    } else { /* the kernel updates the fp32 master and writes its rounding to the working copy */
+        t->bufs.param = zs_at(zs_unit_working(ctx, u), begin, ctx->psz);
+        t->bufs.master = master + begin;
+    }
+    t->bufs.grad = zs_at(g, begin, zs_dtype_bytes(ctx->gdt));
+    t->bufs.s1 = s1 ? s1 + begin : NULL;
+    t->bufs.s2 = s2 ? s2 + begin : NULL;
+}
+
+struct zs_optim_launch zs_unit_launch(const struct zs_ctx *ctx, const struct zs_optim_step *s,
+                                      const struct zs_optim_tensor *t, int32_t count)
+{
+    return (struct zs_optim_launch){ .opt = ctx->kopt, .pdt = ctx->pdt, .gdt = ctx->gdt,
+                                     .step = s, .t = t, .count = count };
+}

@@ -1,0 +1,27 @@
+/* runtime.h - what the life cycle, set-up, the step and the checkpoints share inside runtime/ and ckpt/. */
+#ifndef ZS_RUNTIME_H
+#define ZS_RUNTIME_H
+
+#include "core/ctx.h" /* defines: struct zs_ctx */
+
+/* "Adam", "AdamW", "SGD", "Lion", "Adagrad" (DeepSpeed's spelling of the config's optimizer type) */
+const char *zs_optim_name(int type);
+
+/* runtime/devio.c: collective: NCCL carries the device collectives when every rank has its own GPU */
+zs_status zs_dev_nccl_open(struct zs_ctx *ctx);
+/* runtime/devplace.c: on a device with a PCI bus id, moves the rank's threads to the cores nearest it and
+ * records its NUMA node for the host pool (ctx->place); warnings, never errors, where that cannot be done.
+ * Collective over the node. */
+zs_status zs_dev_place(struct zs_ctx *ctx);
+
+/* runtime/memory.c */
+void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (unless quiet) */
+
+/* runtime/step.c */
+zs_status zs_step_boundary(struct zs_ctx *ctx);
+/* Marks the context unusable (a step or a load failed part-way): zs_step and zs_checkpoint_save refuse,
+ * naming why (printf-style). */
+void zs_ctx_break(struct zs_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void zs_scaler_init(struct zs_ctx *ctx); /* the loss scale fp16's config starts with (1 otherwise) */
+
+#endif /* ZS_RUNTIME_H */
