@@ -12,9 +12,6 @@
 
 /* ---------------------------------------------------------------- accounted memory */
 
-const char *const zs_mem_cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "fp32 masters", "optimizer state",
-                                                    "gradient bucket", "swap buffers", "gathered parameters" };
-
 /* From the device arena where the device has one (setup.c: open_arena), else one device allocation. */
 void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 {
@@ -492,7 +489,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
-        uint64_t opt = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
+        uint64_t opt = (uint64_t)zs_plan_opt_elems(ctx->cfg.zero.stage, &un->part) * sizeof(float);
         if (un->reduce_req)
             zs_coll_wait(ctx, un->reduce_req);
         if (ctx->cfg.zero.stage == 0)

@@ -14,17 +14,10 @@
 #include "device.h"    /* defines: struct zs_device, zs_device_open */
 #include "optim.h"     /* defines: zs_optim_fn, enum zs_kpath */
 #include "partition.h" /* defines: struct zs_partition */
+#include "plan.h"      /* defines: struct zs_plan, enum zs_mem_cat */
 #include "threads.h"   /* defines: struct zs_pool */
 #include "zeroshard.h"
 #include "flight.h"    /* defines: zs_flight_call */
-
-/* PARAMS: working parameters (dtype pdt); GRADS: gradients; MASTER: fp32 masters of 16-bit parameters;
- * OPTIM: optimizer moments; BUFFERS: the gradient bucket; SWAP: NVMe swap slots and read-ahead (in the
- * host pool); LIVE: gathered stage-3 units. */
-enum zs_mem_cat {
-    ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_MASTER, ZS_MEM_OPTIM, ZS_MEM_BUFFERS, ZS_MEM_SWAP, ZS_MEM_LIVE, ZS_MEM_NCAT
-};
-extern const char *const zs_mem_cat_names[ZS_MEM_NCAT]; /* "parameters", ... (messages, the arena's regions) */
 
 enum zs_gather_state { ZS_GATHER_NONE, ZS_GATHER_PENDING, ZS_GATHER_READY };
 enum zs_grad_state { ZS_GRAD_IDLE, ZS_GRAD_OPEN, ZS_GRAD_REDUCING };
@@ -138,6 +131,7 @@ struct zs_ctx {
     struct zs_unit *units;
     int32_t nunits, cap_units;
     uint64_t numel, numel_padded;
+    struct zs_plan plan;             /* what this rank allocates, and where (set-up fills it) */
 
     /* Gradient bucket (stages 2-3): a bump arena of staging buffers, reset when all its reductions end. */
     char *arena;
@@ -260,7 +254,6 @@ zs_status zs_exact_launch(struct zs_ctx *ctx, int32_t u); /* at the boundary's z
 zs_status zs_exact_progress(struct zs_ctx *ctx, bool all); /* advances the units' sums; all: to the end */
 zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq); /* at the step, after all: the norm */
 void zs_exact_zero(struct zs_ctx *ctx);
-uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits); /* what zs_exact_setup allocates */
 
 /* runtime/devio.c: host <-> device copies, complete on return (dst_dev / src_dev: which side is device
  * memory; host to host is a memmove); the collectives on device buffers, comm.h's where the host reaches the
@@ -303,10 +296,6 @@ static inline bool zs_optstate_on_host(const struct zs_ctx *ctx)
 zs_status zs_dev_place(struct zs_ctx *ctx);
 
 /* runtime/memory.c */
-/* Gradient bucket elements (stages 2-3): reduce_bucket_size, never more than the model, at least the
- * largest unit; and bytes per element (staging, plus room for an fp32 reduction of 16-bit gradients). */
-int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64_t largest);
-uint64_t zs_bucket_elem_bytes(const struct zs_config *cfg);
 void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (unless quiet) */
 
 /* runtime/engine.c: waits for a nonblocking MPI collective under the watchdog's deadline */
