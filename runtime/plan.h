@@ -75,7 +75,7 @@ struct zs_plan {
     int32_t gathered;             /* stage 3: the sharded units, their padded elements, the largest of them */
     uint64_t gathered_padded, gathered_largest;
     uint64_t home[ZS_HOME_N];    /* the units' buffers by where they live */
-    uint64_t host_pool;           /* the host home in pages, as the pool hands them out */
+    uint64_t host_pool;           /* the host buffers in whole pages, as the pool hands them out */
 
     /* the rest, after zs_plan_finish */
     int64_t bucket_elems;         /* stages 2-3: the gradient bucket's capacity */
