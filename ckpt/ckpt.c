@@ -101,7 +101,7 @@ static zs_status view_done(struct zs_ctx *ctx, struct unit_view *v, bool write_b
 
 static zs_status view_stage(struct zs_ctx *ctx, const struct zs_unit *un, struct unit_view *v)
 {
-    size_t sb = (size_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
+    size_t sb = (size_t)zs_plan_opt_elems(ctx->cfg.zero.stage, &un->part) * sizeof(float);
     /* state on NVMe: the arrays read from the swap file are host memory; the working parameters (and with
      * fp32 training the parameters the checkpoint holds, unless they came from the file too) are not */
     bool pdev = !zs_params_on_host(ctx, un), odev = !v->on_disk && !zs_optstate_on_host(ctx);
@@ -447,7 +447,7 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
     struct zs_unit *un = &ctx->units[u];
     struct unit_view v;
     int k = zs_config_state_arrays(&ctx->cfg);
-    int64_t sn = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
+    int64_t sn = zs_plan_opt_elems(ctx->cfg.zero.stage, &un->part);
     zs_status st = view_unit(ctx, u, &v);
     float *vals = NULL;
     int rc = zs_ckpt_event("load", un->name, NULL); /* test hook: a read error part-way through a load */

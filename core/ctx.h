@@ -20,6 +20,7 @@
 #include "config.h"           /* defines: struct zs_config */
 #include "memory.h"           /* defines: enum zs_mem_cat */
 #include "partition.h"        /* defines: struct zs_partition */
+#include "plan.h"             /* defines: struct zs_plan, zs_plan_opt_elems */
 
 enum zs_gather_state { ZS_GATHER_NONE, ZS_GATHER_PENDING, ZS_GATHER_READY };
 enum zs_grad_state { ZS_GRAD_IDLE, ZS_GRAD_OPEN, ZS_GRAD_REDUCING };
@@ -111,6 +112,7 @@ struct zs_ctx {
     struct zs_unit *units;
     int32_t nunits, cap_units;
     uint64_t numel, numel_padded;
+    struct zs_plan plan;             /* what this rank allocates, and where (set-up fills it) */
 
     int64_t micro_step, global_step;
     float pre_scale, post_scale;

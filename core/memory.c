@@ -9,9 +9,6 @@
 #include "host_pool.h" /* defines: zs_host_pool_alloc */
 #include "memory.h"
 
-const char *const zs_mem_cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "fp32 masters", "optimizer state",
-                                                    "gradient bucket", "swap buffers", "gathered parameters" };
-
 /* p (NULL: a failed allocation) counted in its category; the peak of the gathered units is kept too. */
 static void *counted(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
 {
@@ -127,18 +124,3 @@ bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what)
     return false;
 }
 
-int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64_t largest)
-{
-    int64_t cap = cfg->zero.reduce_bucket_size;
-
-    if (cap > numel_padded)
-        cap = numel_padded;
-    return cap < largest ? largest : cap;
-}
-
-uint64_t zs_bucket_elem_bytes(const struct zs_config *cfg)
-{
-    uint64_t p = zs_dtype_bytes(cfg->param_dtype), c = zs_dtype_bytes(cfg->comm_dtype);
-
-    return p + (cfg->comm_dtype != cfg->param_dtype ? c : 0);
-}

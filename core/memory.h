@@ -9,17 +9,10 @@
 #include <stdint.h>
 
 #include "config.h" /* defines: struct zs_config */
+#include "plan.h"   /* defines: enum zs_mem_cat, zs_mem_cat_names */
 
 struct zs_comm;
 struct zs_ctx;
-
-/* PARAMS: working parameters (dtype pdt); GRADS: gradients; MASTER: fp32 masters of 16-bit parameters;
- * OPTIM: optimizer moments; BUFFERS: the gradient bucket; SWAP: NVMe swap slots and read-ahead (in the
- * host pool); LIVE: gathered stage-3 units. */
-enum zs_mem_cat {
-    ZS_MEM_PARAMS, ZS_MEM_GRADS, ZS_MEM_MASTER, ZS_MEM_OPTIM, ZS_MEM_BUFFERS, ZS_MEM_SWAP, ZS_MEM_LIVE, ZS_MEM_NCAT
-};
-extern const char *const zs_mem_cat_names[ZS_MEM_NCAT]; /* "parameters", ... (messages, the arena's regions) */
 
 /* Accounted allocation: every byte the runtime holds is counted in one category. 64-byte aligned,
  * zero-filled. */
@@ -39,10 +32,5 @@ bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what);
 
 /* b bytes in a person's units ("1.5 GiB"), written into buf. */
 const char *zs_mem_human(uint64_t b, char *buf, size_t len);
-
-/* Gradient bucket elements (stages 2-3): reduce_bucket_size, never more than the model, at least the
- * largest unit; and bytes per element (staging, plus room for an fp32 reduction of 16-bit gradients). */
-int64_t zs_bucket_elems(const struct zs_config *cfg, int64_t numel_padded, int64_t largest);
-uint64_t zs_bucket_elem_bytes(const struct zs_config *cfg);
 
 #endif /* ZS_MEMORY_H */

@@ -15,7 +15,7 @@ float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n)
 {
     struct zs_unit *un = &ctx->units[u];
 
-    *n = ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
+    *n = zs_plan_opt_elems(ctx->cfg.zero.stage, &un->part);
     if (ctx->pdt != ZS_DTYPE_FP32)
         return un->master;
     return zs_unit_working(ctx, u);

@@ -20,36 +20,20 @@ struct placement {
     bool nvme;
 };
 
-/* Device bytes one rank needs for a placement: persistent model states, the gradient bucket, and at
- * stage 3 the gathered units (bounded by stage3_max_live_parameters, at least the largest unit). */
+/* Device bytes one rank needs for a placement (the plan's, as the budget weighs them): persistent model
+ * states, the gradient bucket, and at stage 3 the gathered units. Offloaded to the host pool or to NVMe,
+ * state is off the device alike. */
 static uint64_t device_need(const struct zs_ctx *ctx, struct placement pl)
 {
-    const struct zs_zero_config *z = &ctx->cfg.zero;
-    uint64_t k = zs_config_state_bytes(&ctx->cfg), need = 0, total = 0, largest = 0;
+    enum zs_offload_device off = pl.nvme ? ZS_OFFLOAD_NVME : ZS_OFFLOAD_CPU;
+    struct zs_placement zp = { pl.stage, pl.opt_host ? off : ZS_OFFLOAD_NONE, pl.param_host ? off : ZS_OFFLOAD_NONE };
+    struct zs_plan p;
 
-    for (int32_t u = 0; u < ctx->nunits; u++) {
-        const struct zs_unit *un = &ctx->units[u];
-        uint64_t pad = (uint64_t)un->part.padded, sh = (uint64_t)un->part.shard;
-        bool sharded = pl.stage == 3 && un->numel >= z->param_persistence_threshold; /* at pl.stage */
-        total += pad;
-        largest = pad > largest ? pad : largest;
-        if (!(sharded && pl.param_host))
-            need += ctx->psz * (sharded ? sh : pad);          /* parameters */
-        need += pl.stage <= 1 ? ctx->psz * pad : ctx->csz * sh; /* gradients */
-        if (!pl.opt_host)
-            need += k * (pl.stage == 0 ? pad : sh);           /* optimizer state (and fp32 masters) */
-    }
-    if (pl.stage >= 2) {
-        uint64_t cap = (uint64_t)z->reduce_bucket_size;
-        cap = cap > total ? total : cap;
-        need += zs_bucket_elem_bytes(&ctx->cfg) * (cap < largest ? largest : cap);
-    }
-    if (pl.stage == 3) {
-        uint64_t live = (uint64_t)z->max_live_parameters;
-        live = live > total ? total : live;
-        need += ctx->psz * (live < largest ? largest : live);
-    }
-    return need;
+    zs_plan_init(&p, &ctx->cfg, zp, ctx->world);
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        zs_plan_add(&p, ctx->units[u].numel); /* partitioned by set-up: cannot fail */
+    zs_plan_finish(&p);
+    return zs_plan_device_need(&p);
 }
 
 static const char *describe(struct placement pl, char *buf, size_t len)
@@ -157,23 +141,6 @@ static zs_status check_budget(struct zs_ctx *ctx)
                    zs_mem_human(device_need(ctx, options[6]), h3, sizeof(h3)));
 }
 
-/* Host bytes the offload settings put in the pool: optimizer state (m, v) of this rank's shards, and
- * stage-3 parameter shards. */
-static uint64_t host_need(const struct zs_ctx *ctx)
-{
-    uint64_t k = zs_config_state_bytes(&ctx->cfg), bytes = 0;
-
-    for (int32_t u = 0; u < ctx->nunits; u++) {
-        const struct zs_unit *un = &ctx->units[u];
-        uint64_t sh = (uint64_t)un->part.shard;
-        if (zs_offload_optimizer_on_host(ctx)) /* k / 4 fp32 arrays: moments, and masters of 16-bit params */
-            bytes += k / 4 * ((sh * 4 + 4095) / 4096 * 4096);
-        if (zs_offload_params_on_host(ctx) && zs_unit_is_sharded(ctx, un))
-            bytes += (sh * ctx->psz + 4095) / 4096 * 4096;
-    }
-    return bytes;
-}
-
 static void log_pool(const struct zs_ctx *ctx)
 {
     if (ctx->rank == 0 && !ctx->quiet)
@@ -198,7 +165,7 @@ zs_status zs_offload_setup(struct zs_ctx *ctx)
         st = zs_nvme_optim_plan(ctx, &ctx->nvme, &slots);
     if (st)
         return st;
-    bytes = host_need(ctx) + (uint64_t)slots;
+    bytes = ctx->plan.host_pool + (uint64_t)slots; /* offloaded optimizer state and parameter shards */
     if (!bytes)
         return ZS_OK;
     pin = (zs_offload_optimizer_on_host(ctx) || zs_offload_optimizer_on_nvme(ctx)) ?

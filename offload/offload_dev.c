@@ -17,12 +17,6 @@ static size_t round64(uint64_t b)
     return (size_t)((b + 63) / 64 * 64);
 }
 
-/* Elements this rank steps of unit u (as zs_unit_master counts them). */
-static int64_t owned(const struct zs_ctx *ctx, const struct zs_unit *un)
-{
-    return ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard;
-}
-
 static zs_status off_fail(zs_status st, const char *what)
 {
     zs_error_prefix("zs_setup: offload staging, %s", what);
@@ -46,7 +40,7 @@ zs_status zs_offdev_setup(struct zs_ctx *ctx)
     if (!o->grad_at || !o->grad_down)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
     for (int32_t u = 0; u < ctx->nunits; u++) {
-        int64_t n = owned(ctx, &ctx->units[u]);
+        int64_t n = zs_plan_opt_elems(ctx->cfg.zero.stage, &ctx->units[u].part);
         size_t p = round64((uint64_t)n * ctx->psz);
         slot = p > slot ? p : slot;
         o->grad_at[u] = grads;
@@ -117,7 +111,7 @@ zs_status zs_offdev_grads_final(struct zs_ctx *ctx, int32_t u, const void *shard
     struct zs_offdev *o = ctx->off;
     struct zs_device *d = &ctx->dev;
     struct zs_unit *un = &ctx->units[u];
-    size_t bytes = (size_t)owned(ctx, un) * zs_dtype_bytes(ctx->gdt);
+    size_t bytes = (size_t)zs_plan_opt_elems(ctx->cfg.zero.stage, &un->part) * zs_dtype_bytes(ctx->gdt);
     zs_status st;
 
     if (!o || !o->buf || o->grad_down[u])

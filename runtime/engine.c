@@ -346,7 +346,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
-        uint64_t opt = (uint64_t)(ctx->cfg.zero.stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
+        uint64_t opt = (uint64_t)zs_plan_opt_elems(ctx->cfg.zero.stage, &un->part) * sizeof(float);
         if (un->reduce_req)
             zs_coll_wait(&ctx->coll, un->reduce_req);
         if (ctx->cfg.zero.stage == 0)

@@ -47,13 +47,7 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->buffers = out->comm_buffers + out->swap_buffers;
     out->live_params = ctx->mem[ZS_MEM_LIVE];
     out->peak_live_params = ctx->peak_live;
-    if (ctx->cfg.zero.stage == 3) {
-        uint64_t live = (uint64_t)ctx->cfg.zero.max_live_parameters, largest = 0;
-        for (int32_t u = 0; u < ctx->nunits; u++)
-            largest = (uint64_t)ctx->units[u].part.padded > largest ? (uint64_t)ctx->units[u].part.padded : largest;
-        live = live > ctx->numel_padded ? ctx->numel_padded : live;
-        out->prefetch_cap = ctx->psz * (live < largest ? largest : live);
-    }
+    out->prefetch_cap = ctx->plan.live_bytes;
     out->host = ctx->mem_host;
     out->pinned_pool = zs_host_pool_size(ctx->host);
     out->device_budget = ctx->device_budget;
@@ -104,85 +98,38 @@ void zs_memory_log(const struct zs_ctx *ctx)
 
 /* ---------------------------------------------------------------- the estimator */
 
-static uint64_t page(uint64_t b) { return (b + 4095) / 4096 * 4096; }
-
+/* The plan's totals, for units of these sizes under this config, before any rank starts. */
 zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nunits, const int64_t *unit_numel,
                              zs_memory_report *out)
 {
     struct zs_config cfg;
+    struct zs_plan p;
     char err[768];
-    uint64_t psi = 0, padded = 0, largest = 0;
-    int64_t *pads = NULL;
 
     if (!config_json || !unit_numel || !out || world < 1 || nunits < 1)
         return zs_fail(ZS_ERR_INVALID, "zs_estimate_memory: bad argument");
     memset(&cfg, 0, sizeof(cfg));
     if (zs_config_parse(&cfg, config_json, "<config>", world, NULL, err, sizeof(err)))
         return zs_fail(ZS_ERR_CONFIG, "%s", err);
+    zs_plan_init(&p, &cfg, zs_placement_of(&cfg), world);
+    for (int32_t u = 0; u < nunits; u++)
+        if (zs_plan_add(&p, unit_numel[u]))
+            return zs_fail(ZS_ERR_INVALID, "zs_estimate_memory: unit %d: bad size %lld", u, (long long)unit_numel[u]);
+    zs_plan_finish(&p);
     memset(out, 0, sizeof(*out));
     out->world = world;
     out->stage = cfg.zero.stage;
     out->dtype = cfg.param_dtype;
-
-    int stage = cfg.zero.stage;
-    uint64_t p = zs_dtype_bytes(cfg.param_dtype), c = zs_dtype_bytes(cfg.comm_dtype);
-    uint64_t k = zs_config_state_bytes(&cfg), mk = cfg.param_dtype == ZS_DTYPE_FP32 ? 0 : 4;
-    bool opt_host = stage >= 1 && cfg.zero.offload_optimizer.device == ZS_OFFLOAD_CPU;
-    bool opt_disk = stage >= 1 && cfg.zero.offload_optimizer.device == ZS_OFFLOAD_NVME;
-    bool par_host = stage == 3 && cfg.zero.offload_param.device == ZS_OFFLOAD_CPU;
-    bool par_disk = stage == 3 && cfg.zero.offload_param.device == ZS_OFFLOAD_NVME;
-    bool det = cfg.zs.deterministic;
-
-    if (det && !(pads = malloc((size_t)nunits * sizeof(*pads))))
-        return zs_fail(ZS_ERR_NOMEM, "zs_estimate_memory: out of memory");
-    for (int32_t u = 0; u < nunits; u++) {
-        struct zs_partition part;
-        if (unit_numel[u] < 1 || zs_partition_init(&part, unit_numel[u], world)) {
-            free(pads);
-            return zs_fail(ZS_ERR_INVALID, "zs_estimate_memory: unit %d: bad size %lld", u, (long long)unit_numel[u]);
-        }
-        uint64_t pad = (uint64_t)part.padded, sh = (uint64_t)part.shard, opt = stage == 0 ? pad : sh;
-        bool sharded = stage == 3 && unit_numel[u] >= cfg.zero.param_persistence_threshold;
-        psi += (uint64_t)unit_numel[u];
-        padded += pad;
-        largest = pad > largest ? pad : largest;
-        if (sharded && par_disk) {
-            out->nvme += 4 * sh;
-        } else {
-            out->params += p * (sharded ? sh : pad);
-            if (sharded && par_host)
-                out->host += page(p * sh);
-        }
-        out->grads += stage <= 1 ? p * pad : c * sh;
-        if (det) { /* stages 2-3: the program's whole buffer instead of a bucket slot (sharding/exact.c) */
-            out->grads += stage >= 2 ? p * pad : 0;
-            pads[u] = part.padded;
-        }
-        if (opt_disk) {
-            out->nvme += k * opt; /* moments, and the masters of 16-bit parameters */
-        } else {
-            out->optimizer += k * opt;
-            out->master += mk * opt;
-            if (opt_host)
-                out->host += k / 4 * page(4 * opt);
-        }
-    }
-    if (det) {
-        out->grads += zs_exact_bytes(pads, nunits); /* the exact sum's counters */
-        free(pads);
-    }
-    if (stage >= 2 && !det)
-        out->comm_buffers = zs_bucket_elem_bytes(&cfg) * (uint64_t)zs_bucket_elems(&cfg, (int64_t)padded, (int64_t)largest) +
-                            64 * (uint64_t)nunits; /* alignment slack, as setup.c allocates it */
-    if (stage == 3) {
-        uint64_t live = (uint64_t)cfg.zero.max_live_parameters;
-        live = live > padded ? padded : live;
-        out->prefetch_cap = p * (live < largest ? largest : live);
-    }
-    out->buffers = out->comm_buffers;
-    out->pinned_pool = out->host;
-    out->numel = psi;
-    out->numel_padded = padded;
-    expect(&cfg, psi, (uint64_t)world, out);
+    out->params = p.cat[ZS_MEM_PARAMS];
+    out->grads = p.cat[ZS_MEM_GRADS];
+    out->master = p.cat[ZS_MEM_MASTER];
+    out->optimizer = p.cat[ZS_MEM_MASTER] + p.cat[ZS_MEM_OPTIM];
+    out->comm_buffers = out->buffers = p.cat[ZS_MEM_BUFFERS];
+    out->prefetch_cap = p.live_bytes;
+    out->host = out->pinned_pool = p.host_pool;
+    out->nvme = p.home[ZS_HOME_NVME];
+    out->numel = p.numel;
+    out->numel_padded = p.numel_padded;
+    expect(&cfg, p.numel, (uint64_t)world, out);
     return ZS_OK;
 }

@@ -76,70 +76,32 @@ static zs_status agree_on_registration(struct zs_ctx *ctx)
     return st;
 }
 
-/* Where one of a unit's buffers lives: device memory, device memory other ranks read in the collectives (the
- * node's shared heap on the CPU), or the host pool (offloaded). */
-enum buf_home { HOME_DEV, HOME_COMM, HOME_HOST };
-enum buf_slot { SLOT_PARAMS, SLOT_GRAD, SLOT_MASTER, SLOT_M, SLOT_V };
-
-struct unit_buf {
-    enum buf_slot slot;
-    enum zs_mem_cat cat;
-    uint64_t bytes;
-    enum buf_home home;
-};
-
-/* What a unit keeps at this stage, and where: alloc_unit allocates these and the device arena's plan adds
- * them up, so the two cannot drift apart. Adam keeps m and v; SGD a momentum buffer when it has momentum;
- * Lion m; Adagrad the squared sum. With the optimizer on NVMe they (and the fp32 masters of 16-bit
- * parameters) live in the swap file, and so does a stage-3 shard with offload_param nvme. */
-static int32_t unit_bufs(struct zs_ctx *ctx, struct zs_unit *un, struct unit_buf *b)
-{
-    int stage = ctx->cfg.zero.stage;
-    uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
-    uint64_t opt = (uint64_t)(stage == 0 ? un->part.padded : un->part.shard) * sizeof(float);
-    bool on_disk = zs_offload_optimizer_on_nvme(ctx);
-    int arrays = on_disk ? 0 : zs_config_state_arrays(&ctx->cfg);
-    enum buf_home opt_home = zs_offload_optimizer_on_host(ctx) ? HOME_HOST : HOME_DEV;
-    int32_t n = 0;
-
-    un->sharded = zs_unit_is_sharded(ctx, un);
-    if (un->sharded && !zs_offload_params_on_nvme(ctx))
-        b[n++] = (struct unit_buf){ SLOT_PARAMS, ZS_MEM_PARAMS, sh,
-                                    zs_offload_params_on_host(ctx) ? HOME_HOST : HOME_DEV };
-    else if (!un->sharded)
-        b[n++] = (struct unit_buf){ SLOT_PARAMS, ZS_MEM_PARAMS, pad, stage == 0 ? HOME_DEV : HOME_COMM };
-    if (stage <= 1)
-        b[n++] = (struct unit_buf){ SLOT_GRAD, ZS_MEM_GRADS, pad, HOME_COMM };
-    else
-        b[n++] = (struct unit_buf){ SLOT_GRAD, ZS_MEM_GRADS, (uint64_t)un->part.shard * ctx->csz, HOME_DEV };
-    if (!on_disk && ctx->pdt != ZS_DTYPE_FP32)
-        b[n++] = (struct unit_buf){ SLOT_MASTER, ZS_MEM_MASTER, opt, opt_home };
-    if (arrays >= 1)
-        b[n++] = (struct unit_buf){ SLOT_M, ZS_MEM_OPTIM, opt, opt_home };
-    if (arrays == 2)
-        b[n++] = (struct unit_buf){ SLOT_V, ZS_MEM_OPTIM, opt, opt_home };
-    return n;
-}
-
+/* The unit's buffers as the plan lists them (runtime/plan.c), in its order; the device arena's plan adds
+ * up the same list, so the two cannot drift apart. Nothing is allocated for what lives on NVMe. */
 static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
 {
-    struct unit_buf b[5];
-    int32_t n = unit_bufs(ctx, un, b);
+    struct zs_plan_unit pu;
 
-    for (int32_t i = 0; i < n; i++) {
-        void *p = b[i].home == HOME_HOST ? zs_mem_alloc_host(ctx, b[i].cat, b[i].bytes)
-                  : b[i].home == HOME_COMM ? zs_mem_alloc_comm(ctx, b[i].cat, b[i].bytes)
-                                           : zs_mem_alloc(ctx, b[i].cat, b[i].bytes);
+    zs_plan_unit(&ctx->plan, un->numel, &pu); /* partitioned already: cannot fail */
+    un->sharded = pu.sharded;
+    for (int32_t i = 0; i < pu.nbufs; i++) {
+        const struct zs_plan_buf *b = &pu.buf[i];
+        void *p;
+        if (b->home == ZS_HOME_NVME)
+            continue;
+        p = b->home == ZS_HOME_HOST   ? zs_mem_alloc_host(ctx, b->cat, b->bytes)
+            : b->home == ZS_HOME_COMM ? zs_mem_alloc_comm(ctx, b->cat, b->bytes)
+                                        : zs_mem_alloc(ctx, b->cat, b->bytes);
         if (!p)
             return ctx->over_budget ? ZS_ERR_NOMEM
                                     : zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory allocating unit '%s' (%lld elements)",
                                               un->name, (long long)un->part.padded);
-        switch (b[i].slot) {
-        case SLOT_PARAMS: *(un->sharded ? &un->shard : &un->full) = p; break;
-        case SLOT_GRAD: *(ctx->cfg.zero.stage <= 1 ? &un->grad : &un->grad_shard) = p; break;
-        case SLOT_MASTER: un->master = p; break;
-        case SLOT_M: un->m = p; break;
-        case SLOT_V: un->v = p; break;
+        switch (b->slot) {
+        case ZS_SLOT_PARAMS: *(un->sharded ? &un->shard : &un->full) = p; break;
+        case ZS_SLOT_GRAD: *(ctx->cfg.zero.stage <= 1 ? &un->grad : &un->grad_shard) = p; break;
+        case ZS_SLOT_MASTER: un->master = p; break;
+        case ZS_SLOT_M: un->m = p; break;
+        case ZS_SLOT_V: un->v = p; break;
         }
     }
     return ZS_OK;
@@ -178,7 +140,7 @@ static zs_status place_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u,
 {
     int64_t mine = zs_partition_begin(&un->part, ctx->rank), sh = un->part.shard;
     int64_t mfirst = ctx->cfg.zero.stage == 0 ? 0 : mine; /* unit element of the masters' first */
-    int64_t mcount = ctx->cfg.zero.stage == 0 ? un->part.padded : sh;
+    int64_t mcount = zs_plan_opt_elems(ctx->cfg.zero.stage, &un->part);
     void *work = un->sharded ? un->shard : un->full;
     int64_t wn = un->sharded ? sh : un->part.padded;
     zs_status st = ZS_OK;
@@ -231,30 +193,11 @@ static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un, int
     return st;
 }
 
-/* The gradient bucket's bytes (stages 2-3), and its capacity in elements. */
-static int64_t bucket_bytes(const struct zs_ctx *ctx, int64_t *elems)
-{
-    int64_t largest = 0, cap;
-
-    for (int32_t u = 0; u < ctx->nunits; u++)
-        if (ctx->units[u].part.padded > largest)
-            largest = ctx->units[u].part.padded;
-    cap = zs_bucket_elems(&ctx->cfg, (int64_t)ctx->numel_padded, largest);
-    if (elems)
-        *elems = cap;
-    /* bytes: each unit's staging (pdt), and its reduced part when that is wider (fp32 reduction) */
-    /* each unit's staging starts on a 64-byte boundary (grads.c): up to 63 bytes of slack per unit */
-    return cap * (int64_t)zs_bucket_elem_bytes(&ctx->cfg) + 64 * (int64_t)ctx->nunits;
-}
-
 static zs_status setup_bucket(struct zs_ctx *ctx)
 {
-    int64_t cap, bytes;
-
     if (ctx->cfg.zero.stage < 2)
         return ZS_OK;
-    bytes = bucket_bytes(ctx, &cap);
-    return zs_grads_bucket_open(ctx, bytes, cap);
+    return zs_grads_bucket_open(ctx, (int64_t)ctx->plan.bucket_bytes, ctx->plan.bucket_elems);
 }
 
 /* ---------------------------------------------------------------- the device arena's plan */
@@ -264,37 +207,31 @@ static uint64_t arena_block(uint64_t b)
     return b ? (b + ZS_ARENA_ALIGN - 1) / ZS_ARENA_ALIGN * ZS_ARENA_ALIGN : ZS_ARENA_ALIGN;
 }
 
-/* Device bytes per category, each buffer rounded as the arena hands it out: the units' buffers (unit_bufs),
+/* Device bytes per category, each buffer of the plan rounded as the arena hands it out: the units' buffers,
  * the bucket, and at stage 3 the gathered units. Those come and go, so their region holds the live cap
  * (stage3_max_live_parameters, at least the largest unit: fetch.c keeps non-held units under it) plus one
  * largest unit, for a unit the program holds above the cap and for the holes blocks of different sizes leave. */
 static void arena_plan(struct zs_ctx *ctx, uint64_t plan[ZS_MEM_NCAT])
 {
-    uint64_t largest = 0, total = 0, live;
-    int32_t gathered = 0;
+    const struct zs_plan *p = &ctx->plan;
+    uint64_t live;
 
     memset(plan, 0, ZS_MEM_NCAT * sizeof(plan[0]));
     for (int32_t u = 0; u < ctx->nunits; u++) {
-        struct zs_unit *un = &ctx->units[u];
-        struct unit_buf b[5];
-        int32_t n = unit_bufs(ctx, un, b);
-        for (int32_t i = 0; i < n; i++)
-            if (b[i].home != HOME_HOST)
-                plan[b[i].cat] += arena_block(b[i].bytes);
-        if (!un->sharded)
-            continue;
-        gathered++;
-        total += (uint64_t)un->part.padded;
-        largest = (uint64_t)un->part.padded > largest ? (uint64_t)un->part.padded : largest;
+        struct zs_plan_unit pu;
+        zs_plan_unit(p, ctx->units[u].numel, &pu);
+        for (int32_t i = 0; i < pu.nbufs; i++)
+            if (pu.buf[i].home == ZS_HOME_DEV || pu.buf[i].home == ZS_HOME_COMM)
+                plan[pu.buf[i].cat] += arena_block(pu.buf[i].bytes);
     }
     if (ctx->cfg.zero.stage >= 2)
-        plan[ZS_MEM_BUFFERS] += arena_block((uint64_t)bucket_bytes(ctx, NULL));
-    if (!gathered)
+        plan[ZS_MEM_BUFFERS] += arena_block(p->bucket_bytes);
+    if (!p->gathered)
         return;
     live = (uint64_t)ctx->cfg.zero.max_live_parameters;
-    live = live > total ? total : live;
-    live = live < largest ? largest : live;
-    plan[ZS_MEM_LIVE] = ctx->psz * (live + largest) + (uint64_t)gathered * ZS_ARENA_ALIGN;
+    live = live > p->gathered_padded ? p->gathered_padded : live;
+    live = live < p->gathered_largest ? p->gathered_largest : live;
+    plan[ZS_MEM_LIVE] = ctx->psz * (live + p->gathered_largest) + (uint64_t)p->gathered * ZS_ARENA_ALIGN;
 }
 
 /* On a device the host cannot read in place, every accounted buffer comes from the arena (engine.c:
@@ -349,6 +286,10 @@ zs_status zs_setup(zs_ctx *ctx)
     }
     for (int32_t p = 0; p < ctx->nparams; p++)
         ctx->numel += (uint64_t)ctx->params[p].numel;
+    zs_plan_init(&ctx->plan, &ctx->cfg, zs_placement_of(&ctx->cfg), ctx->world);
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        zs_plan_add(&ctx->plan, ctx->units[u].numel); /* partitioned above: cannot fail */
+    zs_plan_finish(&ctx->plan);
     if (!ctx->bucket && (st = zs_grads_setup(ctx)))
         return st;
     st = zs_agree(ctx, zs_offload_setup(ctx)); /* a disk or budget problem on one rank stops them all */

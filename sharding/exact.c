@@ -541,16 +541,8 @@ void zs_exact_zero(struct zs_ctx *ctx)
     ctx->exact->order = 0xcbf29ce484222325ull;
 }
 
-/* Bytes of the counters, tops and agreed tops for units of these padded sizes: what zs_exact_setup
- * allocates, for zs_estimate_memory too. */
-uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits)
-{
-    uint64_t off = 0;
-
-    for (int32_t u = 0; u < nunits; u++)
-        off += (uint64_t)padded[u];
-    return off * (XK * sizeof(int32_t) + 2);
-}
+/* The memory plan (plan.h) counts what zs_exact_setup allocates per element: counters, top, agreed top. */
+_Static_assert(XK * sizeof(int32_t) + 2 == ZS_EXACT_ELEM_BYTES, "the plan's deterministic-mode bytes");
 
 /* The sum's own communicators, so that each kind of collective keeps one order on every rank: MPI ones for
  * the votes and all-gathers, and a ZeroShard comm (shared memory inside a node) for the reduce-scatters. A

@@ -35,7 +35,6 @@ zs_status zs_exact_launch(struct zs_ctx *ctx, int32_t u); /* at the boundary's z
 zs_status zs_exact_progress(struct zs_ctx *ctx, bool all); /* advances the units' sums; all: to the end */
 zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq); /* at the step, after all: the norm */
 void zs_exact_zero(struct zs_ctx *ctx);
-uint64_t zs_exact_bytes(const int64_t *padded, int32_t nunits); /* what zs_exact_setup allocates */
 uint64_t zs_exact_scratch_bytes(const struct zs_ctx *ctx); /* its communicator's scratch (0: none) */
 
 #endif /* ZS_SHARDING_H */

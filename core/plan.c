@@ -1,0 +1,143 @@
+/* plan.c - the memory plan's arithmetic: what each unit keeps at a stage and placement, and where; the
+ * gradient bucket, the stage-3 gathered cap and deterministic mode's buffers; the totals. */
+#include <errno.h>
+#include <string.h>
+
+#include "base/dtype.h" /* defines: zs_dtype_bytes */
+#include "plan.h"
+
+const char *const zs_mem_cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "fp32 masters", "optimizer state",
+                                                    "gradient bucket", "swap buffers", "gathered parameters" };
+
+struct zs_placement zs_placement_of(const struct zs_config *cfg)
+{
+    int stage = cfg->zero.stage;
+
+    return (struct zs_placement){ stage, stage >= 1 ? cfg->zero.offload_optimizer.device : ZS_OFFLOAD_NONE,
+                                  stage == 3 ? cfg->zero.offload_param.device : ZS_OFFLOAD_NONE };
+}
+
+void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_placement pl, int32_t world)
+{
+    uint64_t c = zs_dtype_bytes(cfg->comm_dtype);
+
+    memset(p, 0, sizeof(*p));
+    p->pl = pl;
+    p->world = world;
+    p->psz = zs_dtype_bytes(cfg->param_dtype);
+    p->csz = c;
+    p->arrays = zs_config_state_arrays(cfg);
+    p->master = cfg->param_dtype != ZS_DTYPE_FP32;
+    p->exact = cfg->zs.deterministic;
+    p->persist = cfg->zero.param_persistence_threshold;
+    p->bucket_cap = cfg->zero.reduce_bucket_size;
+    p->max_live = cfg->zero.max_live_parameters;
+    p->bucket_elem_bytes = p->psz + (cfg->comm_dtype != cfg->param_dtype ? c : 0);
+}
+
+static void put(struct zs_plan_unit *u, enum zs_slot slot, enum zs_mem_cat cat, enum zs_home home, int64_t elems,
+                uint64_t esz)
+{
+    u->buf[u->nbufs++] = (struct zs_plan_buf){ slot, cat, home, elems, (uint64_t)elems * esz };
+}
+
+static enum zs_home offload_home(enum zs_offload_device d, enum zs_home otherwise)
+{
+    return d == ZS_OFFLOAD_NVME ? ZS_HOME_NVME : d == ZS_OFFLOAD_CPU ? ZS_HOME_HOST : otherwise;
+}
+
+/* Adam keeps m and v; SGD a momentum buffer when it has momentum; Lion m; Adagrad the squared sum. With the
+ * optimizer on NVMe they (and the fp32 masters of 16-bit parameters) live in the swap file, and so does a
+ * stage-3 shard with offload_param nvme, as fp32. */
+int zs_plan_unit(const struct zs_plan *p, int64_t numel, struct zs_plan_unit *u)
+{
+    int stage = p->pl.stage;
+    enum zs_home opt_home = offload_home(p->pl.opt, ZS_HOME_DEV);
+    int64_t opt;
+
+    memset(u, 0, sizeof(*u));
+    if (zs_partition_init(&u->part, numel, p->world))
+        return -EINVAL;
+    opt = zs_plan_opt_elems(stage, &u->part);
+    u->sharded = stage == 3 && numel >= p->persist;
+    if (u->sharded && p->pl.param == ZS_OFFLOAD_NVME)
+        put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, ZS_HOME_NVME, u->part.shard, sizeof(float));
+    else if (u->sharded)
+        put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, offload_home(p->pl.param, ZS_HOME_DEV), u->part.shard, p->psz);
+    else
+        put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, stage == 0 ? ZS_HOME_DEV : ZS_HOME_COMM, u->part.padded, p->psz);
+    if (stage <= 1)
+        put(u, ZS_SLOT_GRAD, ZS_MEM_GRADS, ZS_HOME_COMM, u->part.padded, p->psz);
+    else
+        put(u, ZS_SLOT_GRAD, ZS_MEM_GRADS, ZS_HOME_DEV, u->part.shard, p->csz);
+    if (p->master)
+        put(u, ZS_SLOT_MASTER, ZS_MEM_MASTER, opt_home, opt, sizeof(float));
+    if (p->arrays >= 1)
+        put(u, ZS_SLOT_M, ZS_MEM_OPTIM, opt_home, opt, sizeof(float));
+    if (p->arrays == 2)
+        put(u, ZS_SLOT_V, ZS_MEM_OPTIM, opt_home, opt, sizeof(float));
+    return 0;
+}
+
+static uint64_t page(uint64_t b) { return (b + 4095) / 4096 * 4096; }
+
+int zs_plan_add(struct zs_plan *p, int64_t numel)
+{
+    struct zs_plan_unit u;
+    uint64_t pad;
+
+    if (zs_plan_unit(p, numel, &u))
+        return -EINVAL;
+    pad = (uint64_t)u.part.padded;
+    p->nunits++;
+    p->numel += (uint64_t)numel;
+    p->numel_padded += pad;
+    p->largest = pad > p->largest ? pad : p->largest;
+    if (u.sharded) {
+        p->gathered++;
+        p->gathered_padded += pad;
+        p->gathered_largest = pad > p->gathered_largest ? pad : p->gathered_largest;
+    }
+    for (int32_t i = 0; i < u.nbufs; i++) {
+        const struct zs_plan_buf *b = &u.buf[i];
+        p->home[b->home] += b->bytes;
+        if (b->home != ZS_HOME_NVME)
+            p->cat[b->cat] += b->bytes;
+        if (b->home == ZS_HOME_HOST)
+            p->host_pool += page(b->bytes);
+    }
+    if (p->exact) /* stages 2-3: the program's whole buffer instead of a bucket slot (sharding/exact.c) */
+        p->exact_bytes += (p->pl.stage >= 2 ? p->psz * pad : 0) + ZS_EXACT_ELEM_BYTES * pad;
+    return 0;
+}
+
+/* The bucket holds the reduce_bucket_size elements (at most the model, at least its largest unit); each
+ * unit's staging in it starts on a 64-byte boundary (grads.c): up to 63 bytes of slack per unit. Gathered
+ * units are held under stage3_max_live_parameters, at least the largest unit (fetch.c). */
+void zs_plan_finish(struct zs_plan *p)
+{
+    int64_t cap = p->bucket_cap;
+
+    if (p->pl.stage >= 2) {
+        cap = cap > (int64_t)p->numel_padded ? (int64_t)p->numel_padded : cap;
+        p->bucket_elems = cap < (int64_t)p->largest ? (int64_t)p->largest : cap;
+        p->bucket_bytes = p->bucket_elem_bytes * (uint64_t)p->bucket_elems + 64 * (uint64_t)p->nunits;
+    }
+    if (p->pl.stage == 3) {
+        uint64_t live = (uint64_t)p->max_live;
+        live = live > p->numel_padded ? p->numel_padded : live;
+        p->live_bytes = p->psz * (live < p->largest ? p->largest : live);
+    }
+    if (p->exact) /* deterministic mode sums without a bucket */
+        p->cat[ZS_MEM_GRADS] += p->exact_bytes;
+    else
+        p->cat[ZS_MEM_BUFFERS] += p->bucket_bytes;
+}
+
+/* The bucket counted by its elements, and deterministic mode's buffers not at all: the budget check has
+ * always weighed a placement so, and its verdicts and the figures it prints stay as they were. */
+uint64_t zs_plan_device_need(const struct zs_plan *p)
+{
+    return p->home[ZS_HOME_DEV] + p->home[ZS_HOME_COMM] + p->bucket_elem_bytes * (uint64_t)p->bucket_elems +
+           p->live_bytes;
+}
