@@ -24,6 +24,7 @@
 #include "optim.h" /* defines: zs_dtype_name */
 #include "safetensors.h"
 #include "swap.h" /* defines: zs_crc32c */
+#include "base/test_hooks.h"
 
 #define CKPT_PATH 4096
 
@@ -198,7 +199,7 @@ static zs_status out_write(struct file_out *f, const void *buf, size_t bytes)
  * checkpoint at global step N, as a machine or process failure mid-save would. */
 static void crash_hook(const struct zs_ctx *ctx, int32_t u)
 {
-    const char *c = getenv("ZS_TEST_CKPT_CRASH");
+    const char *c = getenv(ZS_TEST_HOOK_CKPT_CRASH);
     int r;
     long long step;
 

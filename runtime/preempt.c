@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "error.h"
+#include "base/test_hooks.h"
 
 static volatile sig_atomic_t term_seen;
 
@@ -44,7 +45,7 @@ zs_status zs_preempt_enable(zs_ctx *ctx)
  * as a scheduler would at that moment (through the real handler, when zs_preempt_enable installed it). */
 static void test_signal(const struct zs_ctx *ctx)
 {
-    const char *e = getenv("ZS_TEST_SIGTERM");
+    const char *e = getenv(ZS_TEST_HOOK_SIGTERM);
     long long step;
     int rank;
 

@@ -14,6 +14,7 @@
 #include "nvme_optim.h"
 #include "optim.h"
 #include "schedule.h"
+#include "base/test_hooks.h"
 
 static double now(void)
 {
@@ -46,7 +47,7 @@ float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n)
  * accumulation boundaries B1, B2, ... (1 = the first), as fp16 gradients that overflowed there would. */
 static bool injected_overflow(const struct zs_ctx *ctx)
 {
-    const char *e = getenv("ZS_TEST_OVERFLOW"), *p;
+    const char *e = getenv(ZS_TEST_HOOK_OVERFLOW), *p;
     char *end;
     long r;
 
