@@ -57,7 +57,7 @@ struct row {
 };
 
 /* The all-reduce's memory reference: a memcpy of the whole array on every rank at once, timed in the
- * same rounds as the collectives it is compared with (issue 11: a reference measured at another minute
+ * same rounds as the collectives it is compared with (a reference measured at another minute
  * compares the machine's drift, not the code). */
 struct memref {
     int64_t nominal;        /* the all-reduce size that carries it; 0: none */

@@ -1,6 +1,6 @@
 /* bench_device.c - zs-bench device: the fused AdamW step through the device interface (device/device.h)
  * against the same device's device-to-device copy, interleaved rep by rep in one run. On a GPU this is the
- * CUDA kernel against cudaMemcpy D2D (issue 13's goal: ratio >= 0.90); on the CPU the pool's kernel against
+ * CUDA kernel against cudaMemcpy D2D (the goal: ratio >= 0.90); on the CPU the pool's kernel against
  * memmove (one thread, so the CPU ratio says little). Bandwidth counts bytes read plus written: AdamW fp32 28 B/param, a copy 2 B per byte. */
 #include <errno.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@ PyTorch (gpt_bench_torch.py) as one process, DDP (fp32, and under bf16 autocast 
 baseline of their overhead), with one global batch and the node's cores
 shared alike (2 ranks take one core each). Configurations are interleaved rep by rep; each run's first step
 is discarded. Prints a table (medians over every kept step of every rep, with the min-max spread), the
-issue-12 goals with their figures, and one machine-readable `gpt_bench {...}` line. A benchmark: nothing is
+transformer goals with their figures, and one machine-readable `gpt_bench {...}` line. A benchmark: nothing is
 asserted.
 """
 import argparse
@@ -148,7 +148,7 @@ def main():
           "for 2 ranks fp32, ddp16 = DDP under bf16 autocast for 2 ranks bf16; "
           "RSS: the largest rank's peak; comm = waiting on fetch, reduce and gather; 1/2 batch: one rank's "
           "half of the batch on one rank's cores, alone: its tok/s counts that half)")
-    print("goals (issue 12):")
+    print("goals:")
     for d in ("fp32", "bf16"):
         r3, r0 = out[f"zeroshard s3 np2 {d}"], out[f"zeroshard s0 np2 {d}"]
         ratio = r3["step_s"] / r0["step_s"]

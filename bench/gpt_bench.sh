@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpt_bench.sh [BUILD_DIR] [gpt_bench.py options] - the transformer benchmark of issue 12: zs-train-gpt at
+# gpt_bench.sh [BUILD_DIR] [gpt_bench.py options] - the transformer benchmark: zs-train-gpt at
 # stages 0/2/3, 1 and 2 ranks, fp32 and bf16, beside PyTorch single-process, DDP and FSDP on the same model,
 # batch, threads and data (bench/gpt_bench.py). Needs torch (bash tools/setup_tests.sh). About 8 minutes on
 # 2 cores with the defaults (--steps 5 --reps 2).

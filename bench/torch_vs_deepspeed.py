@@ -122,7 +122,7 @@ def main():
             out.append({"config": name, "backend": backend, "step_s": med, "min": min(r["times"]),
                         "max": max(r["times"]), "tokens_per_s": tokens / med, "rss_mib": max(r["rss"]),
                         "loss": r["loss"][0]})
-    print("goals (issue 15):")
+    print("goals:")
     ok = True
     for name, stage, _ in rows:
         z, d = res[(name, "zeroshard")], res[(name, "deepspeed")]

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/test_hooks.h"
 #include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
 #include "kernels/optim.h" /* defines: zs_dtype_name */
 #include "core/ctx.h"
@@ -201,7 +202,7 @@ static zs_status out_write(struct file_out *f, const void *buf, size_t bytes)
  * checkpoint at global step N, as a machine or process failure mid-save would. */
 static void crash_hook(const struct zs_ctx *ctx, int32_t u)
 {
-    const char *c = getenv("ZS_TEST_CKPT_CRASH");
+    const char *c = getenv(ZS_TEST_HOOK_CKPT_CRASH);
     int r;
     long long step;
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "base/error.h"       /* defines: zs_fail */
+#include "base/test_hooks.h"
 #include "ckpt_dir.h"
 #include "ckpt_format.h" /* defines: ZS_CKPT_LATEST, ZS_CKPT_LOCK, zs_ckpt_read_latest */
 
@@ -53,7 +54,7 @@ void zs_ckpt_hook_rank(int rank)
  * fail (the step fails with EIO) or enospc (with ENOSPC, as on a full disk). */
 int zs_ckpt_event(const char *what, const char *a, const char *b)
 {
-    const char *trace = getenv("ZS_TEST_CKPT_TRACE"), *fault = getenv("ZS_TEST_CKPT_FAULT");
+    const char *trace = getenv(ZS_TEST_HOOK_CKPT_TRACE), *fault = getenv(ZS_TEST_HOOK_CKPT_FAULT);
     char action[16];
     long k;
     int r;
@@ -373,7 +374,7 @@ static zs_status replace_by_links(const char *dir, const char *tag)
 zs_status zs_ckpt_publish(const char *dir, const char *tag)
 {
     char tmp[PATH_MAX], final[PATH_MAX];
-    const char *force = getenv("ZS_TEST_CKPT_NO_EXCHANGE"); /* test hook: the fallback where exchange works */
+    const char *force = getenv(ZS_TEST_HOOK_CKPT_NO_EXCHANGE); /* test hook: the fallback where exchange works */
     struct stat sb;
     zs_status st;
     int rc;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/test_hooks.h"
 #include "comm_impl.h"
 
 zs_status zs_comm_mpi_fail(int rc, const char *what, int peer)
@@ -31,7 +32,7 @@ zs_status zs_comm_mpi_fail(int rc, const char *what, int peer)
  *   ZS_TEST_COMM_FAULT   see enum fault_site. */
 void zs_comm_hooks_from_env(struct zs_comm *c)
 {
-    const char *seq = getenv("ZS_TEST_COMM_SEQ"), *ub = getenv("ZS_TEST_TAG_UB"), *f = getenv("ZS_TEST_COMM_FAULT");
+    const char *seq = getenv(ZS_TEST_HOOK_COMM_SEQ), *ub = getenv(ZS_TEST_HOOK_TAG_UB), *f = getenv(ZS_TEST_HOOK_COMM_FAULT);
     int n = 0;
 
     if (seq && *seq)

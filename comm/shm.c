@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "comm.h" /* defines: zs_mpi_wait_timeout, ZS_TIMEOUT_DEFAULT */
 #include "shm.h"
+#include "base/test_hooks.h"
 
 #define ZS_SHM_SEGMENT_MIN (64u << 20)
 #define ZS_SHM_ALIGN 64
@@ -66,7 +67,7 @@ struct zs_shm {
 
 static void fault_from_env(struct zs_shm *s)
 {
-    const char *f = getenv("ZS_TEST_SHM_FAULT");
+    const char *f = getenv(ZS_TEST_HOOK_SHM_FAULT);
     char site[8];
     long long at;
     int rank;

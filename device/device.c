@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/error.h" /* defines: zs_fail, zs_error_prefix */
+#include "base/test_hooks.h"
 #include "device.h"
 
 zs_status zs_device_open(struct zs_device *d, const char *name, const char *key, struct zs_pool *pool,
@@ -15,7 +16,7 @@ zs_status zs_device_open(struct zs_device *d, const char *name, const char *key,
     d->pool = pool;
     d->kpath = kpath;
     if (!strcmp(name, "cpu")) {
-        const char *t = getenv("ZS_TEST_DEVICE");
+        const char *t = getenv(ZS_TEST_HOOK_DEVICE);
         d->kind = ZS_DEV_CPU;
         d->host_access = !t || strcmp(t, "separate") != 0;
         d->ops = d->host_access ? &zs_device_cpu_ops : &zs_device_separate_ops;

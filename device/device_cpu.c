@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"   /* defines: zs_fail */
+#include "base/test_hooks.h"
 #include "kernels/gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_sumsq, zs_grad_convert */
 #include "kernels/threads.h" /* defines: zs_pool_run */
 #include "device.h"
@@ -501,7 +502,7 @@ static int sep_npins, sep_bad_unpin;
 
 static zs_status sep_host_register(struct zs_device *d, void *p, size_t bytes)
 {
-    const char *c = p, *hook = getenv("ZS_TEST_PIN_FAIL");
+    const char *c = p, *hook = getenv(ZS_TEST_HOOK_PIN_FAIL);
 
     if (!p || !bytes || sep_tagged(p))
         return zs_fail(ZS_ERR_INVALID, "separate test device: pinning %zu bytes at %p, which is not host memory", bytes, p);
@@ -545,7 +546,7 @@ int zs_device_separate_pin_count(void)
 /* A test may name a PCI bus id for the device (ZS_TEST_DEVICE_PCI), to drive the placement near it. */
 static zs_status sep_pci_bus_id(struct zs_device *d, char *buf, size_t len)
 {
-    const char *id = getenv("ZS_TEST_DEVICE_PCI");
+    const char *id = getenv(ZS_TEST_HOOK_DEVICE_PCI);
 
     if (!id || !*id)
         return zs_fail(ZS_ERR_UNSUPPORTED, "separate test device: no PCI bus id (ZS_TEST_DEVICE_PCI)");

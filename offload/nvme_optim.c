@@ -11,6 +11,7 @@
 #include "core/units.h"
 #include "nvme_optim.h"
 #include "swap.h"
+#include "base/test_hooks.h"
 
 #define ZS_SLOTS 3
 
@@ -139,7 +140,7 @@ static zs_status zero_fill(struct zs_nvme_optim *n)
  * read:HANG:OFFSET (or write:) makes it never complete, as on a hung disk, for the watchdog. */
 static void fault_hook(struct zs_nvme_optim *n)
 {
-    const char *f = getenv("ZS_TEST_SWAP_FAULT");
+    const char *f = getenv(ZS_TEST_HOOK_SWAP_FAULT);
     char kind[8], name[16];
     unsigned long long at;
 

@@ -14,6 +14,7 @@
 
 #include "base/clock.h" /* defines: zs_now_s */
 #include "swap.h"
+#include "base/test_hooks.h"
 
 #define SWAP_ALIGN 4096u
 #define SWAP_TICKETS 1024u          /* outstanding transfers; slot = ticket % SWAP_TICKETS */
@@ -568,7 +569,7 @@ static int opts_check(const struct zs_swap_opts *o, char *err, size_t errlen)
  * refuse its comparison with fio --direct=1). */
 static bool test_no_direct(void)
 {
-    const char *v = getenv("ZS_TEST_SWAP_BUFFERED");
+    const char *v = getenv(ZS_TEST_HOOK_SWAP_BUFFERED);
 
     return v && !strcmp(v, "1");
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/test_hooks.h"
 #include "core/ctx.h"
 #include "core/ranks.h"
 
@@ -45,7 +46,7 @@ zs_status zs_preempt_enable(zs_ctx *ctx)
  * as a scheduler would at that moment (through the real handler, when zs_preempt_enable installed it). */
 static void test_signal(const struct zs_ctx *ctx)
 {
-    const char *e = getenv("ZS_TEST_SIGTERM");
+    const char *e = getenv(ZS_TEST_HOOK_SIGTERM);
     long long step;
     int rank;
 

@@ -11,6 +11,7 @@
 
 #include "base/clock.h" /* defines: zs_now_s */
 #include "base/error.h"
+#include "base/test_hooks.h"
 #include "kernels/optim.h"
 #include "core/ctx.h"
 #include "core/ranks.h"
@@ -25,7 +26,7 @@
  * accumulation boundaries B1, B2, ... (1 = the first), as fp16 gradients that overflowed there would. */
 static bool injected_overflow(const struct zs_ctx *ctx)
 {
-    const char *e = getenv("ZS_TEST_OVERFLOW"), *p;
+    const char *e = getenv(ZS_TEST_HOOK_OVERFLOW), *p;
     char *end;
     long r;
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench_swap_mode.sh BENCH - issue 11 item 20: zs-bench swap reports its I/O mode, and where the swapper
+# bench_swap_mode.sh BENCH - zs-bench swap reports its I/O mode, and where the swapper
 # fell back to buffered I/O (forced here by the test hook ZS_TEST_SWAP_BUFFERED=1, as on a file system
 # without O_DIRECT) it prints no ratio against fio --direct=1 and --require-fio fails, saying why.
 set -u

@@ -2,18 +2,18 @@
 # ckpt_publish.sh TRAIN ZS_CKPT - what a save does to its directory, through the test hooks of
 # ckpt/ckpt_dir.c (ZS_TEST_CKPT_TRACE: each step's name, in order; ZS_TEST_CKPT_FAULT=RANK:ACTION:K:
 # kill, stop or fail that rank's K-th step, or fail a data file's write with ENOSPC;
-# ZS_TEST_CKPT_NO_EXCHANGE: the fallback for file systems without RENAME_EXCHANGE). Issue 11:
-#  item 9:  a tag saved again, killed before each step of the publish, or with that step failing, with
-#           both ways of replacing the tag: `latest` names a checkpoint that verifies and loads, and the
-#           next save finishes cleanly;
-#  item 10: a <tag>.tmp (and <tag>.old) that is a link to another directory is removed as a link: the
-#           other directory's files survive the save;
-#  item 12: a second job saving into a directory that a paused job is saving into fails naming the
-#           first job's host and pid, and leaves its files alone; the first job then finishes;
-#  item 13: a save that fails on a full disk leaves no <tag>.tmp, and the previous checkpoint loads;
-#  item 15: the order of renames and fsyncs: a new save directory is fsynced in its parent, the new
-#           <tag>.tmp in the save directory before files go in, and the save directory between the
-#           tag's rename and the rename of `latest`, and after it.
+# ZS_TEST_CKPT_NO_EXCHANGE: the fallback for file systems without RENAME_EXCHANGE):
+#  crash:       a tag saved again, killed before each step of the publish, or with that step failing, with
+#               both ways of replacing the tag: `latest` names a checkpoint that verifies and loads, and
+#               the next save finishes cleanly;
+#  links:       a <tag>.tmp (and <tag>.old) that is a link to another directory is removed as a link:
+#               the other directory's files survive the save;
+#  two jobs:    a second job saving into a directory that a paused job is saving into fails naming the
+#               first job's host and pid, and leaves its files alone; the first job then finishes;
+#  full disk:   a save that fails on a full disk leaves no <tag>.tmp, and the previous checkpoint loads;
+#  fsync order: the order of renames and fsyncs: a new save directory is fsynced in its parent, the new
+#               <tag>.tmp in the save directory before files go in, and the save directory between the
+#               tag's rename and the rename of `latest`, and after it.
 set -u
 TRAIN=$1 ZS=$2
 . "$(dirname "$0")/lib.sh"
@@ -40,7 +40,7 @@ new=$(run 1 --seed 6 --save-dir "$tmp/newck" | hash_of)
 [ -n "$old" ] && [ -n "$new" ] && [ "$old" != "$new" ] && r=ok || r=bad
 check $r "set-up runs: seed 5 $old, seed 6 $new"
 
-# ---------------------------------------------------------------- item 15: the order of the steps
+# ---------------------------------------------------------------- fsync order: the order of the steps
 # order TRACE DIR PARENT: "ok", or the first step out of order
 order() {
   awk -v D="$2" -v P="$3" '
@@ -70,12 +70,12 @@ for mode in new exchange links; do
   ZS_TEST_CKPT_TRACE=$tmp/trace.$mode run 1 --seed 6 --save-dir "$d" > /dev/null
   res=$(order "$tmp/trace.$mode" "$d" "$(dirname "$d")")
   [ "$res" = ok ] && [ "$(loaded "$d")" = "$new" ] && r=ok || r=bad
-  echo "item 15: fsync order of a $mode save ($(wc -l < "$tmp/trace.$mode") steps): $res $r"
-  check $r "item 15: $mode save: $res; trace: $(cat "$tmp/trace.$mode")"
+  echo "fsync order of a $mode save ($(wc -l < "$tmp/trace.$mode") steps): $res $r"
+  check $r "fsync order: $mode save: $res; trace: $(cat "$tmp/trace.$mode")"
 done
 export ZS_TEST_CKPT_NO_EXCHANGE=
 
-# ---------------------------------------------------------------- item 9: a crash or a failure at each step
+# ---------------------------------------------------------------- crash: a crash or a failure at each step
 # For each step from the data file's write on (earlier ones are the crash mid-save of ckpt.sh): kill the
 # save before it, or make it fail. `latest` must name a checkpoint that verifies and loads (the old or the
 # new one); a failed save leaves no temporary directory that `latest` does not name; after a kill, the
@@ -87,7 +87,7 @@ for mode in exchange links; do
     first=$(grep -n -m1 ' write .*/latest.tmp$' "$tmp/trace.$mode" | cut -d: -f1)
   total=$(wc -l < "$tmp/trace.$mode")
   bad=0
-  [ -n "$first" ] || { first=1 total=0 bad=1; echo "item 9: $mode: no trace of the save's steps" >&2; }
+  [ -n "$first" ] || { first=1 total=0 bad=1; echo "crash: $mode: no trace of the save's steps" >&2; }
   for k in $(seq "$first" "$total"); do
     step=$(sed -n "${k}p" "$tmp/trace.$mode" | cut -d' ' -f2-)
     for action in kill fail; do
@@ -116,17 +116,17 @@ for mode in exchange links; do
       fi
       if [ -n "$why" ]; then
         bad=$((bad + 1))
-        echo "item 9: $mode, $action before step $k ($step): latest '$latest'$why" >&2
+        echo "crash: $mode, $action before step $k ($step): latest '$latest'$why" >&2
       fi
     done
   done
   [ $bad = 0 ] && r=ok || r=bad
-  echo "item 9: re-saving a tag ($mode), killed or failing at each of steps $first-$total: $bad bad $r"
-  check $r "item 9: $mode: $bad cases left no loadable latest"
+  echo "crash: re-saving a tag ($mode), killed or failing at each of steps $first-$total: $bad bad $r"
+  check $r "crash: $mode: $bad cases left no loadable latest"
 done
 export ZS_TEST_CKPT_NO_EXCHANGE=
 
-# ---------------------------------------------------------------- item 10: links are never followed
+# ---------------------------------------------------------------- links: links are never followed
 rm -rf "$tmp/ck" "$tmp/victim"
 mkdir -p "$tmp/ck" "$tmp/victim"
 echo canary > "$tmp/victim/canary"
@@ -135,10 +135,10 @@ ln -s "$tmp/victim" "$tmp/ck/global_step2.old"
 out=$(run 1 --seed 6 --save-dir "$tmp/ck"); rc=$?
 [ $rc = 0 ] && [ "$(cat "$tmp/victim/canary" 2> /dev/null)" = canary ] && [ ! -L "$tmp/ck/global_step2.tmp" ] &&
   [ "$(loaded "$tmp/ck")" = "$new" ] && r=ok || r=bad
-echo "item 10: <tag>.tmp and <tag>.old links to another directory: rc $rc, its files: $(ls "$tmp/victim") $r"
-check $r "item 10: rc $rc, $(ls -l "$tmp/ck"), victim: $(ls "$tmp/victim"): $out"
+echo "links: <tag>.tmp and <tag>.old links to another directory: rc $rc, its files: $(ls "$tmp/victim") $r"
+check $r "links: rc $rc, $(ls -l "$tmp/ck"), victim: $(ls "$tmp/victim"): $out"
 
-# ---------------------------------------------------------------- item 12: two jobs, one directory
+# ---------------------------------------------------------------- two jobs, one directory
 fresh
 k=$(grep -n ' fsync .*/global_step2.tmp$' "$tmp/trace.exchange" | cut -d: -f1)
 ZS_TEST_CKPT_FAULT=0:stop:$k run 1 --seed 6 --save-dir "$tmp/ck" > "$tmp/job1" &
@@ -159,22 +159,22 @@ msg=$(echo "$out" | grep -m1 'error:')
 files=$(ls "$tmp/ck/global_step2.tmp" 2> /dev/null | tr '\n' ' ')
 [ -n "$pid" ] && [ $rc != 0 ] && echo "$msg" | grep -q "locked by another job saving into it (host $(uname -n) pid $pid" &&
   [ "$files" = "manifest.json rank00000.bin " ] && r=ok || r=bad
-echo "item 12: a second job: rc $rc: $msg $r"
-check $r "item 12: job 1 pid '$pid', its files '$files', job 2 rc $rc: $out"
+echo "two jobs: a second job: rc $rc: $msg $r"
+check $r "two jobs: job 1 pid '$pid', its files '$files', job 2 rc $rc: $out"
 for p in $(stopped $job); do kill -CONT "$p"; done
 wait $job; rc=$?
 [ $rc = 0 ] && "$ZS" verify "$tmp/ck" > /dev/null && [ "$(loaded "$tmp/ck")" = "$new" ] && r=ok || r=bad
-echo "item 12: the first job, resumed: rc $rc, its checkpoint loads $r"
-check $r "item 12: job 1 after the second: rc $rc, $(cat "$tmp/job1")"
+echo "two jobs: the first job, resumed: rc $rc, its checkpoint loads $r"
+check $r "two jobs: job 1 after the second: rc $rc, $(cat "$tmp/job1")"
 
-# ---------------------------------------------------------------- item 13: a failed save clears up
+# ---------------------------------------------------------------- full disk: a failed save clears up
 fresh
 out=$(ZS_TEST_CKPT_FAULT=1:enospc:1 run 2 --seed 6 --save-dir "$tmp/ck"); rc=$?
 msg=$(echo "$out" | grep -m1 'error:')
 [ $rc != 0 ] && echo "$msg" | grep -q "rank00001.bin: write at offset 0 failed: No space left on device" &&
   [ "$(ls "$tmp/ck" | tr '\n' ' ')" = "global_step2 latest save.lock " ] && [ "$(loaded "$tmp/ck")" = "$old" ] &&
   r=ok || r=bad
-echo "item 13: a full disk under rank 1: rc $rc: $msg; left: $(ls "$tmp/ck" | tr '\n' ' ') $r"
-check $r "item 13: $out"
+echo "full disk: under rank 1: rc $rc: $msg; left: $(ls "$tmp/ck" | tr '\n' ' ') $r"
+check $r "full disk: $out"
 
 finish ckpt_publish

@@ -106,7 +106,7 @@ for fault in "write:ENOSPC:0" "read:EIO:0"; do
     && r=ok || r=bad
   check $r "fault $fault: rc $rc: $out"
 done
-# issue 14: a swap read that never completes (a hung disk) ends within ZS_TIMEOUT in one named error
+# A swap read that never completes (a hung disk) ends within ZS_TIMEOUT in one named error
 # (a directory of its own: the aborted runs above may leave theirs to an owner still exiting)
 nvh=$(mktemp -d -p "$PWD")
 sed "s|$nv|$nvh|" "$tmp/nvme.json" > "$tmp/nvme_hang.json"

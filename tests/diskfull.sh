@@ -48,7 +48,7 @@ msg=$(echo "$out" | grep -m1 "error:")
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "$msg" | grep -q "rank0000[01].bin\|manifest.json" && r=ok || r=bad
 echo "checkpoint on a full disk: rc $rc: $msg $r"; check $r "checkpoint on a full disk: rc $rc, output: $out"
 [ "$(cat "$mnt/ck/latest")" = global_step2 ] && r=ok || r=bad; check $r "the earlier checkpoint's latest changed"
-left=$(ls -A "$mnt/ck2" 2> /dev/null | grep -v -x save.lock | tr '\n' ' ') # issue 11 item 13: no <tag>.tmp left
+left=$(ls -A "$mnt/ck2" 2> /dev/null | grep -v -x save.lock | tr '\n' ' ') # a failed save leaves no <tag>.tmp
 [ -z "$left" ] && r=ok || r=bad
 echo "the failed save left in its directory: '${left}' $r"; check $r "the failed save left $left in $mnt/ck2"
 rm -f "$mnt/filler"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hang.sh CASE MLP GPT TEST_HANG ZS_FLIGHT DATA - faults that used to leave ranks waiting forever (issue 14),
+# hang.sh CASE MLP GPT TEST_HANG ZS_FLIGHT DATA - faults that used to leave ranks waiting forever,
 # each ending in one message that names what and who, with no process left behind:
 #   stop     a rank stopped (SIGSTOP) mid-step (stage 2, and stage 3 where the others wait in the shared
 #            heap's vote): the others fail within ZS_TIMEOUT naming it

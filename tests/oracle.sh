@@ -28,7 +28,7 @@ JSON
 
 # run NAME RANKS -> prints the params-hash, leaves $tmp/NAME.bin (ZS_COMM / ZS_FAKE_NODE_SIZE pass through).
 # A failed run, or one without a hash, prints FAILED-NAME and is counted as a failure by itself
-# (run_failed), so no comparison can pass on two failed runs (issue 11 item 19).
+# (run_failed), so no comparison can pass on two failed runs.
 run() {
   local out h
   rm -f "$tmp/$1.bin"

@@ -38,7 +38,7 @@ run() {
 }
 # the params-hash of a run that exited 0, else nothing
 hash_of() { [ "$(cat "$tmp/$1.rc" 2> /dev/null)" = 0 ] && awk '/^params-hash/ {print $2}' "$tmp/$1.out"; }
-# ok when every named run exited 0 with a params-hash and all the hashes are equal (issue 11 item 19)
+# ok when every named run exited 0 with a params-hash and all the hashes are equal
 same_hashes() {
   local h0 h
   h0=$(hash_of "$1")
@@ -91,7 +91,7 @@ got=$(awk '$1 == "step" {printf "%s%s ", $14, ($15 == "skipped" ? "*" : "")}' "$
 want="256 256* 128* 128 128 256 256* 256 256 512 "
 [ "$got" = "$want" ] && r=ok || r=bad
 echo "loss-scale trace (* = skipped on every rank): $got $r"; check $r "trace '$got', expected '$want': $(cat "$tmp/ls.out")"
-# The traces below (issue 11 item 21) also go through a model of DeepSpeed's DynamicLossScaler.update_scale
+# The traces below also go through a model of DeepSpeed's DynamicLossScaler.update_scale
 # written here from its definition: an overflow halves the scale (not below min) when the hysteresis is
 # used up, else uses one unit of it, and marks the iteration; a clean iteration restores the hysteresis
 # (consecutive_hysteresis: at once; otherwise only when the scale grows) and doubles the scale every
@@ -173,7 +173,7 @@ PY
   [ "${verdict##* }" = ok ] && r=ok || r=bad; check $r "memory stage $stage: $verdict / $measured / $estimated"
 done
 
-# 4. the estimator past 2^32 elements (issue 11 item 22): AdamW fp32 at stage 3 (zs-estimate's default config),
+# 4. the estimator past 2^32 elements: AdamW fp32 at stage 3 (zs-estimate's default config),
 # against the ZeRO arithmetic done here in 64-bit shell integers: shard = ceil(units / world) rounded up to 16
 # elements; parameters 4, gradients 4 and optimizer 8 bytes per shard element; formula 16 * units / world.
 for case in "3 3000000001" "1 4294967311" "8 8589934609" "2 2147483649"; do

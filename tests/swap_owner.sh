@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# swap_owner.sh TRAIN - issue 11 items 7 and 8 through the whole program: a run refused at NVMe set-up
+# swap_owner.sh TRAIN - the swap directory's owner through the whole program: a run refused at NVMe set-up
 # because another run holds its swap directory must leave that run's files alone, and a directory whose
 # recorded owner is gone is taken over and removed at the end. The live owner is a sleeping child whose
 # record (host, boot id, pid namespace, pid, start time) is written here as the other run would.

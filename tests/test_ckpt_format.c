@@ -389,7 +389,7 @@ static void test_bad_manifests(const char *good)
     free(cut);
 }
 
-/* Issue 11 item 14: a hostile manifest is bounded by the data it describes before any table is made from
+/* A hostile manifest is bounded by the data it describes before any table is made from
  * it (one unit element or segment per 4 data bytes; at most so many manifest bytes per data byte), and
  * its steps are consistent. */
 static void test_bounds(const char *good, const char *dir)

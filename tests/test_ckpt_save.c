@@ -1,9 +1,9 @@
 /* test_ckpt_save.c - a context whose state is inconsistent refuses to go on; run under mpirun -np 2.
- * Issue 11 item 11: a step that fails part-way (a swap read error injected into the pipelined NVMe step
+ * A step that fails part-way (a swap read error injected into the pipelined NVMe step
  * through ZS_TEST_SWAP_FAULT: the first sub-group is stepped, the next is not) leaves the context broken:
  * zs_checkpoint_save refuses, naming the step and the error, and a good checkpoint of the same tag stays
  * byte for byte as it was.
- * Issue 11 item 14: a load that fails part-way (ZS_TEST_CKPT_FAULT fails the second unit's read) leaves the
+ * A load that fails part-way (ZS_TEST_CKPT_FAULT fails the second unit's read) leaves the
  * context unusable, not half loaded: zs_step and zs_checkpoint_save refuse, naming the load, until a load
  * succeeds; a global_step whose micro-step count (x gradient_accumulation_steps) overflows is refused
  * before anything changes. */
@@ -140,7 +140,7 @@ static void test_save_after_failed_step(void)
           zs_last_error());
     st = zs_checkpoint_save(ctx, ck);
     if (rank == 0)
-        printf("item 11: save after the failed step: %s: %s\n", zs_status_str(st), st ? zs_last_error() : "saved");
+        printf("save after the failed step: %s: %s\n", zs_status_str(st), st ? zs_last_error() : "saved");
     CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "checkpoint save refused: step 1 failed part-way (") &&
           strstr(zs_last_error(), "Input/output error") && strstr(zs_last_error(), "the state is inconsistent"),
           "save after a failed step: %d %s", st, zs_last_error());
@@ -177,7 +177,7 @@ static void test_failed_load(void)
           zs_last_error());
     st = zs_step(ctx);
     if (rank == 0)
-        printf("item 14: step after the failed load: %s: %s\n", zs_status_str(st), st ? zs_last_error() : "stepped");
+        printf("step after the failed load: %s: %s\n", zs_status_str(st), st ? zs_last_error() : "stepped");
     CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "checkpoint load from ") &&
           strstr(zs_last_error(), "failed part-way"), "step after a failed load: %d %s", st, zs_last_error());
     st = zs_checkpoint_save(ctx, ck);
@@ -214,7 +214,7 @@ static void test_step_overflow(void)
         return;
     st = zs_checkpoint_load(ctx, ck2);
     if (rank == 0)
-        printf("item 14: load of global_step 2^62 with 4 accumulation steps: %s: %s\n", zs_status_str(st),
+        printf("load of global_step 2^62 with 4 accumulation steps: %s: %s\n", zs_status_str(st),
                st ? zs_last_error() : "loaded");
     CHECK(st != ZS_OK && strstr(zs_last_error(), "global_step 4611686018427387904 x gradient_accumulation_steps 4 "
                                 "overflows"), "load: %d %s", st, zs_last_error());

@@ -218,7 +218,7 @@ static void check_many_in_flight(struct zs_comm *c)
     CHECK(bad == 0, "many in flight (heap %d): %lld wrong", use_heap, (long long)bad);
 }
 
-/* issue 11 item 23: the layout this run must have, from its ctest entry: ZS_EXPECT_LAYOUT=BACKEND:NODE, with
+/* The layout this run must have, from its ctest entry: ZS_EXPECT_LAYOUT=BACKEND:NODE, with
  * BACKEND how zs_comm_describe starts ("mpi", "shm" or "shm+mpi") and NODE the ranks per node (the last
  * node may hold fewer). A forced layout (ZS_FAKE_NODE_SIZE) that is parsed but not applied fails here,
  * instead of quietly testing another path. */

@@ -1,7 +1,7 @@
-/* test_comm_faults.c - the collectives at the edges the ordinary test never reaches (issue 11, items
- * 1-6): a slow operation followed by a thousand quick ones, sequence numbers crossing 2^32, the MPI
- * standard's smallest tag limit, ranks that disagree on what they are doing, failures part-way, and
- * failures on the way to the shared heap. Run at 2 ranks: test_comm_faults CASE, with CASE one of
+/* test_comm_faults.c - the collectives at the edges the ordinary test never reaches: a slow operation
+ * followed by a thousand quick ones, sequence numbers crossing 2^32, the MPI standard's smallest tag
+ * limit, ranks that disagree on what they are doing, failures part-way, and failures on the way to the
+ * shared heap. Run at 2 ranks: test_comm_faults CASE, with CASE one of
  * window, wrap, tags, mismatch, errors, heap. Every case is bounded by a watchdog, so that a hang is
  * a failure with a message rather than a stuck test. */
 #include <signal.h>
@@ -67,7 +67,7 @@ static struct zs_comm *open_comm(const char *mode)
     return c;
 }
 
-/* issue 11 item 1: one reduce-scatter in one-element pieces (it advances a piece or two per call)
+/* window: one reduce-scatter in one-element pieces (it advances a piece or two per call)
  * followed by ~1,100 small ones, each waited in turn, then the large one. Counting unfinished
  * operations let operation 1024 reuse operation 0's flag slot while it was still reading. */
 static void case_window(void)
@@ -97,7 +97,7 @@ static void case_window(void)
         if (i / big != rank)
             a[i] = -1.0f;
     bad += rs_wrong(res, big, 1);
-    CHECK(bad == 0, "window (issue 11 item 1): %lld of %lld elements wrong", (long long)bad,
+    CHECK(bad == 0, "window: %lld of %lld elements wrong", (long long)bad,
           (long long)(big + 1100 * small));
     MPI_Barrier(MPI_COMM_WORLD); /* the heap is released in step on every rank */
     free(res);
@@ -106,7 +106,7 @@ static void case_window(void)
     zs_comm_free(c);
 }
 
-/* issue 11 item 2: sequence numbers started 1,100 operations before 2^32 (ZS_TEST_COMM_SEQ, set by the
+/* wrap: sequence numbers started 1,100 operations before 2^32 (ZS_TEST_COMM_SEQ, set by the
  * test's ctest entry); rank 1 is 300 ms late to the first operation past the old wrap point. With
  * 32-bit numbers that operation's flag slot still said "posted" from 1,024 operations before, and rank
  * 0 read rank 1's buffer before rank 1 had written it. */
@@ -126,13 +126,13 @@ static void case_wrap(void)
                   zs_comm_wait(c, q) == ZS_OK, "op %d: %s", k, zs_last_error());
         bad += rs_wrong(buf + rank * count, count, k);
     }
-    CHECK(bad == 0, "wrap (issue 11 item 2): %lld of %lld elements wrong across 2^32", (long long)bad,
+    CHECK(bad == 0, "wrap: %lld of %lld elements wrong across 2^32", (long long)bad,
           (long long)(1110 * count));
     zs_comm_release(c, buf);
     zs_comm_free(c);
 }
 
-/* issue 11 item 3: MPI_TAG_UB pretended to be 32767 (ZS_TEST_TAG_UB), pieces of 16 elements
+/* tags: MPI_TAG_UB pretended to be 32767 (ZS_TEST_TAG_UB), pieces of 16 elements
  * (ZS_COMM_PIECE). With tags seq*4096 + piece modulo 32767, operation s+8 piece p had the tag of
  * operation s piece p+1; a 64-piece reduce-scatter (s) and eight small ones (s+1..s+8) are arranged so
  * that the two ranks post those two pieces in different orders, and the messages crossed. Two
@@ -175,7 +175,7 @@ static void tags_round(struct zs_comm *c, bool rank1_first)
         bad += rs_wrong(s[k] + rank * small, small, 70 + k);
         free(s[k]);
     }
-    CHECK(bad == 0, "tags (issue 11 item 3, arrangement %d): %lld of %lld elements wrong with MPI_TAG_UB 32767",
+    CHECK(bad == 0, "tags (arrangement %d): %lld of %lld elements wrong with MPI_TAG_UB 32767",
           rank1_first ? 2 : 1, (long long)bad, (long long)(big + 8 * small));
     free(a);
 }
@@ -205,7 +205,7 @@ static void expect_both_fail(struct zs_comm *c, struct zs_comm_req *q1, struct z
 
     snprintf(msg, sizeof(msg), "%s", zs_last_error());
     zs_status s2 = zs_comm_wait(c, q2);
-    CHECK(s1 != ZS_OK && s2 != ZS_OK, "%s (issue 11 item 4): rank %d completed without an error (%d %d)", what, rank,
+    CHECK(s1 != ZS_OK && s2 != ZS_OK, "%s: rank %d completed without an error (%d %d)", what, rank,
           (int)s1, (int)s2);
     CHECK(s1 == ZS_OK || world > 2 || (strstr(msg, "rank 0") && strstr(msg, "rank 1")),
           "%s: the error names both ranks: %s", what, msg);
@@ -247,7 +247,7 @@ static void check_still_usable(struct zs_comm *c, const char *after)
     zs_comm_release(c, buf);
 }
 
-/* issue 11 item 4: the same place in the call order, different operations. Rank 0 reduce-scatters A then
+/* mismatch: the same place in the call order, different operations. Rank 0 reduce-scatters A then
  * all-gathers B, rank 1 the reverse (2,000 wrong elements on the MPI path, no error); then a dtype and
  * a count that differ; then (shared memory only) a heap buffer against a plain one, which went down
  * two different paths and deadlocked. */
@@ -278,12 +278,12 @@ static void case_mismatch(const char *mode)
 
     l1 = launch_rs(c, a, rank == 0 ? ZS_DTYPE_FP32 : ZS_DTYPE_BF16, count, &q1);
     snprintf(what, sizeof(what), "%s dtype fp32/bf16", mode);
-    CHECK(wait_or(c, q1, l1) != ZS_OK, "%s (issue 11 item 4): rank %d: no error", what, rank);
+    CHECK(wait_or(c, q1, l1) != ZS_OK, "%s: rank %d: no error", what, rank);
     if (rank == 0)
         printf("%s: %s\n", what, zs_last_error());
     l1 = launch_rs(c, a, ZS_DTYPE_FP32, count + rank, &q1);
     snprintf(what, sizeof(what), "%s count 1000/1001", mode);
-    CHECK(wait_or(c, q1, l1) != ZS_OK, "%s (issue 11 item 4): rank %d: no error", what, rank);
+    CHECK(wait_or(c, q1, l1) != ZS_OK, "%s: rank %d: no error", what, rank);
     if (rank == 0)
         printf("%s: %s\n", what, zs_last_error());
     int local = zs_comm_local_size(c), most = 0;
@@ -293,7 +293,7 @@ static void case_mismatch(const char *mode)
         fill(a, count * world, 3);
         l1 = launch_rs(c, rank == 0 ? a : plain, ZS_DTYPE_FP32, count, &q1);
         snprintf(what, sizeof(what), "%s heap/plain buffer", mode);
-        CHECK(wait_or(c, q1, l1) != ZS_OK, "%s (issue 11 item 4): rank %d: no error", what, rank);
+        CHECK(wait_or(c, q1, l1) != ZS_OK, "%s: rank %d: no error", what, rank);
         if (rank == 0)
             printf("%s: %s\n", what, zs_last_error());
     }
@@ -304,7 +304,7 @@ static void case_mismatch(const char *mode)
     zs_comm_free(c);
 }
 
-/* issue 11 item 5, part one: operation 1 fails in progress on both ranks (ZS_TEST_COMM_FAULT), on rank 0
+/* errors, part one: operation 1 fails in progress on both ranks (ZS_TEST_COMM_FAULT), on rank 0
  * while it waits on operation 0, an all-gather into a plain buffer whose receive from rank 1 is posted
  * but not matched (rank 1 has not progressed yet). The wait must fail, and afterwards the network must
  * not write into the buffer: the request used to be freed with the receive still posted. Only then
@@ -351,7 +351,7 @@ static void case_errors_pending(void)
         unsigned char *p = (unsigned char *)buf;
         for (size_t i = 0; i < (size_t)(count * world) * 4; i++)
             touched += p[i] != 0x5a;
-        CHECK(touched == 0, "errors (issue 11 item 5): %lld bytes of a buffer written by the network after "
+        CHECK(touched == 0, "errors: %lld bytes of a buffer written by the network after "
               "zs_comm_wait returned an error", (long long)touched);
         bool refused = zs_comm_all_gather(c, buf, count, &q0) != ZS_OK;
         CHECK(refused, "rank 0: the comm should refuse work after a failure with messages posted");
@@ -362,7 +362,7 @@ static void case_errors_pending(void)
     free(other);
 }
 
-/* issue 11 item 5, part two: operation 3 fails on both ranks, at different points of its set-up (rank 0
+/* errors, part two: operation 3 fails on both ranks, at different points of its set-up (rank 0
  * finding peers, rank 1 before anything). Taking the sequence number before the step that can fail made
  * rank 0's numbers run one ahead of rank 1's, and the next operation hung or mixed. */
 static void case_errors_drift(const char *mode)
@@ -384,16 +384,16 @@ static void case_errors_drift(const char *mode)
             CHECK(st != ZS_OK, "%s: the planted set-up failure did not fail", mode);
             continue;
         }
-        CHECK(st == ZS_OK && zs_comm_wait(c, q) == ZS_OK, "%s drift (issue 11 item 5): op %d: %s", mode, k,
+        CHECK(st == ZS_OK && zs_comm_wait(c, q) == ZS_OK, "%s drift: op %d: %s", mode, k,
               zs_last_error());
         bad += rs_wrong(buf + rank * count, count, 40 + k);
     }
-    CHECK(bad == 0, "%s drift (issue 11 item 5): %lld elements wrong after a failed set-up", mode, (long long)bad);
+    CHECK(bad == 0, "%s drift: %lld elements wrong after a failed set-up", mode, (long long)bad);
     zs_comm_release(c, buf);
     zs_comm_free(c);
 }
 
-/* issue 11 item 6: one rank's allocation fails (ZS_TEST_SHM_FAULT: its bookkeeping, or the growth of the
+/* heap: one rank's allocation fails (ZS_TEST_SHM_FAULT: its bookkeeping, or the growth of the
  * heap), or its budget refuses (local_ok false): every rank must get NULL, none may hang in the heap's
  * collective growth, and the heaps must still agree afterwards (a zero-copy reduction comes out right,
  * and the descriptors compare heap offsets). Then a rank that cannot take part in a gather. */
@@ -403,7 +403,7 @@ static void heap_round(struct zs_comm *c, const char *what, size_t bytes, bool l
     int got = p != NULL, all = 0;
 
     MPI_Allreduce(&got, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    CHECK(all == 0, "heap (issue 11 item 6) %s: %d of %d ranks got memory; all must fail together", what, all, world);
+    CHECK(all == 0, "heap %s: %d of %d ranks got memory; all must fail together", what, all, world);
     if (rank == 0)
         printf("heap %s: %s\n", what, all == 0 ? zs_last_error() : "(some ranks allocated)");
     if (p)
@@ -461,7 +461,7 @@ static void case_fail_next(const char *mode)
     st = zs_comm_all_gather(c, buf, count, &q);
     if (!st)
         st = zs_comm_wait(c, q);
-    CHECK(st != ZS_OK, "%s fail_next (issue 11 item 6): rank %d's gather completed", mode, rank);
+    CHECK(st != ZS_OK, "%s fail_next: rank %d's gather completed", mode, rank);
     CHECK(st == ZS_OK || strstr(zs_last_error(), "rank 1 could not take part"), "%s: %s", mode, zs_last_error());
     if (rank == 0)
         printf("%s gather with rank 1 out: %s\n", mode, zs_last_error());

@@ -98,7 +98,7 @@ static const struct err_case err_cases[] = {
      "optimizer.params.betas[0]: expected a number in [0, 1), got 1", NULL, 0},
     {"Lion weight_decay negative", "{" MB "'optimizer': {'type': 'Lion', 'params': {'lr': 1e-4, 'weight_decay': -1}}}",
      "optimizer.params.weight_decay: expected a number >= 0, got -1", NULL, 0},
-    /* issue 11 item 16: torch_adam builds torch.optim.Adam(W), which has no bias_correction */
+    /* torch_adam builds torch.optim.Adam(W), which has no bias_correction */
     {"torch_adam with bias_correction refused", "{" MB "'optimizer': {'type': 'AdamW', 'params': {'lr': 1e-3, "
      "'torch_adam': true, 'bias_correction': true}}}", "optimizer.params.bias_correction: not a parameter of "
      "torch.optim.AdamW (torch_adam: true", NULL, 0},
@@ -530,7 +530,7 @@ static bool t_adam_modes(void)
     return true;
 }
 
-/* issue 11 item 16: DeepSpeed refuses optimizer.params.max_grad_norm; taking it as gradient_clipping (or
+/* DeepSpeed refuses optimizer.params.max_grad_norm; taking it as gradient_clipping (or
  * ignoring it beside gradient_clipping) is said in the warning, naming both keys. */
 static bool t_max_grad_norm(void)
 {
@@ -549,7 +549,7 @@ static bool t_max_grad_norm(void)
     return true;
 }
 
-/* issue 11 item 16: torch_adam: true is DeepSpeed's torch.optim.AdamW (or Adam with adam_w_mode false for
+/* torch_adam: true is DeepSpeed's torch.optim.AdamW (or Adam with adam_w_mode false for
  * type Adam), with torch's defaults: AdamW's weight_decay 0.01 unless the config gives one. */
 static bool t_torch_adam(void)
 {

@@ -1,4 +1,4 @@
-/* test_hang.c - ranks that drift apart through the public API (issue 14): one rank fetching unit 0 while
+/* test_hang.c - ranks that drift apart through the public API: one rank fetching unit 0 while
  * another fetches unit 1, and one rank skipping a step. Each must end in ZS_ERR_COMM on every rank
  * with one message naming both operations and both ranks, never mixed data or a hang; and a rank that
  * stops issuing collectives must be named by the others within ZS_TIMEOUT. Run at 2 ranks:

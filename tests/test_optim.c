@@ -366,7 +366,7 @@ static void test_conversions(void)
 
 /* ---------------------------------------------------------------- Lion on a zero direction */
 
-/* issue 11 item 17: where the interpolation c = beta1 m + (1 - beta1) g is exactly zero (either sign), the
+/* Where the interpolation c = beta1 m + (1 - beta1) g is exactly zero (either sign), the
  * paper's rule sign(0) = 0 holds: the parameter takes the decoupled decay and nothing else. DeepSpeed's CPU
  * Lion moves it by lr with the sign of the zero and its GPU Lion by +lr; ZeroShard keeps torch.sign's 0.
  * Elements 0..2 of each group of four have c = +0, -0 and a cancelling 0; element 3 moves (a control). */

@@ -43,7 +43,7 @@ int main(void)
         for (int64_t n = 1; n <= 3 * world; n++) /* smaller than, equal to and just above N */
             check_one(n, world);
     }
-    /* issue 11 item 22: sizes past 2^31 and 2^32 elements, where 32-bit arithmetic would wrap */
+    /* sizes past 2^31 and 2^32 elements, where 32-bit arithmetic would wrap */
     static const int64_t big[] = { 2147483649LL, 3000000001LL, 4294967296LL, 4294967311LL, 8589934609LL,
                                    5000000000017LL };
     for (int32_t world = 1; world <= 8; world++)

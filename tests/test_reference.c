@@ -1,5 +1,5 @@
 /* test_reference.c - a few optimizer steps through the public API, recomputed outside the library from the
- * same gradients (issue 11 items 18 and 21). The stage oracle compares the library with itself; this
+ * same gradients. The stage oracle compares the library with itself; this
  * compares it with plain double-precision C written from torch.optim's and DeepSpeed's definitions:
  *   - DeepSpeed's data-parallel mean of the ranks' gradients and its clipping, coef = max_norm / (norm + 1e-6)
  *     applied only when coef < 1 (runtime/utils.py clip_grad_norm_);
@@ -236,7 +236,7 @@ static double compare_params(struct model *md, const struct ref *R, const struct
 
 /* ---------------------------------------------------------------- the cases */
 
-/* issue 11 item 18: Adam(W) with clipping on and off across steps and a warmup, against the reference. */
+/* Adam(W) with clipping on and off across steps and a warmup, against the reference. */
 static void test_adam_reference(const char *name, const struct opt *o)
 {
     struct model md;
@@ -280,7 +280,7 @@ static void test_adam_reference(const char *name, const struct opt *o)
     zs_finalize(md.ctx);
 }
 
-/* issue 11 item 21: fp16 with an overflow at step 2 (injected on rank 0): the step is skipped everywhere,
+/* fp16 with an overflow at step 2 (injected on rank 0): the step is skipped everywhere,
  * and step 3 runs as Adam's second step at the schedule's second lr, as DeepSpeed does. */
 static void test_fp16_skip(void)
 {

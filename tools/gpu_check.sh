@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_check.sh [BUILD_DIR] - the GPU checks of issue 13, for a machine with a GPU: builds the CUDA backend
+# gpu_check.sh [BUILD_DIR] - the GPU checks, for a machine with a GPU: builds the CUDA backend
 # (ZS_CUDA=ON) and prints one summary line per check. Meant to finish within 8 minutes on one GPU; each
 # step has its own timeout. Exits 1 if a check that ran failed, 77 if no GPU is visible.
 set -u

@@ -1,4 +1,4 @@
-/* test_mm16.c - the bf16 matrix products of zs-train-gpt (examples/gpt/mm16.c) against the scalar
+/* test_gpt_mm16.c - the bf16 matrix products of zs-train-gpt (examples/gpt/mm16.c) against the scalar
  * reference, for every transpose pattern and shape kind the model uses (a linear layer's forward, its
  * input gradient and its accumulated weight gradient, the tied head's three products), at a width whose
  * sizes are not multiples of any SIMD block, plus a padded leading dimension; the same product twice gives

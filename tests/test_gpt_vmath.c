@@ -1,4 +1,4 @@
-/* test_vmath.c - the float passes' 16-lane math (examples/gpt/vmath.c) against double-precision libm, and
+/* test_gpt_vmath.c - the float passes' 16-lane math (examples/gpt/vmath.c) against double-precision libm, and
  * its two paths against each other:
  * - exp within 2 ulp of the correctly rounded exp over [-87.3, 88] (a grid and random points), exactly 0
  *   below -87.34, exp(0) = 1, NaN stays NaN;
@@ -9,7 +9,7 @@
  * - bits: the AVX512 path (where the CPU has it) equals the generic one, and an element's result does not
  *   depend on where it lies in the array (whole-array calls against one-element calls, all lengths 1-67),
  *   which is what keeps the passes' bits independent of the thread count; bf16 accumulation equals the
- *   one-element formula (its rounding is test_mm16's); GELU and its derivative fused with bf16 rounding
+ *   one-element formula (its rounding is test_gpt_mm16's); GELU and its derivative fused with bf16 rounding
  *   give what the separate passes give. */
 #include <math.h>
 #include <stdio.h>
