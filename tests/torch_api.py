@@ -11,6 +11,7 @@ it under mpirun. Modes (each rank runs the same mode; rank 0 prints the verdict,
   ckpt-load 1 rank, stage 2: loads that checkpoint (another world size and stage), checks the step, the
             parameters bit for bit, then trains to 20 and compares with the 2-rank run.
   misuse    backward twice, step without backward, a misspelled config key: each a clear error.
+  boundary  1 rank: is_gradient_accumulation_boundary() at accumulation 1 and 3, by DeepSpeed's rule.
 
 Tolerances: both sides compute in fp32 with different summation orders (the ranks' reduction, BLAS
 blocking), so gradients differ by ~1e-7 relative and Adam (lr 0.01, 20 steps) carries that into parameters
@@ -342,6 +343,28 @@ def mode_misuse():
                  "stage3_param_persitence_threshold")
 
 
+def mode_boundary():
+    """DeepSpeed's rule: True while (micro_steps + 1) % gradient_accumulation_steps == 0, micro_steps being
+    the micro-batches already stepped; so True from the forward to the step() of each micro-batch whose
+    step() applies the optimizer. Held against the global step that each step() does or does not advance."""
+    for accum in (1, 3):
+        engine, _, _, _ = zeroshard.initialize(model=make_model(), config=config(0, micro=2, accum=accum))
+        got, want = [], []
+        for m in range(2 * accum + 1):
+            idx, tgt = global_batch(m, 2)
+            first = engine.is_gradient_accumulation_boundary()
+            engine.backward(engine(idx, tgt))
+            last, before = engine.is_gradient_accumulation_boundary(), engine.global_steps
+            engine.step()
+            got.append((first, last, engine.global_steps > before))
+            want.append(((m + 1) % accum == 0,) * 3)
+        engine.destroy()
+        print(f"  accumulation {accum}: (before forward, before step, stepped) per micro-batch: {got}")
+        if got != want:
+            fail(f"accumulation {accum}: is_gradient_accumulation_boundary() per micro-batch {got}, "
+                 f"expected {want}")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "stages":
@@ -356,6 +379,8 @@ def main():
         mode_export(sys.argv[2])
     elif mode == "misuse":
         mode_misuse()
+    elif mode == "boundary":
+        mode_boundary()
     else:
         sys.exit(f"torch_api: unknown mode {mode}")
     if FAILED:

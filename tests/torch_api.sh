@@ -28,6 +28,7 @@ case $MODE in
     trap 'rm -rf "$tmp"' EXIT
     $run 2 python3 "$here/torch_api.py" export "$tmp" ;;
   misuse) python3 "$here/torch_api.py" misuse ;;   # no mpirun: a world of one
+  boundary) python3 "$here/torch_api.py" boundary ;;
   install)
     # pip install ./python (into a scratch target) + cmake --install (into a scratch prefix): the installed
     # package finds the installed library through ZEROSHARD_PREFIX and runs the misuse checks
