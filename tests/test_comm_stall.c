@@ -7,7 +7,7 @@
 #include <mpi.h>
 
 #include "check.h"
-#include "comm.h"
+#include "comm/comm.h"
 
 #define TIMEOUT_S 2.0
 #define MAX_LAUNCHES 4096 /* well past any window: a launch that never waits is a failure too */

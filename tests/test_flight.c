@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "flight.h"
+#include "comm/flight.h"
 
 #define POLLS 1000 /* polls after each signal: a flag left set would dump at every one */
 
