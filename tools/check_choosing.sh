@@ -14,6 +14,9 @@ if [ ! -x "$est" ]; then
   exit 77
 fi
 [ -r "$page" ] || { echo "check_choosing: cannot read $page"; exit 1; }
+# --help: the usage on stdout, exit 0 (the page tells readers to run it)
+help=$("$est" --help 2> /dev/null) && grep -q -- '--world N' <<< "$help" ||
+  { echo "check_choosing: FAIL: $est --help does not print its usage on stdout and exit 0"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
