@@ -76,7 +76,7 @@ static zs_status agree_on_registration(struct zs_ctx *ctx)
     return st;
 }
 
-/* The unit's buffers as the plan lists them (runtime/plan.c), in its order; the device arena's plan adds
+/* The unit's buffers as the plan lists them (core/plan.c), in its order; the device arena's plan adds
  * up the same list, so the two cannot drift apart. Nothing is allocated for what lives on NVMe. */
 static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
 {
