@@ -163,4 +163,22 @@ bool zs_comm_req_quiesce(struct zs_comm_req *q);
 zs_status zs_comm_broken_fail(const struct zs_comm *c);
 void zs_comm_mark_broken(struct zs_comm *c, zs_status st);
 
+/* comm_pieces.c */
+/* Waiting on a peer: spin briefly, then give the core away. */
+void zs_comm_relax(uint32_t spins);
+bool zs_comm_is_local(const struct zs_comm_req *q, int32_t j);
+struct scratch *zs_comm_scratch_get(struct zs_comm *c);
+void zs_comm_scratch_put(struct zs_comm *c, struct scratch *s);
+/* One pass over q's reduce-scatter pieces (block: until each is in); zs_comm_rs_finished once all are. */
+zs_status zs_comm_rs_progress(struct zs_comm *c, struct zs_comm_req *q, bool block);
+bool zs_comm_rs_finished(const struct zs_comm_req *q);
+int64_t zs_comm_ag_pieces(const struct zs_comm_req *q);
+zs_status zs_comm_ag_start(struct zs_comm *c, struct zs_comm_req *q, uint64_t seq);
+zs_status zs_comm_ag_progress(struct zs_comm *c, struct zs_comm_req *q, uint64_t seq, bool block, bool *done);
+void zs_comm_local_reduce(struct zs_comm_req *q);
+
+/* comm_req.c */
+/* Frees the failed requests whose sends and receives have all ended since. */
+void zs_comm_reap_dead(struct zs_comm *c);
+
 #endif /* ZS_COMM_IMPL_H */

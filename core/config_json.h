@@ -85,10 +85,13 @@ struct zs_cfg_gate {
 };
 int zs_cfg_check_gate(struct zs_cfg_parser *p, json_t *obj, const char *path, const struct zs_cfg_gate *g);
 
-/* The zero_optimization and aio sections, and the ZeroShard-only "zeroshard" section (config_zero.c). */
+/* The sections parsed outside config.c: zero_optimization and aio (config_zero.c), the ZeroShard-only
+ * "zeroshard" (config_zeroshard.c), optimizer and scheduler (config_optim.c). */
 struct zs_config;
 int zs_cfg_parse_zero(struct zs_cfg_parser *p, struct zs_config *cfg, json_t *root);
 int zs_cfg_parse_zeroshard(struct zs_cfg_parser *p, struct zs_config *cfg, json_t *root);
+int zs_cfg_parse_optimizer(struct zs_cfg_parser *p, struct zs_config *cfg, json_t *root);
+int zs_cfg_parse_scheduler(struct zs_cfg_parser *p, struct zs_config *cfg, json_t *root);
 
 bool zs_cfg_is_auto(const json_t *v);
 bool zs_cfg_in_list(const char *s, const char *const *list);

@@ -1,11 +1,10 @@
 /* config_zero.c - the zero_optimization and aio sections of a DeepSpeed config: stage, bucket sizes, stage-3
- * knobs and offload, including the legacy spellings (cpu_offload, unprefixed stage-3 keys) real files carry;
- * and the ZeroShard-only "zeroshard" section: the CPU threads and kernels that run the sharded step. */
+ * knobs and offload, including the legacy spellings (cpu_offload, unprefixed stage-3 keys) real files carry. */
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
 
-#include "config.h"       /* defines: struct zs_zero_config, struct zs_aio_config, struct zs_zeroshard_config */
+#include "config.h"       /* defines: struct zs_zero_config, struct zs_aio_config */
 #include "config_json.h"  /* defines: zs_cfg_get_int, zs_cfg_fail, zs_cfg_defer */
 
 typedef struct zs_cfg_parser parser;
@@ -288,86 +287,4 @@ int zs_cfg_parse_zero(parser *p, struct zs_config *cfg, json_t *root)
         check_offload(p, zc, false, legacy_opt) || check_offload(p, zc, true, legacy_param))
         return -EINVAL;
     return parse_aio(p, cfg, root);
-}
-
-/* ---------------------------------------------------------------- zeroshard */
-
-/* DeepSpeed skips top-level keys it does not know, so one file serves both runtimes. */
-static const char *const cpu_keys[] = {"cpu_threads", "kernel", "bind_threads", "comm", "fake_node_size",
-                                       "device_memory", "device", "device_comm", "timeout_s", "flight_dir", "deterministic",
-                                       "micro_shard_size", NULL};
-static const char *const comm_backends[] = {"auto", "mpi", "shm", NULL};
-static const char *const cpu_kernels[] = {"auto", "scalar", "avx2", "avx512", NULL};
-static const char *const devices[] = {"cpu", "cuda", NULL};
-static const char *const device_comms[] = {"auto", "nccl", "ordered", "staged", NULL};
-
-int zs_cfg_parse_zeroshard(parser *p, struct zs_config *cfg, json_t *root)
-{
-    struct zs_zeroshard_config *c = &cfg->zs;
-    const char *kernel, *comm, *device, *flight, *det, *dcomm;
-    json_t *sec;
-
-    if (zs_cfg_get_obj(p, root, "", "zeroshard", &sec) ||
-        (sec && zs_cfg_check_keys(p, sec, "zeroshard", cpu_keys, NULL, NULL)) ||
-        zs_cfg_get_int(p, sec, "zeroshard", "cpu_threads", &(struct zs_cfg_spec){ZS_GE(0)}, &c->threads) ||
-        zs_cfg_get_str(p, sec, "zeroshard", "kernel", &kernel) ||
-        zs_cfg_get_bool(p, sec, "zeroshard", "bind_threads", true, false, &c->bind) ||
-        zs_cfg_get_str(p, sec, "zeroshard", "comm", &comm) ||
-        zs_cfg_get_int(p, sec, "zeroshard", "fake_node_size", &(struct zs_cfg_spec){ZS_GE(0)}, &c->fake_node_size) ||
-        zs_cfg_get_int(p, sec, "zeroshard", "device_memory", &(struct zs_cfg_spec){ZS_GE(0)}, &c->device_memory) ||
-        zs_cfg_get_str(p, sec, "zeroshard", "device", &device) ||
-        zs_cfg_get_str(p, sec, "zeroshard", "device_comm", &dcomm) ||
-        zs_cfg_get_num(p, sec, "zeroshard", "timeout_s", &(struct zs_cfg_spec){ZS_IN_OC(0, 1e9), .def = 600, .no_auto = true},
-                       &c->timeout_s) ||
-        zs_cfg_get_str(p, sec, "zeroshard", "flight_dir", &flight) ||
-        zs_cfg_get_str(p, sec, "zeroshard", "deterministic", &det) ||
-        zs_cfg_get_int(p, sec, "zeroshard", "micro_shard_size", &(struct zs_cfg_spec){ZS_GE(1), .def = 1},
-                       &c->micro_shard_size))
-        return -EINVAL;
-    if (flight && strlen(flight) >= sizeof(c->flight_dir))
-        return zs_cfg_fail(p, "zeroshard", "flight_dir", "longer than %zu bytes", sizeof(c->flight_dir) - 1);
-    if (flight)
-        memcpy(c->flight_dir, flight, strlen(flight) + 1);
-    if (det && strcmp(det, "off") && strcmp(det, "world_size_invariant"))
-        return zs_cfg_fail(p, "zeroshard", "deterministic", "expected \"off\" or \"world_size_invariant\", got \"%.40s\"",
-                           det);
-    c->deterministic = det && !strcmp(det, "world_size_invariant");
-    if (c->deterministic && cfg->micro_batch_size % c->micro_shard_size != 0)
-        return zs_cfg_fail(p, "zeroshard", "micro_shard_size",
-                           "%lld does not divide train_micro_batch_size_per_gpu %lld at this world size",
-                           (long long)c->micro_shard_size, (long long)cfg->micro_batch_size);
-    /* the exact sum is scaled once, by the micro-shard count; a pre-division would round per rank */
-    if (c->deterministic && (cfg->prescale_gradients || cfg->gradient_predivide_factor != 1.0))
-        return zs_cfg_fail(p, "zeroshard", "deterministic",
-                           "\"world_size_invariant\" does not implement prescale_gradients or "
-                           "gradient_predivide_factor (set them to false and 1)");
-    if (!comm)
-        comm = "auto";
-    if (!zs_cfg_in_list(comm, comm_backends))
-        return zs_cfg_fail(p, "zeroshard", "comm", "expected \"auto\", \"mpi\" or \"shm\", got \"%.40s\"", comm);
-    memcpy(c->comm, comm, strlen(comm) + 1);
-    if (!kernel)
-        kernel = "auto";
-    if (!zs_cfg_in_list(kernel, cpu_kernels))
-        return zs_cfg_fail(p, "zeroshard", "kernel",
-                           "expected \"auto\", \"scalar\", \"avx2\" or \"avx512\", got \"%.40s\"", kernel);
-    /* the struct was zeroed, so the bytes after the NUL are zero too */
-    memcpy(c->kernel, kernel, strlen(kernel) + 1);
-    if (!device)
-        device = "cpu";
-    if (!zs_cfg_in_list(device, devices))
-        return zs_cfg_fail(p, "zeroshard", "device", "expected \"cpu\" or \"cuda\", got \"%.40s\"", device);
-    memcpy(c->device, device, strlen(device) + 1);
-    if (!dcomm)
-        dcomm = "auto";
-    if (!zs_cfg_in_list(dcomm, device_comms))
-        return zs_cfg_fail(p, "zeroshard", "device_comm",
-                           "expected \"auto\", \"nccl\", \"ordered\" or \"staged\", got \"%.40s\"", dcomm);
-    /* NCCL's own reduce-scatter sums in its ring or tree order, which depends on the world size */
-    if (c->deterministic && !strcmp(dcomm, "nccl"))
-        return zs_cfg_fail(p, "zeroshard", "device_comm",
-                           "\"nccl\" sums in NCCL's order, not bit-identical, and \"world_size_invariant\" "
-                           "(zeroshard.deterministic) needs exact sums; use \"ordered\"");
-    memcpy(c->device_comm, dcomm, strlen(dcomm) + 1);
-    return 0;
 }

@@ -1,6 +1,7 @@
 /* train_mlp.c - an MLP classifier on generated data, trained through ZeroShard under any config.
  * Every rank draws its micro-batches from one global sample stream, so a fixed train_batch_size sees
- * the same samples per step at any world size. Prints the loss per step and, last, `params-hash`. */
+ * the same samples per step at any world size. Prints the loss per step and, last, `params-hash`. How a
+ * layer reads its weights from the engine and hands its gradient back, in any dtype: mlp_layers.c. */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -12,6 +13,7 @@
 
 #include "common.h"
 #include "mlp_gpu.h"
+#include "mlp_layers.h" /* defines: struct layer, struct wide, mlp_layer_begin, mlp_grad_* */
 #include "splitmix.h" /* defines: ex_splitmix64 */
 #include "zeroshard.h"
 
@@ -22,11 +24,6 @@ struct opts {
     struct ex_run_opts run;
     int64_t hidden, layers;
     const char *device, *gemm; /* --device cpu|cuda, --gemm exact|cublas */
-};
-
-struct layer {
-    int32_t unit, w, b;
-    int64_t in, out;
 };
 
 struct init_spec;
@@ -118,107 +115,6 @@ static zs_status build_model(zs_ctx *ctx, const struct opts *o, struct model *m)
     return st;
 }
 
-/* ---------------------------------------------------------------- 16-bit parameters
- * With bf16 or fp16 training ZeroShard hands out 16-bit parameters and gradient buffers. This example
- * computes in fp32: it widens the fetched weights into a scratch buffer, builds the micro-batch gradient
- * in fp32 and adds it into the 16-bit buffer, rounding to nearest even. */
-
-struct wide {
-    zs_dtype dt;
-    float *w, *b, *gw, *gb; /* scratch, the largest layer's size */
-};
-
-/* fp32 view of n parameters: the data itself (fp32) or a widened copy in scratch. */
-static const float *widen(const struct wide *wd, const void *p, int64_t n, float *scratch)
-{
-    if (wd->dt == ZS_DTYPE_FP32)
-        return p;
-    for (int64_t i = 0; i < n; i++)
-        scratch[i] = ex_h2f(wd->dt, ((const uint16_t *)p)[i]);
-    return scratch;
-}
-
-static void fold_grad(const struct wide *wd, void *g16, const float *g, int64_t n)
-{
-    uint16_t *h = g16;
-
-    for (int64_t i = 0; i < n; i++)
-        h[i] = ex_f2h(wd->dt, ex_h2f(wd->dt, h[i]) + g[i]);
-}
-
-/* A layer's forward begins: its unit fetched, its weights and biases as fp32 (widened if 16-bit). */
-static zs_status layer_begin(zs_ctx *ctx, const struct layer *L, const struct wide *wd, const float **w,
-                             const float **b)
-{
-    zs_status st;
-    void *wp, *bp;
-
-    if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
-        (st = zs_param_data(ctx, L->b, &bp)))
-        return st;
-    *w = widen(wd, wp, L->in * L->out, wd->w);
-    *b = widen(wd, bp, L->out, wd->b);
-    return ZS_OK;
-}
-
-/* A layer's backward begins: its unit fetched, its fp32 weights (widened if 16-bit) in v->w, its gradient
- * buffer and the offsets of its weight and bias in it. */
-struct grad_view {
-    void *gp;
-    const float *w;
-    float *gw, *gb;
-    int64_t woff, boff;
-};
-
-static zs_status grad_begin(zs_ctx *ctx, const struct layer *L, const struct wide *wd, struct grad_view *v)
-{
-    zs_status st;
-    void *wp;
-
-    if ((st = zs_unit_fetch(ctx, L->unit, NULL)) || (st = zs_param_data(ctx, L->w, &wp)) ||
-        (st = zs_grad_buffer(ctx, L->unit, &v->gp)) || (st = zs_param_info(ctx, L->w, NULL, NULL, NULL, &v->woff)) ||
-        (st = zs_param_info(ctx, L->b, NULL, NULL, NULL, &v->boff)))
-        return st;
-    v->w = widen(wd, wp, L->in * L->out, wd->w);
-    return ZS_OK;
-}
-
-/* A piece of the layer's gradient (the whole micro-batch, or one micro-shard in deterministic mode) opens
- * its fp32 arrays: the buffer itself (fp32) or zeroed scratch (16-bit)... */
-static void grad_open(const struct layer *L, const struct wide *wd, struct grad_view *v)
-{
-    if (wd->dt == ZS_DTYPE_FP32) { /* straight into the buffer */
-        v->gw = (float *)v->gp + v->woff;
-        v->gb = (float *)v->gp + v->boff;
-    } else {
-        v->gw = wd->gw;
-        v->gb = wd->gb;
-        memset(v->gw, 0, (size_t)(L->in * L->out) * sizeof(float));
-        memset(v->gb, 0, (size_t)L->out * sizeof(float));
-    }
-}
-
-/* ... and closes: a 16-bit piece rounded into the buffer, then handed to zs_grad_deposit (nothing outside
- * deterministic mode). */
-static zs_status grad_close(zs_ctx *ctx, const struct layer *L, const struct wide *wd, const struct grad_view *v)
-{
-    if (wd->dt != ZS_DTYPE_FP32) {
-        fold_grad(wd, (uint16_t *)v->gp + v->woff, v->gw, L->in * L->out);
-        fold_grad(wd, (uint16_t *)v->gp + v->boff, v->gb, L->out);
-    }
-    return zs_grad_deposit(ctx, L->unit);
-}
-
-/* The layer's backward ends: the unit handed over and released. */
-static zs_status grad_end(zs_ctx *ctx, const struct layer *L)
-{
-    zs_status st;
-
-    if ((st = zs_grad_ready(ctx, L->unit)) || (st = zs_unit_release(ctx, L->unit)))
-        return st;
-    return ZS_OK;
-}
-
 /* Softmax cross-entropy of B rows of logits z: the batch mean loss, and into dlog the gradient of each
  * micro-shard's mean (ms rows; ms = B outside deterministic mode) times lscale (fp16: backward runs on
  * loss x scale; 1 otherwise); each micro-shard's mean loss into shard_loss when it is given. On the host
@@ -283,7 +179,7 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
     for (int i = 0; i < m->nlayers; i++) {
         const struct layer *L = &m->l[i];
         const float *w, *b;
-        if ((st = layer_begin(ctx, L, wd, &w, &b)))
+        if ((st = mlp_layer_begin(ctx, L, wd, &w, &b)))
             return st;
         for (int64_t k = 0; k < B; k++) {
             const float *x = acts[i] + k * L->in;
@@ -302,13 +198,13 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct layer *L = &m->l[i];
         struct grad_view v;
-        if ((st = grad_begin(ctx, L, wd, &v)))
+        if ((st = mlp_grad_begin(ctx, L, wd, &v)))
             return st;
         const float *w = v.w;
         for (int64_t k0 = 0; k0 < B; k0 += ms) {
-            grad_open(L, wd, &v);
+            mlp_grad_open(L, wd, &v);
             weight_grads(L, acts[i], dlog, k0, k0 + ms, v.gw, v.gb);
-            if ((st = grad_close(ctx, L, wd, &v)))
+            if ((st = mlp_grad_close(ctx, L, wd, &v)))
                 return st;
         }
         for (int64_t k = 0; k < B; k++) {
@@ -322,7 +218,7 @@ static zs_status micro_batch(zs_ctx *ctx, const struct model *m, const struct op
             }
         }
         memcpy(dlog, dbuf, (size_t)(B * L->in) * sizeof(float));
-        if ((st = grad_end(ctx, L)))
+        if ((st = mlp_grad_end(ctx, L)))
             return st;
     }
     return ZS_OK;
@@ -347,7 +243,7 @@ static zs_status micro_batch_gpu(zs_ctx *ctx, const struct model *m, const struc
     for (int i = 0; i < m->nlayers; i++) {
         const struct layer *L = &m->l[i];
         const float *w, *b;
-        if ((st = layer_begin(ctx, L, wd, &w, &b)))
+        if ((st = mlp_layer_begin(ctx, L, wd, &w, &b)))
             return st;
         if (mlp_gpu_forward(g, i, w, b, L->in, L->out, i < m->nlayers - 1))
             return ZS_ERR_UNSUPPORTED;
@@ -362,12 +258,12 @@ static zs_status micro_batch_gpu(zs_ctx *ctx, const struct model *m, const struc
     for (int i = m->nlayers - 1; i >= 0; i--) {
         const struct layer *L = &m->l[i];
         struct grad_view v;
-        if ((st = grad_begin(ctx, L, wd, &v)))
+        if ((st = mlp_grad_begin(ctx, L, wd, &v)))
             return st;
-        grad_open(L, wd, &v);
+        mlp_grad_open(L, wd, &v);
         if (mlp_gpu_backward(g, i, v.w, v.gw, v.gb, L->in, L->out, i > 0))
             return ZS_ERR_UNSUPPORTED;
-        if ((st = grad_close(ctx, L, wd, &v)) || (st = grad_end(ctx, L)))
+        if ((st = mlp_grad_close(ctx, L, wd, &v)) || (st = mlp_grad_end(ctx, L)))
             return st;
     }
     return ZS_OK;
@@ -422,170 +318,252 @@ static int parse_args(int argc, char **argv, struct opts *o)
     return 0;
 }
 
+/* ---------------------------------------------------------------- the run */
+
+/* One rank's run: the engine, the model, the buffers its micro-batches work in and, with --device cuda,
+ * its GPU. */
+struct run {
+    zs_ctx *ctx;
+    const struct opts *o;
+    struct model m;
+    int rank, world;
+    int64_t B, gas, per; /* per: micro-shards in a micro-batch (deterministic mode), else 1 */
+    float **acts;        /* nlayers + 1 activations, each B x max_width */
+    float *dlog, *dbuf;
+    double *shard_loss; /* gas x per losses of one step */
+    struct wide wd;
+    struct mlp_gpu *gpu;
+};
+
+/* zs_init, the model, then --load or --init-from: ZS_OK or the failure, with *what naming the stage. */
+static zs_status open_engine(struct run *r, const char **what)
+{
+    zs_init_opts io = {.config_path = r->o->run.config, .auto_values = ex_auto_values(&r->o->run),
+                       .quiet = r->o->run.quiet};
+    zs_status st;
+
+    *what = "setup";
+    if ((st = zs_init(&r->ctx, &io)) || (st = build_model(r->ctx, r->o, &r->m)))
+        return st;
+    *what = "load";
+    if (r->o->run.load && (st = zs_checkpoint_load(r->ctx, r->o->run.load)))
+        return st;
+    *what = "init-from";
+    if (r->o->run.init_from && (st = zs_import_safetensors(r->ctx, r->o->run.init_from)))
+        return st;
+    return ZS_OK;
+}
+
+/* The engine's shapes this example cannot run: printed by rank 0 (the same on every rank). */
+static bool engine_unsupported(const struct run *r)
+{
+    int64_t B = zs_micro_batch_size(r->ctx);
+
+    if (ex_engine_on_gpu(r->ctx, r->rank))
+        return true;
+    if (B <= 4096) /* micro_batch's label array */
+        return false;
+    if (r->rank == 0)
+        fprintf(stderr, "zeroshard: error: train_micro_batch_size_per_gpu %lld is above this example's 4096\n",
+                (long long)B);
+    return true;
+}
+
+static float *alloc_floats(int64_t n)
+{
+    return malloc((size_t)n * sizeof(float));
+}
+
+/* The micro-batch buffers, sized by the engine's micro-batch; 0, or -1 with every buffer freed by
+ * free_buffers. */
+static int alloc_buffers(struct run *r)
+{
+    int64_t mw = r->m.max_width, area = r->B * mw;
+
+    r->per = zs_micro_shard_size(r->ctx) ? r->B / zs_micro_shard_size(r->ctx) : 1;
+    r->wd.dt = zs_param_dtype(r->ctx);
+    r->acts = calloc((size_t)r->m.nlayers + 1, sizeof(float *));
+    r->dlog = alloc_floats(area);
+    r->dbuf = alloc_floats(area);
+    r->shard_loss = malloc((size_t)(r->gas * r->per) * sizeof(double));
+    if (!r->acts || !r->dlog || !r->dbuf || !r->shard_loss)
+        return -1;
+    for (int i = 0; i <= r->m.nlayers; i++)
+        if (!(r->acts[i] = alloc_floats(area)))
+            return -1;
+    if (r->wd.dt == ZS_DTYPE_FP32) /* the engine's buffers are read and written as they are */
+        return 0;
+    r->wd.w = alloc_floats(mw * mw);
+    r->wd.gw = alloc_floats(mw * mw);
+    r->wd.b = alloc_floats(mw);
+    r->wd.gb = alloc_floats(mw);
+    return r->wd.w && r->wd.gw && r->wd.b && r->wd.gb ? 0 : -1;
+}
+
+static void free_buffers(struct run *r)
+{
+    for (int i = 0; r->acts && i <= r->m.nlayers; i++)
+        free(r->acts[i]);
+    free(r->acts);
+    free(r->dlog);
+    free(r->dbuf);
+    free(r->shard_loss);
+    free(r->wd.w);
+    free(r->wd.gw);
+    free(r->wd.b);
+    free(r->wd.gb);
+}
+
+/* --device cuda: every rank opens its GPU, or none goes on; 0, or 1 on every rank alike. */
+static int open_device(struct run *r)
+{
+    int ok, all_ok;
+
+    if (strcmp(r->o->device, "cuda"))
+        return 0;
+    if (zs_micro_shard_size(r->ctx)) { /* the same on every rank */
+        if (r->rank == 0)
+            fprintf(stderr, "zeroshard: error: --device cuda does not implement zeroshard.deterministic "
+                    "\"world_size_invariant\" (its backward sums the whole micro-batch at once)\n");
+        return 1;
+    }
+    r->gpu = open_gpu(r->o, &r->m, r->B, r->rank);
+    ok = r->gpu != NULL;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all_ok ? 0 : 1;
+}
+
+/* One optimizer step: gas micro-batches of this rank's slice of the global sample stream, then the mean
+ * loss over every rank. 0, or the exit code with the failure printed. */
+static int train_step(struct run *r, int64_t step, double *mean)
+{
+    double sum = 0.0, loss = 0.0;
+    zs_status st;
+
+    for (int64_t mb = 0; mb < r->gas; mb++) {
+        uint64_t first = (uint64_t)(((step * r->gas + mb) * r->world + r->rank) * r->B);
+        st = r->gpu ? micro_batch_gpu(r->ctx, &r->m, r->o, first, r->B, r->acts, r->dlog, &r->wd, r->gpu, &loss)
+                    : micro_batch(r->ctx, &r->m, r->o, first, r->B, r->acts, r->dlog, r->dbuf, &r->wd, &loss,
+                                  r->shard_loss + mb * r->per);
+        if (!st)
+            st = zs_step(r->ctx);
+        if (st && r->gpu && mlp_gpu_error(r->gpu)[0]) {
+            fprintf(stderr, "zeroshard: error: rank %d: --device cuda: %s\n", r->rank, mlp_gpu_error(r->gpu));
+            return 1;
+        }
+        if (st)
+            return ex_die("train", st);
+        sum += loss;
+    }
+    *mean = sum; /* summed under the watchdog: a rank that stopped cannot hang this one here */
+    if ((st = zs_allreduce_sum(r->ctx, mean, 1)))
+        return ex_die("loss", st);
+    *mean /= (double)(r->world * r->gas);
+    if (zs_micro_shard_size(r->ctx)) /* the world-size-independent mean, in the global micro-shard order */
+        *mean = ex_det_loss(r->shard_loss, r->gas, r->per, r->world);
+    return 0;
+}
+
+/* --steps N trains until global step N: a run resumed from a checkpoint carries on where it stopped,
+ * drawing the same samples the uninterrupted run would have. 0, or the exit code; *preempted when the
+ * ranks stopped on SIGTERM (checkpoint saved). */
+static int train(struct run *r, bool *preempted)
+{
+    const struct ex_run_opts *ro = &r->o->run;
+    zs_step_stats at, s;
+    int rc = 0;
+
+    zs_stats(r->ctx, &at);
+    ex_preempt_enable(r->ctx, ro);
+    for (int64_t step = at.global_step; step < ro->steps && !rc; step++) {
+        double mean, t0 = MPI_Wtime();
+        if ((rc = train_step(r, step, &mean)))
+            break;
+        zs_stats(r->ctx, &s);
+        if (r->rank == 0)
+            printf("step %lld loss %.6f lr %.6g grad_norm %.6f time %.3fs clip_coef %.6g loss_scale %g%s\n",
+                   (long long)s.global_step, mean, s.lr, s.grad_norm, MPI_Wtime() - t0, s.clip_coef,
+                   s.loss_scale, s.skipped ? " skipped" : "");
+        fflush(stdout);
+        bool last = step + 1 == ro->steps;
+        bool save = ro->save_dir && ((ro->save_every && s.global_step % ro->save_every == 0) || last);
+        zs_status st = save ? zs_checkpoint_save(r->ctx, ro->save_dir) : ZS_OK;
+        if (st)
+            rc = ex_die("save", st);
+        if (!rc && ex_preempted(r->ctx, ro, save, r->rank, &rc))
+            *preempted = true;
+        if (*preempted)
+            break;
+    }
+    return rc;
+}
+
+static int print_params_hash(const struct run *r)
+{
+    uint64_t h;
+    zs_status st = ex_params_hash(r->ctx, &h, r->o->run.dump, r->rank);
+
+    if (st)
+        return ex_die("params-hash", st);
+    if (r->rank == 0)
+        printf("params-hash %016llx\n", (unsigned long long)h);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o;
-    struct model m = {0};
-    zs_ctx *ctx = NULL;
-    zs_init_opts io = {0};
+    struct run r = {.o = &o};
+    const char *what;
+    bool abort_peers = false; /* a failure the other ranks may not know of: they could wait for this one */
+    bool preempted = false;
     zs_status st;
-    int rank, world, rc = 0;
+    int rc;
 
     MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &r.world);
     if ((rc = parse_args(argc, argv, &o))) {
-        MPI_Finalize();
-        return rc > 0 ? 0 : 2;
+        rc = rc > 0 ? 0 : 2;
+        goto out_mpi;
     }
-    io.config_path = o.run.config;
-    io.auto_values = ex_auto_values(&o.run);
-    io.quiet = o.run.quiet;
-    const char *what = "setup";
-    st = zs_init(&ctx, &io);
-    if (!st)
-        st = build_model(ctx, &o, &m);
-    if (!st && o.run.load) {
-        what = "load";
-        st = zs_checkpoint_load(ctx, o.run.load);
-    }
-    if (!st && o.run.init_from) {
-        what = "init-from";
-        st = zs_import_safetensors(ctx, o.run.init_from);
-    }
-    if (st == ZS_ERR_COMM) { /* a peer may be gone or stuck: a clean shutdown could wait for it */
-        ex_die(what, st);
-        ex_abort(ctx, 1);
-    }
-    if (st) {
-        if (rank == 0)
+    rc = 1;
+    if ((st = open_engine(&r, &what))) {
+        if (r.rank == 0 || st == ZS_ERR_COMM)
             ex_die(what, st);
-        zs_finalize(ctx);
-        free(m.l);
-        free(m.init);
-        MPI_Finalize();
-        return 1;
+        abort_peers = st == ZS_ERR_COMM; /* a peer may be gone or stuck: a clean shutdown could wait for it */
+        goto out_engine;
     }
     if (o.run.memory_json)
-        ex_print_memory(ctx, rank, world);
-
-    if (ex_engine_on_gpu(ctx, rank)) {
-        zs_finalize(ctx);
-        MPI_Finalize();
-        return 1;
+        ex_print_memory(r.ctx, r.rank, r.world);
+    if (engine_unsupported(&r))
+        goto out_engine;
+    r.B = zs_micro_batch_size(r.ctx);
+    r.gas = zs_grad_accum_steps(r.ctx);
+    if (alloc_buffers(&r)) {
+        fprintf(stderr, "zeroshard: error: rank %d: out of memory for activations (micro-batch %lld)\n", r.rank,
+                (long long)r.B);
+        abort_peers = true;
+        goto out_buffers;
     }
-    int64_t B = zs_micro_batch_size(ctx), gas = zs_grad_accum_steps(ctx);
-    int64_t per = zs_micro_shard_size(ctx) ? B / zs_micro_shard_size(ctx) : 1; /* micro-shards a micro-batch */
-    if (B > 4096) {
-        if (rank == 0)
-            fprintf(stderr, "zeroshard: error: train_micro_batch_size_per_gpu %lld is above this example's 4096\n",
-                    (long long)B);
-        zs_finalize(ctx);
-        MPI_Finalize();
-        return 1;
-    }
-    float **acts = calloc((size_t)m.nlayers + 1, sizeof(float *));
-    float *dlog = malloc((size_t)(B * m.max_width) * sizeof(float));
-    float *dbuf = malloc((size_t)(B * m.max_width) * sizeof(float));
-    double *shard_loss = malloc((size_t)(gas * per) * sizeof(double));
-    for (int i = 0; i <= m.nlayers; i++)
-        acts[i] = malloc((size_t)(B * m.max_width) * sizeof(float));
-    struct wide wd = {.dt = zs_param_dtype(ctx)};
-    if (wd.dt != ZS_DTYPE_FP32) {
-        size_t big = (size_t)(m.max_width * m.max_width);
-        wd.w = malloc(big * sizeof(float));
-        wd.gw = malloc(big * sizeof(float));
-        wd.b = malloc((size_t)m.max_width * sizeof(float));
-        wd.gb = malloc((size_t)m.max_width * sizeof(float));
-    }
-
-    struct mlp_gpu *gpu = NULL;
-    bool agreed = false; /* every rank knows rc: no abort needed */
-    if (!strcmp(o.device, "cuda") && zs_micro_shard_size(ctx)) { /* the same on every rank */
-        if (rank == 0)
-            fprintf(stderr, "zeroshard: error: --device cuda does not implement zeroshard.deterministic "
-                    "\"world_size_invariant\" (its backward sums the whole micro-batch at once)\n");
-        rc = 1, agreed = true;
-    } else if (!strcmp(o.device, "cuda")) { /* every rank opens its GPU, or none goes on */
-        int ok, all_ok;
-        gpu = open_gpu(&o, &m, B, rank);
-        ok = gpu != NULL;
-        MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        if (!all_ok)
-            rc = 1, agreed = true;
-    }
-
-    zs_step_stats at;
-    bool preempted = false;
-    zs_stats(ctx, &at);
-    ex_preempt_enable(ctx, &o.run);
-    /* --steps N trains until global step N: a run resumed from a checkpoint carries on where it stopped,
-     * drawing the same samples the uninterrupted run would have. */
-    for (int64_t step = at.global_step; step < o.run.steps && !rc; step++) {
-        double sum = 0.0, loss, all = 0.0, t0 = MPI_Wtime();
-        for (int64_t mb = 0; mb < gas && !rc; mb++) {
-            uint64_t first = (uint64_t)(((step * gas + mb) * world + rank) * B);
-            st = gpu ? micro_batch_gpu(ctx, &m, &o, first, B, acts, dlog, &wd, gpu, &loss)
-                     : micro_batch(ctx, &m, &o, first, B, acts, dlog, dbuf, &wd, &loss, shard_loss + mb * per);
-            if (!st)
-                st = zs_step(ctx);
-            if (st && gpu && mlp_gpu_error(gpu)[0]) {
-                fprintf(stderr, "zeroshard: error: rank %d: --device cuda: %s\n", rank, mlp_gpu_error(gpu));
-                rc = 1;
-            } else if (st)
-                rc = ex_die("train", st);
-            sum += loss;
-        }
-        if (rc)
-            break;
-        all = sum; /* summed under the watchdog: a rank that stopped cannot hang this one here */
-        if ((st = zs_allreduce_sum(ctx, &all, 1))) {
-            rc = ex_die("loss", st);
-            break;
-        }
-        double mean = all / (double)(world * gas);
-        if (zs_micro_shard_size(ctx)) /* the world-size-independent mean, in the global micro-shard order */
-            mean = ex_det_loss(shard_loss, gas, per, world);
-        zs_step_stats s;
-        zs_stats(ctx, &s);
-        if (rank == 0)
-            printf("step %lld loss %.6f lr %.6g grad_norm %.6f time %.3fs clip_coef %.6g loss_scale %g%s\n",
-                   (long long)s.global_step, mean, s.lr, s.grad_norm, MPI_Wtime() - t0,
-                   s.clip_coef, s.loss_scale, s.skipped ? " skipped" : "");
-        fflush(stdout);
-        bool last = step + 1 == o.run.steps;
-        bool save = o.run.save_dir && ((o.run.save_every && s.global_step % o.run.save_every == 0) || last);
-        if (save && (st = zs_checkpoint_save(ctx, o.run.save_dir)))
-            rc = ex_die("save", st);
-        if (!rc && ex_preempted(ctx, &o.run, save, rank, &rc)) {
-            preempted = true;
-            break;
-        }
-    }
-    if (!rc && !preempted) {
-        uint64_t h;
-        st = ex_params_hash(ctx, &h, o.run.dump, rank);
-        if (st)
-            rc = ex_die("params-hash", st);
-        else if (rank == 0)
-            printf("params-hash %016llx\n", (unsigned long long)h);
-    }
-    for (int i = 0; i <= m.nlayers; i++)
-        free(acts[i]);
-    free(acts);
-    free(dlog);
-    free(shard_loss);
-    free(dbuf);
-    free(wd.w);
-    free(wd.gw);
-    free(wd.b);
-    free(wd.gb);
-    mlp_gpu_close(gpu);
-    free(m.l);
-    free(m.init);
-    if (rc && !agreed)
-        ex_abort(ctx, rc);
-    zs_finalize(ctx);
+    if (open_device(&r))
+        goto out_gpu; /* rc 1 on every rank */
+    rc = train(&r, &preempted);
+    if (!rc && !preempted)
+        rc = print_params_hash(&r);
+    abort_peers = rc != 0;
+out_gpu:
+    mlp_gpu_close(r.gpu);
+out_buffers:
+    free_buffers(&r);
+out_engine:
+    free(r.m.l);
+    free(r.m.init);
+    if (abort_peers)
+        ex_abort(r.ctx, rc);
+    zs_finalize(r.ctx);
+    rc = rc ? 1 : 0;
+out_mpi:
     MPI_Finalize();
-    return rc ? 1 : 0;
+    return rc;
 }

@@ -3,7 +3,7 @@
 # exits 0, a malformed number exits 2 with one error line naming its flag, and a public-style config whose
 # batch, optimizer and scheduler values are "auto" trains on the programs' defaults. DS_CONFIGS (the
 # public configs, when present) adds Hugging Face's zero2 and zero3 files themselves; zs-train-gpt's --top-k,
-# --top-p and --prompt sampling last.
+# --top-p, --prompt and --repetition-penalty sampling last.
 set -u
 MLP=$1 GPT=$2 DATA=$3 DS=${4:-}
 . "$(dirname "$0")/lib.sh"
@@ -85,7 +85,15 @@ echo "zs-train-gpt --prompt Th: $(echo "$long" | head -c 40 | tr '\n' '|'); cont
 [ "${long:0:2}" = "Th" ] && [ "${head#*\?}" = "$head" ] && [ "$cont" = "$long" ] && [ "$none" != "$long" ] &&
   r=ok || r=bad
 check $r "--prompt: not printed first, or the continuation differs: long '$long' cont '$cont' none '$none'"
-for bad in "--top-k -1" "--top-k 257" "--top-p 0" "--top-p 1.01" "--top-p -0.5"; do
+# --repetition-penalty: this tiny model's greedy sample without it is one byte over and over; with the
+# default (1.5 over a window of 16) no byte runs past the window, which the penalty guarantees
+rep0=$(sample --temperature 1 --top-k 1 --repetition-penalty 0); rep=$(sample --temperature 1 --top-k 1)
+echo "zs-train-gpt greedy sample, no repetition penalty: $(echo "$rep0" | head -c 40 | tr '\n' '|')"
+echo "zs-train-gpt greedy sample, the default penalty: $(echo "$rep" | head -c 40 | tr '\n' '|')"
+echo "$rep0" | grep -qE '(.)\1{16}' && ! echo "$rep" | grep -qE '(.)\1{16}' && r=ok || r=bad
+check $r "--repetition-penalty: the greedy sample without it is not a long run, or with it still is: '$rep0' '$rep'"
+for bad in "--top-k -1" "--top-k 257" "--top-p 0" "--top-p 1.01" "--top-p -0.5" "--repetition-penalty -1" \
+           "--repetition-window 0"; do
   out=$("$GPT" --config x.json $bad 2>&1); rc=$?
   flag=${bad%% *}
   echo "zs-train-gpt $bad: rc $rc: $out"

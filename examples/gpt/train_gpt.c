@@ -12,159 +12,23 @@
 #include <omp.h>
 
 #include "../common.h"
-#include "../splitmix.h" /* defines: ex_splitmix64 */
 #include "blascore.h" /* defines: gpt_blas_fix_core, gpt_blas_core */
 #include "data.h"
+#include "engine_io.h" /* defines: gpt_engine_io, gpt_register_model */
 #include "gpt_cuda.h" /* defines: gpt_gpu_open, gpt_gpu_run (--device cuda) */
 #include "mm16.h"  /* defines: gpt_mm16_available */
 #include "model.h"
-#include "vmath.h" /* defines: gpt_vmath (bf16 widening and accumulation, 16 lanes at a time) */
+#include "sample.h" /* defines: gpt_sample_text */
 #include "zeroshard.h"
 
 struct opts {
     struct ex_run_opts run;
     const char *data, *metrics, *device, *prompt;
-    int64_t layers, dim, heads, ctx, val_every, val_batches, sample, top_k;
+    int64_t layers, dim, heads, ctx, val_every, val_batches, sample, top_k, rep_window;
     uint64_t sample_seed;
-    double temperature, top_p;
+    double temperature, top_p, rep_penalty;
     int recompute;
 };
-
-struct tensor_init {
-    struct gpt_tensor_info info;
-    uint64_t seed;
-    int32_t unit, k;
-};
-
-/* The program's view of the engine: fetched units widened to fp32 when the parameters are 16-bit, and
- * fp32 gradient scratch folded into the engine's buffer when a unit is complete. Two slots, since the
- * embedding unit is live (head) while the final LayerNorm is. With bf16 products (mm16) the blocks'
- * weight matrices stay in the engine's bf16 buffer (io_fetched16) and only the rest is widened. */
-struct engine_io {
-    zs_ctx *ctx;
-    const struct gpt_config *cfg;
-    const struct gpt_layout *lay;
-    zs_dtype dt;
-    bool mm16;
-    const uint16_t *raw[2];
-    float *w[2], *g[2];
-    bool not_last; /* deterministic mode: a micro-shard before the micro-batch's last (deposit, no ready) */
-};
-
-static int slot(int32_t unit) { return unit == GPT_UNIT_EMBED ? 0 : 1; }
-
-static int io_fetch(void *arg, int32_t unit, const float **w)
-{
-    struct engine_io *e = arg;
-    void *data;
-    zs_status st = zs_unit_fetch(e->ctx, unit, &data);
-
-    if (st)
-        return (int)st;
-    if (e->dt == ZS_DTYPE_FP32) {
-        *w = data;
-        return 0;
-    }
-    float *dst = e->w[slot(unit)];
-    const uint16_t *src = data;
-    bool block = unit != GPT_UNIT_EMBED && unit != GPT_UNIT_LNF(e->cfg);
-    for (int32_t k = 0; k < gpt_unit_tensors(e->cfg, unit); k++) {
-        struct gpt_tensor_info t;
-        gpt_tensor_info(e->cfg, unit, k, &t);
-        if (e->mm16 && block && t.ndim == 2) /* read in bf16 by the products, never widened */
-            continue;
-        if (e->dt == ZS_DTYPE_BF16)
-            gpt_vmath()->from_bf16(dst + e->lay->off[unit][k], src + e->lay->off[unit][k], t.numel);
-        else
-            for (int64_t i = e->lay->off[unit][k]; i < e->lay->off[unit][k] + t.numel; i++)
-                dst[i] = ex_h2f(e->dt, src[i]);
-    }
-    e->raw[slot(unit)] = src;
-    *w = dst;
-    return 0;
-}
-
-static const uint16_t *io_fetched16(void *arg, int32_t unit)
-{
-    struct engine_io *e = arg;
-
-    return e->mm16 ? e->raw[slot(unit)] : NULL;
-}
-
-static int io_release(void *arg, int32_t unit)
-{
-    return (int)zs_unit_release(((struct engine_io *)arg)->ctx, unit);
-}
-
-static int io_grad(void *arg, int32_t unit, float **g)
-{
-    struct engine_io *e = arg;
-
-    *g = e->g[slot(unit)];
-    memset(*g, 0, (size_t)e->lay->unit_numel[unit] * sizeof(float));
-    return 0;
-}
-
-static int io_grad_done(void *arg, int32_t unit)
-{
-    struct engine_io *e = arg;
-    const float *g = e->g[slot(unit)];
-    void *buf;
-    zs_status st = zs_grad_buffer(e->ctx, unit, &buf);
-
-    if (st)
-        return (int)st;
-    if (e->dt == ZS_DTYPE_BF16)
-        gpt_vmath()->add_bf16(buf, g, e->lay->unit_numel[unit]);
-    else
-        for (int64_t i = 0; i < e->lay->unit_numel[unit]; i++) {
-            if (e->dt == ZS_DTYPE_FP32)
-                ((float *)buf)[i] += g[i];
-            else
-                ((uint16_t *)buf)[i] = ex_f2h(e->dt, ex_h2f(e->dt, ((uint16_t *)buf)[i]) + g[i]);
-        }
-    if ((st = zs_grad_deposit(e->ctx, unit)) || e->not_last) /* the deposit: a no-op in the normal mode */
-        return (int)st;
-    return (int)zs_grad_ready(e->ctx, unit);
-}
-
-static void init_values(void *arg, int32_t param, int64_t first, int64_t count, float *dst)
-{
-    const struct tensor_init *t = arg;
-
-    (void)param;
-    for (int64_t i = 0; i < count; i++)
-        dst[i] = gpt_init_value(&t->info, t->seed, t->unit, t->k, first + i);
-}
-
-/* Registers every tensor (unit by unit) and reads back where the engine put each one. */
-static zs_status register_model(zs_ctx *ctx, const struct gpt_config *cfg, uint64_t seed, struct tensor_init *ti,
-                                struct gpt_layout *lay)
-{
-    zs_status st = ZS_OK;
-    int32_t n = 0, unit, param;
-
-    for (int32_t u = 0; u < lay->nunits && !st; u++) {
-        char name[32];
-        snprintf(name, sizeof(name), u == GPT_UNIT_EMBED ? "embed" : u == GPT_UNIT_LNF(cfg) ? "ln_f" : "h.%d",
-                 u - 1);
-        if ((st = zs_unit_add(ctx, name, &unit)))
-            break;
-        for (int32_t k = 0; k < gpt_unit_tensors(cfg, u) && !st; k++, n++) {
-            struct tensor_init *t = &ti[n];
-            int64_t off;
-            *t = (struct tensor_init){.seed = seed, .unit = u, .k = k};
-            gpt_tensor_info(cfg, u, k, &t->info);
-            if (!(st = zs_param_add_init(ctx, unit, t->info.name, t->info.numel, init_values, t, &param)) &&
-                !(st = zs_param_shape(ctx, param, t->info.ndim, t->info.dims)) &&
-                !(st = zs_param_info(ctx, param, NULL, NULL, NULL, &off))) {
-                lay->off[u][k] = off;
-                lay->unit_numel[u] = off + t->info.numel;
-            }
-        }
-    }
-    return st;
-}
 
 /* ---------------------------------------------------------------- threads */
 
@@ -213,34 +77,9 @@ static void start_compute_threads(void)
 static const char usage[] = "usage: mpirun -np N zs-train-gpt --config FILE [options]\n"
                             "Trains a GPT-2-style byte-level transformer through ZeroShard. Defaults: --steps 100, --seed 1.\n" EX_AUTO_HELP;
 
-static int parse_args(int argc, char **argv, struct opts *o)
+/* The values no flag's own parser can judge: 0, or -1 with the error printed. */
+static int check_args(const struct opts *o)
 {
-    *o = (struct opts){.run = {.steps = 100, .micro = 8, .lr = 1e-3, .seed = 1}, .layers = 4, .dim = 128,
-                       .heads = 4, .ctx = 64, .val_every = 50, .val_batches = 4, .sample = 200, .temperature = 0.8,
-                       .top_p = 1, .sample_seed = 1, .device = "cpu", .prompt = ""};
-    const struct cli_flag own[] = {
-        {"--layers", CLI_INT, &o->layers, "transformer blocks (default 4)"},
-        {"--dim", CLI_INT, &o->dim, "model width (default 128)"},
-        {"--heads", CLI_INT, &o->heads, "attention heads, dividing --dim (default 4)"},
-        {"--ctx", CLI_INT, &o->ctx, "context length in bytes (default 64)"},
-        {"--data", CLI_STR, &o->data, "text FILE or DIR (default: " GPT_DEFAULT_CORPUS " text files)"},
-        {"--val-every", CLI_INT, &o->val_every, "validation loss every N steps, 0 = only at the end (default 50)"},
-        {"--val-batches", CLI_INT, &o->val_batches, "global batches of held-out data per validation (default 4)"},
-        {"--sample", CLI_INT, &o->sample, "bytes of text to generate at the end, 0 = none (default 200)"},
-        {"--temperature", CLI_NUM, &o->temperature, "sampling temperature (default 0.8)"},
-        {"--top-k", CLI_INT, &o->top_k, "sample only from the K likeliest bytes, 0 = all 256 (default 0)"},
-        {"--top-p", CLI_NUM, &o->top_p, "nucleus: sample only from the likeliest bytes whose probabilities sum to P, "
-                                        "0 < P <= 1 (default 1 = all)"},
-        {"--prompt", CLI_TEXT, &o->prompt, "text the sample continues, printed before it (default: none)"},
-        {"--sample-seed", CLI_U64, &o->sample_seed, "sampling seed (default 1)"},
-        {"--metrics", CLI_STR, &o->metrics, "write one JSON line per step to FILE"},
-        {"--recompute", CLI_SWITCH, &o->recompute, "activation checkpointing: keep block inputs, redo forward"},
-        {"--device", CLI_STR, &o->device, "cpu or cuda: where the layers run, cuda with cuBLAS (default cpu)"},
-    };
-    int rc = ex_parse(argc, argv, &o->run, own, (int)(sizeof(own) / sizeof(own[0])), usage);
-
-    if (rc)
-        return rc;
     if (o->val_every < 0 || o->val_batches < 1 || o->sample < 0 || o->temperature <= 0) {
         fprintf(stderr, "zeroshard: error: --val-every and --sample must be >= 0, --val-batches and --temperature "
                         "positive\n");
@@ -263,13 +102,56 @@ static int parse_args(int argc, char **argv, struct opts *o)
         fprintf(stderr, "zeroshard: error: --top-p: expected a probability above 0 and at most 1, got %g\n", o->top_p);
         return -1;
     }
+    if (!(o->rep_penalty >= 0) || o->rep_window < 1) {
+        fprintf(stderr, "zeroshard: error: %s: expected 0 or more (penalty) and 1 or more (window), got %g and %lld\n",
+                o->rep_window < 1 ? "--repetition-window" : "--repetition-penalty", o->rep_penalty,
+                (long long)o->rep_window);
+        return -1;
+    }
     return 0;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+    *o = (struct opts){.run = {.steps = 100, .micro = 8, .lr = 1e-3, .seed = 1}, .layers = 4, .dim = 128,
+                       .heads = 4, .ctx = 64, .val_every = 50, .val_batches = 4, .sample = 200, .temperature = 0.8,
+                       .top_p = 1, .rep_penalty = 1.5, .rep_window = 16, .sample_seed = 1, .device = "cpu",
+                       .prompt = ""};
+    const struct cli_flag own[] = {
+        {"--layers", CLI_INT, &o->layers, "transformer blocks (default 4)"},
+        {"--dim", CLI_INT, &o->dim, "model width (default 128)"},
+        {"--heads", CLI_INT, &o->heads, "attention heads, dividing --dim (default 4)"},
+        {"--ctx", CLI_INT, &o->ctx, "context length in bytes (default 64)"},
+        {"--data", CLI_STR, &o->data, "text FILE or DIR (default: " GPT_DEFAULT_CORPUS " text files)"},
+        {"--val-every", CLI_INT, &o->val_every, "validation loss every N steps, 0 = only at the end (default 50)"},
+        {"--val-batches", CLI_INT, &o->val_batches, "global batches of held-out data per validation (default 4)"},
+        {"--sample", CLI_INT, &o->sample, "bytes of text to generate at the end, 0 = none (default 200)"},
+        {"--temperature", CLI_NUM, &o->temperature, "sampling temperature (default 0.8)"},
+        {"--top-k", CLI_INT, &o->top_k, "sample only from the K likeliest bytes, 0 = all 256 (default 0)"},
+        {"--top-p", CLI_NUM, &o->top_p, "nucleus: sample only from the likeliest bytes whose probabilities sum to P, "
+                                        "0 < P <= 1 (default 1 = all)"},
+        {"--repetition-penalty", CLI_NUM, &o->rep_penalty,
+         "a byte repeated r times in a row loses X (r / window)^2 times the logits' spread, 0 = off (default 1.5)"},
+        {"--repetition-window", CLI_INT, &o->rep_window, "the run at which a penalty above 1 makes the byte the least "
+                                                         "likely (default 16)"},
+        {"--prompt", CLI_TEXT, &o->prompt, "text the sample continues, printed before it (default: none)"},
+        {"--sample-seed", CLI_U64, &o->sample_seed, "sampling seed (default 1)"},
+        {"--metrics", CLI_STR, &o->metrics, "write one JSON line per step to FILE"},
+        {"--recompute", CLI_SWITCH, &o->recompute, "activation checkpointing: keep block inputs, redo forward"},
+        {"--device", CLI_STR, &o->device, "cpu or cuda: where the layers run, cuda with cuBLAS (default cpu)"},
+    };
+    int rc = ex_parse(argc, argv, &o->run, own, (int)(sizeof(own) / sizeof(own[0])), usage);
+
+    return rc ? rc : check_args(o);
 }
 
 /* ---------------------------------------------------------------- validation and sampling */
 
 struct run {
     zs_ctx *ctx;
+    struct gpt_config cfg;
+    struct gpt_layout lay;
+    struct tensor_init *ti; /* read by zs_setup's initializers */
     struct engine_io *eio;
     struct gpt_model_f32 model;
     struct gpt_gpu *gpu; /* --device cuda, else NULL */
@@ -317,105 +199,24 @@ static int validate(struct run *r, const struct opts *o, double *loss)
     return 0;
 }
 
-static double uniform01(uint64_t seed, uint64_t i)
+/* gpt_next_logits for the sampler: one pass on the CPU or the GPU, the logits after in[len - 1]. */
+static int next_logits(void *arg, const int32_t *in, int64_t len, const float **z)
 {
-    return (double)(ex_splitmix64((seed - 1) * 0x9e3779b97f4a7c15ULL + i) >> 11) * (1.0 / 9007199254740992.0);
+    struct run *r = arg;
+    int rc = model_run(r, in, NULL, 1, 0, 1.0, NULL);
+
+    *z = (r->gpu ? gpt_gpu_logits(r->gpu) : r->model.logits) + (len - 1) * 256;
+    return rc;
 }
 
-/* Top-k: zeroes the weight of every byte outside the k likeliest (ties go to the lower byte, so the set is
- * always exactly k). The rare tail is where a small model's misspellings come from. */
-static void keep_top_k(const float *z, double *p, int64_t k)
-{
-    for (int c = 0; c < 256 && k > 0 && k < 256; c++) {
-        int64_t above = 0;
-        for (int d = 0; d < 256; d++)
-            above += z[d] > z[c] || (z[d] == z[c] && d < c);
-        if (above >= k)
-            p[c] = 0;
-    }
-}
-
-/* Top-p (nucleus): keeps the likeliest bytes, in top-k's order, until their share of the weight reaches
- * top_p, and zeroes the rest; the likeliest byte always stays. A cut that adapts to the model's certainty:
- * after "th" few bytes are kept, after a space many. */
-static void keep_top_p(const float *z, double *p, double top_p)
-{
-    double total = 0, kept = 0;
-    int order[256];
-
-    if (top_p >= 1)
-        return;
-    for (int c = 0; c < 256; c++) {
-        int above = 0;
-        for (int d = 0; d < 256; d++)
-            above += z[d] > z[c] || (z[d] == z[c] && d < c);
-        order[above] = c;
-        total += p[c];
-    }
-    int k = 0;
-    while (k < 256 && (k == 0 || kept < top_p * total))
-        kept += p[order[k++]];
-    for (; k < 256; k++)
-        p[order[k]] = 0;
-}
-
-static void print_byte(uint8_t c)
-{
-    putchar(c == '\n' || c == '\t' || (c >= 32 && c < 127) ? c : '?');
-}
-
-/* Generates o->sample bytes after a newline and the prompt, each from the last ctx bytes and a uniform draw
- * indexed by its position in the text (so a prompt that is an earlier sample's beginning continues it
- * byte for byte); every rank computes the same (the units are collective), rank 0 prints the prompt and
- * the bytes generated, bytes other than printable ASCII, newline and tab (the fortunes indent their
- * attributions with tabs) shown as '?'. */
+/* The sample after training: every rank computes the same (the units are collective), rank 0 prints it. */
 static int sample_text(struct run *r, const struct opts *o)
 {
-    int64_t T = o->ctx, V = 256, plen = (int64_t)strlen(o->prompt), n = 1 + plen;
-    uint8_t *text = calloc((size_t)(o->sample + n), 1);
-    double p[256];
+    struct gpt_sampler s = {.ctx = o->ctx, .length = o->sample, .temperature = o->temperature, .top_k = o->top_k,
+                            .top_p = o->top_p, .repetition_penalty = o->rep_penalty,
+                            .repetition_window = o->rep_window, .seed = o->sample_seed, .prompt = o->prompt};
 
-    if (!text)
-        return (int)ZS_ERR_NOMEM;
-    text[0] = '\n';
-    memcpy(text + 1, o->prompt, (size_t)plen);
-    for (int64_t i = 0; i < o->sample; i++, n++) {
-        int64_t start = n > T ? n - T : 0, len = n - start;
-        for (int64_t t = 0; t < T; t++)
-            r->in[t] = t < len ? text[start + t] : 0;
-        int rc = model_run(r, r->in, NULL, 1, 0, 1.0, NULL);
-        if (rc) {
-            free(text);
-            return rc;
-        }
-        const float *z = (r->gpu ? gpt_gpu_logits(r->gpu) : r->model.logits) + (len - 1) * V;
-        double mx = z[0], sum = 0, u = uniform01(o->sample_seed, (uint64_t)n), acc = 0;
-        for (int c = 1; c < V; c++)
-            mx = z[c] > mx ? z[c] : mx;
-        for (int c = 0; c < V; c++)
-            p[c] = exp(((double)z[c] - mx) / o->temperature);
-        keep_top_k(z, p, o->top_k);
-        keep_top_p(z, p, o->top_p);
-        for (int c = 0; c < V; c++)
-            sum += p[c];
-        int pick = V - 1;
-        for (int c = 0; c < V; c++)
-            if ((acc += p[c] / sum) > u) {
-                pick = c;
-                break;
-            }
-        text[n] = (uint8_t)pick;
-    }
-    if (r->rank == 0) {
-        printf("sample (%lld bytes, temperature %g, top-k %lld, top-p %g, seed %llu%s):\n", (long long)o->sample,
-               o->temperature, (long long)(o->top_k ? o->top_k : V), o->top_p, (unsigned long long)o->sample_seed,
-               plen ? ", after the prompt" : "");
-        for (int64_t i = 1; i < n; i++)
-            print_byte(text[i]);
-        printf("\n--- end of sample\n");
-    }
-    free(text);
-    return 0;
+    return gpt_sample_text(&s, next_logits, r, r->in, r->rank == 0);
 }
 
 /* ---------------------------------------------------------------- training */
@@ -574,43 +375,134 @@ static int open_gpu(struct run *r, const struct gpt_config *cfg, const struct gp
     return all_ok ? 0 : 1;
 }
 
+/* zs_init, the model's tensors, zs_setup, then --load or --init-from: ZS_OK or the failure, with *what
+ * naming the stage. */
+static zs_status open_engine(struct run *r, const struct opts *o, const char **what)
+{
+    zs_init_opts io = {.config_path = o->run.config, .auto_values = ex_auto_values(&o->run),
+                       .quiet = o->run.quiet};
+    zs_status st;
+
+    *what = "setup";
+    if ((st = zs_init(&r->ctx, &io)))
+        return st;
+    start_compute_threads();
+    if ((st = gpt_register_model(r->ctx, &r->cfg, o->run.seed, r->ti, &r->lay)) || (st = zs_setup(r->ctx)))
+        return st;
+    *what = "load";
+    if (o->run.load && (st = zs_checkpoint_load(r->ctx, o->run.load)))
+        return st;
+    *what = "init-from";
+    if (o->run.init_from && (st = zs_import_safetensors(r->ctx, o->run.init_from)))
+        return st;
+    return ZS_OK;
+}
+
+/* Where the matrix products run, printed by rank 0: cuBLAS (--device cuda, opened here) or OpenBLAS, and
+ * with bf16 parameters whether the blocks' products read them as they are. 0, or 1 on every rank alike. */
+static int open_products(struct run *r, const struct opts *o, struct engine_io *eio)
+{
+    const char *why;
+
+    if (!strcmp(o->device, "cuda"))
+        return open_gpu(r, &r->cfg, &r->lay);
+    if (r->rank == 0)
+        printf("fp32 matrix products: OpenBLAS, %s kernels\n", gpt_blas_core());
+    if (eio->dt != ZS_DTYPE_BF16)
+        return 0;
+    eio->mm16 = gpt_mm16_available(&why);
+    if (r->rank == 0)
+        printf("bf16 matrix products: %s%s\n", eio->mm16 ? "bf16 x bf16 -> fp32 sums through " : "widened to fp32 "
+               "for sgemm: ", why);
+    return 0;
+}
+
+/* The buffers training works in: engine_io's fp32 slots, the batch's bytes and, on the CPU, the model's
+ * activations. 0, or -1 (free_buffers frees what was allocated). */
+static int alloc_buffers(struct run *r, const struct opts *o, struct engine_io *eio)
+{
+    const struct gpt_layout *lay = &r->lay;
+    int64_t big = 0;
+
+    /* slot 0 holds only the embedding unit, slot 1 any other: at 1.9 billion parameters a block is 315 MB
+     * of fp32 and the embeddings 3 MB, so sizing both by the largest unit would waste a block per rank */
+    for (int32_t u = 0; u < lay->nunits; u++)
+        big = u != GPT_UNIT_EMBED && lay->unit_numel[u] > big ? lay->unit_numel[u] : big;
+    for (int i = 0; i < 2; i++) {
+        int64_t numel = i == gpt_io_slot(GPT_UNIT_EMBED) ? lay->unit_numel[GPT_UNIT_EMBED] : big;
+        size_t bytes = (size_t)numel * sizeof(float);
+        if (!(eio->g[i] = malloc(bytes)) || (eio->dt != ZS_DTYPE_FP32 && !(eio->w[i] = malloc(bytes))))
+            return -1;
+    }
+    r->io = gpt_engine_io(eio);
+    r->in = malloc((size_t)(r->B * o->ctx) * sizeof(int32_t));
+    r->tg = malloc((size_t)(r->B * o->ctx) * sizeof(int32_t));
+    if (!r->in || !r->tg || (!r->gpu && gpt_model_init_f32(&r->model, &r->cfg, lay, r->B, o->recompute)))
+        return -1;
+    return 0;
+}
+
+static void free_buffers(struct run *r, struct engine_io *eio)
+{
+    gpt_model_free_f32(&r->model);
+    gpt_gpu_close(r->gpu);
+    gpt_mm16_free();
+    for (int i = 0; i < 2; i++) {
+        free(eio->g[i]);
+        free(eio->w[i]);
+    }
+    free(r->in);
+    free(r->tg);
+}
+
+static void print_model(const struct run *r, const struct opts *o)
+{
+    const struct gpt_config *cfg = &r->cfg;
+    const struct gpt_data *d = &r->data;
+
+    printf("model: %lld parameters (%lld layers, dim %lld, %lld heads, ctx %lld)%s; corpus: %lld bytes in %d "
+           "files, train %lld, validation %lld; unigram entropy %.4f nats/byte (%.4f bits)\n",
+           (long long)gpt_param_count(cfg), (long long)cfg->layers, (long long)cfg->dim, (long long)cfg->heads,
+           (long long)cfg->ctx, o->recompute ? ", recompute" : "", (long long)d->len, d->files,
+           (long long)d->train_len, (long long)(d->len - d->train_len), gpt_data_entropy(d),
+           gpt_data_entropy(d) / log(2.0));
+}
+
+/* After training: the sample and the params-hash. 0, or the failure (printed). */
+static int finish(struct run *r, const struct opts *o)
+{
+    uint64_t h;
+    zs_status st;
+
+    if (o->sample && sample_text(r, o))
+        return 1;
+    if ((st = ex_params_hash(r->ctx, &h, o->run.dump, r->rank)))
+        return ex_die("params-hash", st);
+    if (r->rank == 0)
+        printf("params-hash %016llx\n", (unsigned long long)h);
+    return 0;
+}
+
 /* Everything after MPI_Init and the flags: returns the exit code. */
 static int run_program(const struct opts *o, int rank, int world)
 {
-    struct gpt_config cfg = {.layers = o->layers, .dim = o->dim, .heads = o->heads, .ctx = o->ctx, .vocab = 256};
-    struct gpt_layout lay = {0};
     struct engine_io eio = {0};
-    struct run r = {.rank = rank, .world = world, .eio = &eio};
-    struct tensor_init *ti = NULL;
-    zs_init_opts io = {.config_path = o->run.config, .quiet = o->run.quiet};
+    struct run r = {.rank = rank, .world = world, .eio = &eio,
+                    .cfg = {.layers = o->layers, .dim = o->dim, .heads = o->heads, .ctx = o->ctx, .vocab = 256}};
     char err[512];
-    const char *what = "setup";
-    zs_status st = ZS_OK;
+    const char *what;
+    zs_status st;
     int rc = 1;
 
-    if (gpt_config_check(&cfg, err, sizeof(err)) || gpt_data_load(&r.data, o->data, o->ctx, err, sizeof(err))) {
+    if (gpt_config_check(&r.cfg, err, sizeof(err)) || gpt_data_load(&r.data, o->data, o->ctx, err, sizeof(err))) {
         if (rank == 0)
             fprintf(stderr, "zeroshard: error: %s\n", err);
         return 2;
     }
-    io.auto_values = ex_auto_values(&o->run);
-    ti = calloc((size_t)(gpt_unit_count(&cfg) * GPT_MAX_TENSORS), sizeof(*ti));
-    if (!ti || gpt_layout_alloc(&lay, &cfg))
+    r.ti = calloc((size_t)(gpt_unit_count(&r.cfg) * GPT_MAX_TENSORS), sizeof(*r.ti));
+    if (!r.ti || gpt_layout_alloc(&r.lay, &r.cfg))
         goto out;
-    st = zs_init(&r.ctx, &io);
-    if (!st)
-        start_compute_threads();
-    if (!st && !(st = register_model(r.ctx, &cfg, o->run.seed, ti, &lay)))
-        st = zs_setup(r.ctx);
-    if (!st && o->run.load) {
-        what = "load";
-        st = zs_checkpoint_load(r.ctx, o->run.load);
-    }
-    if (!st && o->run.init_from) {
-        what = "init-from";
-        st = zs_import_safetensors(r.ctx, o->run.init_from);
-    }
-    if (st) {
+    if ((st = open_engine(&r, o, &what))) {
         if (rank == 0 || st == ZS_ERR_COMM)
             ex_die(what, st);
         if (st == ZS_ERR_COMM) /* a peer may be gone or stuck: a clean shutdown could wait for it */
@@ -621,33 +513,10 @@ static int run_program(const struct opts *o, int rank, int world)
         goto out;
     r.B = zs_micro_batch_size(r.ctx);
     r.gas = zs_grad_accum_steps(r.ctx);
-    eio = (struct engine_io){.ctx = r.ctx, .cfg = &cfg, .lay = &lay, .dt = zs_param_dtype(r.ctx)};
-    if (!strcmp(o->device, "cuda") && open_gpu(&r, &cfg, &lay))
+    eio = (struct engine_io){.ctx = r.ctx, .cfg = &r.cfg, .lay = &r.lay, .dt = zs_param_dtype(r.ctx)};
+    if (open_products(&r, o, &eio))
         goto out; /* rc 1 on every rank */
-    if (rank == 0 && !r.gpu)
-        printf("fp32 matrix products: OpenBLAS, %s kernels\n", gpt_blas_core());
-    if (eio.dt == ZS_DTYPE_BF16 && !r.gpu) {
-        const char *why;
-        eio.mm16 = gpt_mm16_available(&why);
-        if (rank == 0)
-            printf("bf16 matrix products: %s%s\n", eio.mm16 ? "bf16 x bf16 -> fp32 sums through " : "widened to fp32 "
-                   "for sgemm: ", why);
-    }
-    /* slot 0 holds only the embedding unit, slot 1 any other: at 1.9 billion parameters a block is 315 MB
-     * of fp32 and the embeddings 3 MB, so sizing both by the largest unit would waste a block per rank */
-    int64_t big = 0;
-    for (int32_t u = 0; u < lay.nunits; u++)
-        big = u != GPT_UNIT_EMBED && lay.unit_numel[u] > big ? lay.unit_numel[u] : big;
-    for (int i = 0; i < 2; i++) {
-        size_t bytes = (size_t)(i == slot(GPT_UNIT_EMBED) ? lay.unit_numel[GPT_UNIT_EMBED] : big) * sizeof(float);
-        eio.g[i] = malloc(bytes);
-        eio.w[i] = eio.dt == ZS_DTYPE_FP32 ? NULL : malloc(bytes);
-    }
-    r.io = (struct gpt_io_f32){&eio, io_fetch, io_release, io_grad, io_grad_done, io_fetched16};
-    r.in = malloc((size_t)(r.B * o->ctx) * sizeof(int32_t));
-    r.tg = malloc((size_t)(r.B * o->ctx) * sizeof(int32_t));
-    if (!r.in || !r.tg || !eio.g[0] || !eio.g[1] || (eio.dt != ZS_DTYPE_FP32 && (!eio.w[0] || !eio.w[1])) ||
-        (!r.gpu && gpt_model_init_f32(&r.model, &cfg, &lay, r.B, o->recompute))) {
+    if (alloc_buffers(&r, o, &eio)) {
         fprintf(stderr, "zeroshard: error: rank %d: out of memory for activations (micro-batch %lld)\n", rank,
                 (long long)r.B);
         goto out;
@@ -655,44 +524,18 @@ static int run_program(const struct opts *o, int rank, int world)
     if (o->run.memory_json)
         ex_print_memory(r.ctx, rank, world);
     if (rank == 0)
-        printf("model: %lld parameters (%lld layers, dim %lld, %lld heads, ctx %lld)%s; corpus: %lld bytes in %d "
-               "files, train %lld, validation %lld; unigram entropy %.4f nats/byte (%.4f bits)\n",
-               (long long)gpt_param_count(&cfg), (long long)cfg.layers, (long long)cfg.dim, (long long)cfg.heads,
-               (long long)cfg.ctx, o->recompute ? ", recompute" : "", (long long)r.data.len, r.data.files,
-               (long long)r.data.train_len, (long long)(r.data.len - r.data.train_len), gpt_data_entropy(&r.data),
-               gpt_data_entropy(&r.data) / log(2.0));
+        print_model(&r, o);
     ex_preempt_enable(r.ctx, &o->run);
-    if (train(&r, o))
+    if (train(&r, o) || (!r.preempted && finish(&r, o)))
         goto out_abort;
-    if (r.preempted) { /* saved: the relaunch with --load carries on from here */
-        rc = 0;
-        goto out;
-    }
-    if (o->sample && sample_text(&r, o))
-        goto out_abort;
-    uint64_t h;
-    if ((st = ex_params_hash(r.ctx, &h, o->run.dump, rank))) {
-        ex_die("params-hash", st);
-        goto out_abort;
-    }
-    if (rank == 0)
-        printf("params-hash %016llx\n", (unsigned long long)h);
-    rc = 0;
+    rc = 0; /* preempted: saved, and the relaunch with --load carries on from here */
     goto out;
 out_abort:
     rc = -1;
 out:
-    gpt_model_free_f32(&r.model);
-    gpt_gpu_close(r.gpu);
-    gpt_mm16_free();
-    for (int i = 0; i < 2; i++) {
-        free(eio.g[i]);
-        free(eio.w[i]);
-    }
-    free(r.in);
-    free(r.tg);
-    free(ti);
-    gpt_layout_free(&lay);
+    free_buffers(&r, &eio);
+    free(r.ti);
+    gpt_layout_free(&r.lay);
     gpt_data_free(&r.data);
     if (rc < 0) /* a failure on one rank mid-training leaves the others in a collective */
         ex_abort(r.ctx, 1);
