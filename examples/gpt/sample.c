@@ -53,15 +53,29 @@ static void keep_top_p(const float *z, double *p, double top_p)
         p[order[k]] = 0;
 }
 
-/* The repetition penalty: the byte that ends the text, repeated r times in a row there, loses
- * penalty * (r / window)^2 times the logits' spread plus one (max - min + 1) from its logit; no other
- * byte changes. A byte used once or twice loses little, so doubled letters and short indents survive,
- * while a run that reaches the window with a penalty above 1 puts the byte strictly below the least likely
- * byte: z - penalty * (max - min + 1) < min (the +1 splits equal logits too). Its weight is then below
- * 1/256 of the total and last in top-k's and top-p's order, so top-k under 256 or top-p under 255/256
- * always cuts it, and even with every byte kept each further repeat has a chance under 1/256: no run of
- * one byte goes on for ever, whatever the model. Counted over the whole text (prompt included), so a
- * prompt that is an earlier sample's beginning still continues it byte for byte. */
+/* Whitespace counts as one byte for the penalty: a sample must not collapse into blank space of any mix. */
+static int is_space(uint8_t c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* Whether byte c belongs to the run that ends the text: the same byte as the last, or, when the last is
+ * whitespace, any whitespace. */
+static int in_run(uint8_t last, uint8_t c)
+{
+    return c == last || (is_space(last) && is_space(c));
+}
+
+/* The repetition penalty: the run that ends the text (one byte repeated, or whitespace of any mix), r bytes
+ * long, costs each of its bytes penalty * (r / window)^2 times the logits' spread plus one (max - min + 1)
+ * from its logit; no other byte changes. A run of one or two costs little, so doubled letters, line breaks
+ * and short indents survive, while a run that reaches the window with a penalty above 1 puts each of its
+ * bytes strictly below the least likely other byte: z - penalty * (max - min + 1) < min (the +1 splits
+ * equal logits too). Their weights are then each below 1/250 of the total and last in top-k's and top-p's
+ * order, so top-k under 250 or top-p under 249/256 cuts them, and even with every byte kept each further
+ * byte of the run has a chance under 6/256 that shrinks as the penalty grows: no run goes on for ever,
+ * whatever the model. Counted over the whole text (prompt included), so a prompt that is an earlier
+ * sample's beginning still continues it byte for byte. */
 static void penalize_run(const struct gpt_sampler *s, const uint8_t *text, int64_t n, float *z)
 {
     uint8_t last = text[n - 1];
@@ -70,14 +84,17 @@ static void penalize_run(const struct gpt_sampler *s, const uint8_t *text, int64
 
     if (s->repetition_penalty <= 0)
         return;
-    while (run < n && text[n - 1 - run] == last)
+    while (run < n && in_run(last, text[n - 1 - run]))
         run++;
     for (int c = 1; c < NBYTES; c++) {
         mx = z[c] > mx ? z[c] : mx;
         mn = z[c] < mn ? z[c] : mn;
     }
     double f = (double)run / (double)s->repetition_window;
-    z[last] = (float)((double)z[last] - s->repetition_penalty * f * f * ((double)mx - (double)mn + 1.0));
+    double cut = s->repetition_penalty * f * f * ((double)mx - (double)mn + 1.0);
+    for (int c = 0; c < NBYTES; c++)
+        if (in_run(last, (uint8_t)c))
+            z[c] = (float)((double)z[c] - cut);
 }
 
 /* The byte after text[0..n) from the model's logits: penalty, temperature, cuts, then the uniform draw

@@ -1,5 +1,6 @@
-/* sample.h - zs-train-gpt's text sampler: temperature, top-k, top-p and a repetition penalty on the byte
- * being repeated, each byte drawn from a uniform number indexed by its position in the text. */
+/* sample.h - zs-train-gpt's text sampler: temperature, top-k, top-p and a repetition penalty on the run that
+ * ends the text (one byte, or whitespace of any mix); each byte drawn from a uniform number indexed by its
+ * position in the text. */
 #ifndef GPT_SAMPLE_H
 #define GPT_SAMPLE_H
 
@@ -11,7 +12,8 @@ struct gpt_sampler {
     double temperature;
     int64_t top_k; /* 0: all 256 bytes */
     double top_p;  /* 1: all */
-    double repetition_penalty; /* 0: off; above 1 no byte repeats more than repetition_window times in a row */
+    double repetition_penalty; /* 0: off; above 1 a run (one byte, or whitespace) past repetition_window
+                                * bytes becomes the least likely */
     int64_t repetition_window;
     uint64_t seed;
     const char *prompt; /* printed before the sample and continued by it; "" for none */

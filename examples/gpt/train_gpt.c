@@ -131,9 +131,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"--top-p", CLI_NUM, &o->top_p, "nucleus: sample only from the likeliest bytes whose probabilities sum to P, "
                                         "0 < P <= 1 (default 1 = all)"},
         {"--repetition-penalty", CLI_NUM, &o->rep_penalty,
-         "a byte repeated r times in a row loses X (r / window)^2 times the logits' spread, 0 = off (default 1.5)"},
-        {"--repetition-window", CLI_INT, &o->rep_window, "the run at which a penalty above 1 makes the byte the least "
-                                                         "likely (default 16)"},
+         "a byte repeated r times in a row (or r bytes of whitespace) loses X (r / window)^2 times the logits' "
+         "spread, 0 = off (default 1.5)"},
+        {"--repetition-window", CLI_INT, &o->rep_window, "the run at which a penalty above 1 makes its bytes the "
+                                                         "least likely (default 16)"},
         {"--prompt", CLI_TEXT, &o->prompt, "text the sample continues, printed before it (default: none)"},
         {"--sample-seed", CLI_U64, &o->sample_seed, "sampling seed (default 1)"},
         {"--metrics", CLI_STR, &o->metrics, "write one JSON line per step to FILE"},
