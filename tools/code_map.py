@@ -144,6 +144,13 @@ def main():
     folder = lambda s: s.split("/")[0]
     calls = {(folder(a), folder(b)) for a in graph for b in graph[a] if folder(a) != folder(b)}
     both = sorted({tuple(sorted(e)) for e in calls if (e[1], e[0]) in calls})
+    fgraph = collections.defaultdict(set)
+    for a, b in calls:
+        fgraph[a].add(b)
+        fgraph.setdefault(b, set())
+    fcomps = [c for c in strongly_connected(fgraph) if len(c) > 1]
+    print("largest circle of folders: " + (f"{len(fcomps[0])} folders: {' '.join(fcomps[0])}" if fcomps
+                                            else "none (the folders' calls run one way)"))
     print("folders calling each other both ways: " + (", ".join(f"{a}<->{b}" for a, b in both) or "none"))
     print("most included headers: " + ", ".join(f"{h} by {c} library files" for h, c in most_included(files)))
 
