@@ -19,7 +19,8 @@ static const char *const top_keys[] = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
     "steps_per_print", "wall_clock_breakdown", "prescale_gradients", "gradient_predivide_factor", "optimizer",
     "scheduler", "fp16", "bf16", "bfloat16", "fp8", "zero_optimization", "aio", "sparse_gradients", "amp",
-    "tensor_parallel", "pipeline", "elasticity", "sequence_parallel_size", "zeroshard", NULL,
+    "tensor_parallel", "pipeline", "elasticity", "sequence_parallel_size", "zeroshard", "communication_data_type",
+    NULL,
 };
 
 /* Accepted with any content: the training program, not the optimizer runtime, acts on these. */
@@ -33,7 +34,7 @@ static const char *const program_sections[] = {
 
 static const char *const noeffect_keys[] = {
     "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "cuda_visible_devices",
-    "communication_data_type", "disable_allgather", "memory_breakdown", NULL,
+    "disable_allgather", "memory_breakdown", NULL,
 };
 
 static int check_top_keys(parser *p, json_t *root)

@@ -699,6 +699,7 @@ static bool t_precision_enabled(void)
     PARSE_OK("{" MB "'bf16': {'enabled': true}, 'communication_data_type': 'fp32', 'zero_optimization': {'stage': 2}}",
              2, NULL, &c);
     EXPECT(c.param_dtype == ZS_DTYPE_BF16 && c.comm_dtype == ZS_DTYPE_FP32);
+    EXPECT(!strstr(c.warning, "communication_data_type")); /* honoured: never listed as having no effect */
     EXPECT(zs_config_state_bytes(&c) == 12); /* fp32 master, m, v */
     return true;
 }
