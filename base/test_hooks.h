@@ -50,7 +50,7 @@
  * (ENOSPC, EIO) or, with HANG, never completes, as on a hung disk. Read by offload/nvme_optim.c. */
 #define ZS_TEST_HOOK_SWAP_FAULT "ZS_TEST_SWAP_FAULT"
 /* 1: every swap file behaves as on a file system that refuses O_DIRECT (the buffered fallback).
- * Read by offload/swap.c. */
+ * Read by offload/swap_open.c. */
 #define ZS_TEST_HOOK_SWAP_BUFFERED "ZS_TEST_SWAP_BUFFERED"
 
 /* ---------------------------------------------------------------- runtime/ */

@@ -1,5 +1,5 @@
 /* ckpt_format.c - the checkpoint manifest: strict parsing (every field typed, ranged and cross-checked, each
- * error naming the manifest and the JSON field path), loading from a tag directory, and serialising. */
+ * error naming the manifest and the JSON field path; the checks across tables in ckpt_format_check.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -12,7 +12,7 @@
 
 #include <jansson.h>       /* defines: json_loadb, json_dumps */
 
-#include "ckpt_format.h"   /* defines: struct zs_ckpt_manifest */
+#include "ckpt_format_impl.h" /* defines: struct mp, zs_ckpt_manifest_check */
 
 #define MANIFEST_MAX_BYTES (1ull << 30) /* far above any real manifest; stops a wrong file eating memory */
 
@@ -35,18 +35,7 @@ bool zs_ckpt_name_ok(const char *name)
 
 // ----------------------------------------------------------------------------------- typed field reads
 
-/* One parse: where messages go and what they are prefixed with, and the data bytes the files declare
- * (every unit element and every segment needs 4 of them: what bounds the tables before they are made). */
-struct mp {
-    const char *what;
-    char *err;
-    size_t errlen;
-    uint64_t data_bytes;
-};
-
-static int mp_fail(struct mp *p, const char *path, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int mp_fail(struct mp *p, const char *path, const char *key, const char *fmt, ...)
+int zs_ckpt_mp_fail(struct mp *p, const char *path, const char *key, const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -90,12 +79,12 @@ static json_t *mp_get(struct mp *p, json_t *obj, const char *path, const char *k
     *rc = 0;
     if (!v) {
         if (required)
-            *rc = mp_fail(p, path, key, "missing");
+            *rc = zs_ckpt_mp_fail(p, path, key, "missing");
         return NULL;
     }
     if (json_typeof(v) == type || (type == JSON_REAL && json_is_number(v)))
         return v;
-    *rc = mp_fail(p, path, key, "expected %s, got %s", want[type <= JSON_REAL ? type : 0], type_name(v));
+    *rc = zs_ckpt_mp_fail(p, path, key, "expected %s, got %s", want[type <= JSON_REAL ? type : 0], type_name(v));
     return NULL;
 }
 
@@ -110,7 +99,8 @@ static int mp_int(struct mp *p, json_t *obj, const char *path, const char *key, 
         return rc;
     x = json_integer_value(v);
     if (x < lo || x > hi)
-        return mp_fail(p, path, key, "%lld is out of range [%lld, %lld]", (long long)x, (long long)lo, (long long)hi);
+        return zs_ckpt_mp_fail(p, path, key, "%lld is out of range [%lld, %lld]", (long long)x, (long long)lo,
+                               (long long)hi);
     *out = x;
     return 0;
 }
@@ -136,12 +126,12 @@ static int mp_str(struct mp *p, json_t *obj, const char *path, const char *key, 
         return rc;
     s = json_string_value(v);
     if (!s[0])
-        return mp_fail(p, path, key, "empty string");
+        return zs_ckpt_mp_fail(p, path, key, "empty string");
     for (const unsigned char *c = (const unsigned char *)s; *c; c++)
         if (*c < 0x20 || *c == 0x7f)
-            return mp_fail(p, path, key, "control character 0x%02x in string", *c);
+            return zs_ckpt_mp_fail(p, path, key, "control character 0x%02x in string", *c);
     *out = strdup(s);
-    return *out ? 0 : mp_fail(p, path, key, "out of memory");
+    return *out ? 0 : zs_ckpt_mp_fail(p, path, key, "out of memory");
 }
 
 /* Unknown members are refused: a misspelt field must not silently read as absent. */
@@ -156,7 +146,7 @@ static int mp_known(struct mp *p, json_t *obj, const char *path, const char *con
         while (*n && strcmp(*n, key) != 0)
             n++;
         if (!*n)
-            return mp_fail(p, path, key, "unknown field");
+            return zs_ckpt_mp_fail(p, path, key, "unknown field");
     }
     return 0;
 }
@@ -171,7 +161,7 @@ static json_t *mp_array(struct mp *p, json_t *obj, const char *path, const char 
         return NULL;
     *n = json_array_size(a);
     if (*n < min || *n > INT32_MAX) {
-        mp_fail(p, path, key, "%zu elements, expected %zu to %d", *n, min, INT32_MAX);
+        zs_ckpt_mp_fail(p, path, key, "%zu elements, expected %zu to %d", *n, min, INT32_MAX);
         return NULL;
     }
     return a;
@@ -188,13 +178,13 @@ static void *mp_table(struct mp *p, json_t *root, const char *key, size_t elsize
     if (!*a)
         return NULL;
     if (bounded && *n > p->data_bytes / 4) {
-        mp_fail(p, "", key, "%zu entries, more than the files' %llu bytes of data can hold", *n,
-                (unsigned long long)p->data_bytes);
+        zs_ckpt_mp_fail(p, "", key, "%zu entries, more than the files' %llu bytes of data can hold", *n,
+                        (unsigned long long)p->data_bytes);
         return NULL;
     }
     t = calloc(*n, elsize);
     if (!t)
-        mp_fail(p, "", key, "out of memory");
+        zs_ckpt_mp_fail(p, "", key, "out of memory");
     return t;
 }
 
@@ -204,7 +194,7 @@ static json_t *mp_elem(struct mp *p, json_t *a, const char *key, size_t i, char 
 
     snprintf(path, pathlen, "%s[%zu]", key, i);
     if (!json_is_object(v)) {
-        mp_fail(p, path, "", "expected an object, got %s", type_name(v));
+        zs_ckpt_mp_fail(p, path, "", "expected an object, got %s", type_name(v));
         return NULL;
     }
     return v;
@@ -228,7 +218,7 @@ static int parse_scaler(struct mp *p, json_t *root, struct zs_ckpt_scaler *s)
         return rc;
     s->scale = json_number_value(v);
     if (!isfinite(s->scale) || s->scale <= 0)
-        return mp_fail(p, path, "scale", "%g is not a positive finite number", s->scale);
+        return zs_ckpt_mp_fail(p, path, "scale", "%g is not a positive finite number", s->scale);
     return mp_int(p, o, path, "skipped_steps", 0, INT64_MAX, &s->skipped_steps) ||
            mp_int(p, o, path, "hysteresis", 0, INT64_MAX, &s->hysteresis) ||
            mp_int(p, o, path, "last_overflow", -1, INT64_MAX, &s->last_overflow) ||
@@ -252,19 +242,20 @@ static int parse_param(struct mp *p, json_t *o, const char *path, int32_t unit, 
     if (!shape)
         return -1;
     if (nd > ZS_CKPT_MAX_DIMS)
-        return mp_fail(p, path, "shape", "%zu dimensions, at most %d", nd, ZS_CKPT_MAX_DIMS);
+        return zs_ckpt_mp_fail(p, path, "shape", "%zu dimensions, at most %d", nd, ZS_CKPT_MAX_DIMS);
     q->ndim = (int32_t)nd;
     for (size_t d = 0; d < nd; d++) {
         json_t *v = json_array_get(shape, d);
 
         if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return mp_fail(p, path, "shape", "element %zu is not a non-negative integer", d);
+            return zs_ckpt_mp_fail(p, path, "shape", "element %zu is not a non-negative integer", d);
         q->shape[d] = json_integer_value(v);
         if (__builtin_mul_overflow(prod, q->shape[d], &prod))
-            return mp_fail(p, path, "shape", "element product overflows");
+            return zs_ckpt_mp_fail(p, path, "shape", "element product overflows");
     }
     if (prod != q->numel)
-        return mp_fail(p, path, "shape", "element product %lld != numel %lld", (long long)prod, (long long)q->numel);
+        return zs_ckpt_mp_fail(p, path, "shape", "element product %lld != numel %lld", (long long)prod,
+                               (long long)q->numel);
     return 0;
 }
 
@@ -289,21 +280,22 @@ static int parse_units(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
             !mp_array(p, o, path, "params", 1, &np))
             return -1;
         if (np > (size_t)INT32_MAX - total)
-            return mp_fail(p, path, "params", "more than %d parameters in all", INT32_MAX);
+            return zs_ckpt_mp_fail(p, path, "params", "more than %d parameters in all", INT32_MAX);
         elements += (uint64_t)u->numel; /* no overflow: numel <= INT64_MAX / 4, and at most 2^31 units */
         if (elements > p->data_bytes / 4)
-            return mp_fail(p, path, "numel", "the units up to here have %llu elements, more than the files' %llu "
-                           "bytes of data can hold", (unsigned long long)elements, (unsigned long long)p->data_bytes);
+            return zs_ckpt_mp_fail(p, path, "numel", "the units up to here have %llu elements, more than the "
+                                   "files' %llu bytes of data can hold", (unsigned long long)elements,
+                                   (unsigned long long)p->data_bytes);
         if (total + np > elements)
-            return mp_fail(p, path, "params", "%zu parameters in all, more than the units' %llu elements",
-                           total + np, (unsigned long long)elements);
+            return zs_ckpt_mp_fail(p, path, "params", "%zu parameters in all, more than the units' %llu elements",
+                                   total + np, (unsigned long long)elements);
         u->first_param = (int32_t)total;
         u->nparams = (int32_t)np;
         total += np;
     }
     m->params = calloc(total, sizeof(*m->params));
     if (!m->params)
-        return mp_fail(p, "", "units", "out of memory");
+        return zs_ckpt_mp_fail(p, "", "units", "out of memory");
     m->nparams = (int32_t)total;
     for (size_t i = 0; i < n; i++) {
         const struct zs_ckpt_unit *u = &m->units[i];
@@ -329,7 +321,7 @@ static int parse_crc(struct mp *p, json_t *o, const char *path, uint32_t *crc)
         return rc;
     s = json_string_value(v);
     if (strlen(s) != 8 || strspn(s, "0123456789abcdef") != 8)
-        return mp_fail(p, path, "crc32c", "'%.16s' is not 8 lower-case hex digits", s);
+        return zs_ckpt_mp_fail(p, path, "crc32c", "'%.16s' is not 8 lower-case hex digits", s);
     *crc = (uint32_t)strtoul(s, NULL, 16);
     return 0;
 }
@@ -353,7 +345,7 @@ static int parse_files(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
             mp_int(p, o, path, "bytes", 0, INT64_MAX, &bytes) || parse_crc(p, o, path, &f->crc32c))
             return -1;
         if (!zs_ckpt_name_ok(f->name))
-            return mp_fail(p, path, "name", "'%s' is not a plain file name", f->name);
+            return zs_ckpt_mp_fail(p, path, "name", "'%s' is not a plain file name", f->name);
         f->bytes = (uint64_t)bytes;
     }
     return 0;
@@ -371,7 +363,7 @@ static int parse_kind(struct mp *p, json_t *o, const char *path, int32_t *kind)
             *kind = k;
             return 0;
         }
-    return mp_fail(p, path, "kind", "unknown kind '%.32s' (param, exp_avg, exp_avg_sq)", json_string_value(v));
+    return zs_ckpt_mp_fail(p, path, "kind", "unknown kind '%.32s' (param, exp_avg, exp_avg_sq)", json_string_value(v));
 }
 
 static int parse_segs(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
@@ -402,166 +394,12 @@ static int parse_segs(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
         s->offset = (uint64_t)off;
         f = &m->files[s->file];
         if (f->bytes < (uint64_t)s->count * 4 || s->offset > f->bytes - (uint64_t)s->count * 4)
-            return mp_fail(p, path, "offset", "%llu + %llu bytes beyond file %s (%llu bytes)",
-                           (unsigned long long)s->offset, (unsigned long long)s->count * 4, f->name,
-                           (unsigned long long)f->bytes);
+            return zs_ckpt_mp_fail(p, path, "offset", "%llu + %llu bytes beyond file %s (%llu bytes)",
+                                   (unsigned long long)s->offset, (unsigned long long)s->count * 4, f->name,
+                                   (unsigned long long)f->bytes);
         m->has_kind[s->kind] = true;
     }
     return 0;
-}
-
-// ----------------------------------------------------------------------------------- cross-checks
-
-/* A range [begin, end) of something, grouped by (k1, k2): segment elements, segment bytes, parameters. */
-struct span {
-    int64_t k1, k2, begin, end, idx;
-};
-
-enum span_what { SPAN_SEG, SPAN_SEG_BYTES, SPAN_PARAM };
-
-static int span_cmp(const void *a, const void *b)
-{
-    const struct span *x = a, *y = b;
-
-    if (x->k1 != y->k1)
-        return x->k1 < y->k1 ? -1 : 1;
-    if (x->k2 != y->k2)
-        return x->k2 < y->k2 ? -1 : 1;
-    if (x->begin != y->begin)
-        return x->begin < y->begin ? -1 : 1;
-    return (x->idx > y->idx) - (x->idx < y->idx);
-}
-
-static void span_path(const struct zs_ckpt_manifest *m, enum span_what w, int64_t idx, char *buf, size_t n)
-{
-    if (w == SPAN_PARAM)
-        snprintf(buf, n, "units[%d].params[%lld]", m->params[idx].unit,
-                 (long long)(idx - m->units[m->params[idx].unit].first_param));
-    else
-        snprintf(buf, n, "segments[%lld]", (long long)idx);
-}
-
-static struct span *spans_make(const struct zs_ckpt_manifest *m, enum span_what w, int64_t *n)
-{
-    struct span *s;
-
-    *n = w == SPAN_PARAM ? m->nparams : m->nsegs;
-    s = malloc((size_t)(*n ? *n : 1) * sizeof(*s));
-    if (!s)
-        return NULL;
-    for (int64_t i = 0; i < *n; i++) {
-        const struct zs_ckpt_seg *g = &m->segs[i];
-        const struct zs_ckpt_param *q = &m->params[i];
-
-        if (w == SPAN_PARAM)
-            s[i] = (struct span){q->unit, 0, q->offset, q->offset + q->numel, i};
-        else if (w == SPAN_SEG)
-            s[i] = (struct span){g->unit, g->kind, g->begin, g->begin + g->count, i};
-        else
-            s[i] = (struct span){g->file, 0, (int64_t)g->offset, (int64_t)g->offset + 4 * g->count, i};
-    }
-    qsort(s, (size_t)*n, sizeof(*s), span_cmp);
-    return s;
-}
-
-/* Parameters must not share elements, nor segments share file bytes. */
-static int check_overlap(struct mp *p, const struct zs_ckpt_manifest *m, enum span_what w)
-{
-    static const char *const field[] = {"begin", "offset", "offset"};
-    char a[64], b[64];
-    int64_t n;
-    struct span *s = spans_make(m, w, &n);
-    int rc = 0;
-
-    if (!s)
-        return mp_fail(p, "", "", "out of memory");
-    for (int64_t i = 1; i < n && !rc; i++) {
-        if (s[i].k1 != s[i - 1].k1 || s[i].k2 != s[i - 1].k2 || s[i].begin >= s[i - 1].end)
-            continue;
-        span_path(m, w, s[i].idx, a, sizeof(a));
-        span_path(m, w, s[i - 1].idx, b, sizeof(b));
-        rc = mp_fail(p, a, field[w], "[%lld, %lld) overlaps %s [%lld, %lld)%s", (long long)s[i].begin,
-                     (long long)s[i].end, b, (long long)s[i - 1].begin, (long long)s[i - 1].end,
-                     w == SPAN_SEG_BYTES ? " in the same file" : "");
-    }
-    free(s);
-    return rc;
-}
-
-/* For every unit and every kind present, the segments cover [0, numel) exactly once. */
-static int check_coverage(struct mp *p, const struct zs_ckpt_manifest *m)
-{
-    char a[64], b[64];
-    int64_t n, c = 0;
-    struct span *s = spans_make(m, SPAN_SEG, &n);
-    int rc = 0;
-
-    if (!s)
-        return mp_fail(p, "", "", "out of memory");
-    for (int32_t u = 0; u < m->nunits && !rc; u++)
-        for (int k = 0; k < ZS_CKPT_NKINDS && !rc; k++) {
-            int64_t at = 0, prev = -1;
-
-            if (!m->has_kind[k])
-                continue;
-            for (; c < n && s[c].k1 == u && s[c].k2 == k && !rc; prev = s[c].idx, at = s[c].end, c++) {
-                span_path(m, SPAN_SEG, s[c].idx, a, sizeof(a));
-                span_path(m, SPAN_SEG, prev, b, sizeof(b));
-                if (s[c].begin < at)
-                    rc = mp_fail(p, a, "begin", "%lld overlaps %s (units[%d] %s elements up to %lld)",
-                                 (long long)s[c].begin, b, u, kind_names[k], (long long)at);
-                else if (s[c].begin > at)
-                    rc = mp_fail(p, "segments", "", "units[%d] %s elements [%lld, %lld) are in no segment", u,
-                                 kind_names[k], (long long)at, (long long)s[c].begin);
-            }
-            if (!rc && at < m->units[u].numel)
-                rc = mp_fail(p, "segments", "", "units[%d] %s elements [%lld, %lld) are in no segment", u,
-                             kind_names[k], (long long)at, (long long)m->units[u].numel);
-        }
-    free(s);
-    return rc;
-}
-
-struct named {
-    const char *name;
-    int64_t idx;
-};
-
-static int named_cmp(const void *a, const void *b)
-{
-    const struct named *x = a, *y = b;
-    int c = strcmp(x->name, y->name);
-
-    return c ? c : (x->idx > y->idx) - (x->idx < y->idx);
-}
-
-/* Parameter names and file names are unique. */
-static int check_unique(struct mp *p, const struct zs_ckpt_manifest *m, bool files)
-{
-    int64_t n = files ? m->nfiles : m->nparams;
-    struct named *v = malloc((size_t)(n ? n : 1) * sizeof(*v));
-    char a[64], b[64];
-    int rc = 0;
-
-    if (!v)
-        return mp_fail(p, "", "", "out of memory");
-    for (int64_t i = 0; i < n; i++)
-        v[i] = (struct named){files ? m->files[i].name : m->params[i].name, i};
-    qsort(v, (size_t)n, sizeof(*v), named_cmp);
-    for (int64_t i = 1; i < n && !rc; i++) {
-        if (strcmp(v[i].name, v[i - 1].name) != 0)
-            continue;
-        if (files) {
-            snprintf(a, sizeof(a), "files[%lld]", (long long)v[i].idx);
-            snprintf(b, sizeof(b), "files[%lld]", (long long)v[i - 1].idx);
-        } else {
-            span_path(m, SPAN_PARAM, v[i].idx, a, sizeof(a));
-            span_path(m, SPAN_PARAM, v[i - 1].idx, b, sizeof(b));
-        }
-        rc = mp_fail(p, a, "name", "'%s' duplicates %s.name", v[i].name, b);
-    }
-    free(v);
-    return rc;
 }
 
 // ----------------------------------------------------------------------------------- parse, load, free
@@ -591,7 +429,7 @@ static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
     if (!(v = mp_get(p, root, "", "format", JSON_STRING, true, &rc)))
         return rc;
     if (strcmp(json_string_value(v), ZS_CKPT_FORMAT) != 0)
-        return mp_fail(p, "", "format", "'%.64s' is not '%s'", json_string_value(v), ZS_CKPT_FORMAT);
+        return zs_ckpt_mp_fail(p, "", "format", "'%.64s' is not '%s'", json_string_value(v), ZS_CKPT_FORMAT);
     if (mp_i32(p, root, "", "version", ZS_CKPT_VERSION, ZS_CKPT_VERSION, &m->version) ||
         mp_int(p, root, "", "global_step", 0, INT64_MAX, &m->global_step) ||
         mp_int(p, root, "", "micro_step", 0, INT64_MAX, &m->micro_step) ||
@@ -600,22 +438,22 @@ static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
         mp_str(p, root, "", "optimizer", &m->optimizer))
         return -1;
     if (strcmp(m->param_dtype, "fp32") && strcmp(m->param_dtype, "bf16") && strcmp(m->param_dtype, "fp16"))
-        return mp_fail(p, "", "param_dtype", "'%s' is not fp32, bf16 or fp16", m->param_dtype);
+        return zs_ckpt_mp_fail(p, "", "param_dtype", "'%s' is not fp32, bf16 or fp16", m->param_dtype);
     if (parse_scaler(p, root, &m->scaler))
         return -1;
     if (m->scaler.skipped_steps > m->global_step)
-        return mp_fail(p, "loss_scaler", "skipped_steps", "%lld is more than global_step %lld (skipped steps are "
-                       "counted in it)", (long long)m->scaler.skipped_steps, (long long)m->global_step);
+        return zs_ckpt_mp_fail(p, "loss_scaler", "skipped_steps", "%lld is more than global_step %lld (skipped "
+                               "steps are counted in it)", (long long)m->scaler.skipped_steps,
+                               (long long)m->global_step);
     if ((v = mp_get(p, root, "", "config", JSON_OBJECT, false, &rc)) &&
         !(m->config_json = json_dumps(v, JSON_COMPACT)))
-        return mp_fail(p, "", "config", "out of memory");
+        return zs_ckpt_mp_fail(p, "", "config", "out of memory");
     /* files first: what they declare bounds the unit and segment tables */
     if (rc || parse_files(p, root, m) || check_data(p, m) || parse_units(p, root, m) || parse_segs(p, root, m))
         return -1;
     if (!m->has_kind[ZS_CKPT_PARAM])
-        return mp_fail(p, "segments", "", "no segment of kind param");
-    return check_unique(p, m, false) || check_unique(p, m, true) || check_overlap(p, m, SPAN_PARAM) ||
-           check_coverage(p, m) || check_overlap(p, m, SPAN_SEG_BYTES) ? -1 : 0;
+        return zs_ckpt_mp_fail(p, "segments", "", "no segment of kind param");
+    return zs_ckpt_manifest_check(p, m);
 }
 
 int zs_ckpt_manifest_parse_bounded(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what,
@@ -629,9 +467,9 @@ int zs_ckpt_manifest_parse_bounded(struct zs_ckpt_manifest *m, const char *text,
     memset(m, 0, sizeof(*m));
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return mp_fail(&p, "", "", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        return zs_ckpt_mp_fail(&p, "", "", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
     rc = json_is_object(root) ? parse_root(&p, root, m)
-                              : mp_fail(&p, "(top level)", "", "expected an object, got %s", type_name(root));
+                              : zs_ckpt_mp_fail(&p, "(top level)", "", "expected an object, got %s", type_name(root));
     json_decref(root);
     if (rc)
         zs_ckpt_manifest_free(m);
