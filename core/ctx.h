@@ -60,14 +60,6 @@ struct zs_unit {
     float *master;               /* 16-bit params: fp32 masters (whole at stage 0, shard otherwise), unless
                                   * they live in the NVMe swap file */
     float *m, *v;                /* optimizer state (whole at stage 0, shard otherwise) */
-    /* deterministic mode (sharding/exact.c): the unit's counters start at element xoff * 3 of the exact
-     * state's, its elements' top bands at element xoff of its tops */
-    int64_t xoff, xdeposits;     /* element offset; micro-shards deposited this window */
-    bool xbad;                   /* some deposited value was Inf or NaN */
-    bool xfailed;                /* its reduce-scatter ended with an error on every rank (the exact state's err) */
-    int32_t xphase;              /* at the boundary: which of the sum's collectives is in flight (exact.c): */
-    MPI_Request xreq;            /* the vote or the all-gather, */
-    struct zs_comm_req *xsumq;   /* or the sums' reduce-scatter */
 };
 
 /* DeepSpeed's DynamicLossScaler state (fp16 with loss_scale 0); a static scale otherwise. */

@@ -161,27 +161,28 @@ static const float *chunk_f32(const struct zs_ctx *ctx, void *buf, int64_t i0, i
 zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
+    struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
     int64_t n = un->part.padded;
-    int32_t *acc = ctx->exact->acc + un->xoff * XK;
-    int8_t *top = ctx->exact->top + un->xoff;
+    int32_t *acc = ctx->exact->acc + xu->off * XK;
+    int8_t *top = ctx->exact->top + xu->off;
     float tmp[256];
 
     if (un->grad_state != ZS_GRAD_OPEN)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: unit '%s': call zs_grad_buffer first in this micro-batch",
                        un->name);
-    bool first = un->xdeposits++ == 0; /* the counters were not cleared after the last window */
+    bool first = xu->deposits++ == 0; /* the counters were not cleared after the last window */
     int path = first ? zs_exact_path() : 0;
     for (int64_t i0 = 0; i0 < n; i0 += 256) {
         int64_t k = n - i0 < 256 ? n - i0 : 256;
         const float *x = chunk_f32(ctx, un->grad, i0, k, tmp);
         if (path == 0)
-            deposit_f32(acc + i0 * XK, top + i0, x, k, first, &un->xbad);
+            deposit_f32(acc + i0 * XK, top + i0, x, k, first, &xu->bad);
 #ifdef XFAST
         else if (path == 2)
-            un->xbad |= deposit_first_avx512(acc + i0 * XK, top + i0, x, k) != 0;
+            xu->bad |= deposit_first_avx512(acc + i0 * XK, top + i0, x, k) != 0;
 #endif
         else
-            un->xbad |= deposit_first_f32(acc + i0 * XK, top + i0, x, k) != 0;
+            xu->bad |= deposit_first_f32(acc + i0 * XK, top + i0, x, k) != 0;
         memset(zs_at(un->grad, i0, ctx->psz), 0, (size_t)k * ctx->psz); /* while the chunk is in cache */
     }
     return ZS_OK;
@@ -190,6 +191,7 @@ zs_status zs_exact_deposit(struct zs_ctx *ctx, int32_t u)
 zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
+    struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
     int64_t per = ctx->cfg.micro_batch_size / ctx->cfg.zs.micro_shard_size;
     int64_t want = per * (ctx->micro_step % ctx->cfg.grad_accum_steps + 1);
     const unsigned char *g = un->grad;
@@ -205,10 +207,10 @@ zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
     if (any)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: unit '%s': gradient added after the last zs_grad_deposit "
                        "(zeroshard.deterministic: deposit every micro-shard)", un->name);
-    if (un->xdeposits != want)
+    if (xu->deposits != want)
         return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: unit '%s': %lld micro-shard gradients deposited in this window, "
                        "expected %lld (train_micro_batch_size_per_gpu %lld / zeroshard.micro_shard_size %lld per "
-                       "micro-batch)", un->name, (long long)un->xdeposits, (long long)want,
+                       "micro-batch)", un->name, (long long)xu->deposits, (long long)want,
                        (long long)ctx->cfg.micro_batch_size, (long long)ctx->cfg.zs.micro_shard_size);
     return ZS_OK;
 }
@@ -218,9 +220,9 @@ zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
 void zs_exact_zero(struct zs_ctx *ctx)
 {
     for (int32_t u = 0; u < ctx->nunits; u++) {
-        ctx->units[u].xbad = false;
-        ctx->units[u].xfailed = false;
-        ctx->units[u].xdeposits = 0;
+        ctx->exact->units[u].bad = false;
+        ctx->exact->units[u].failed = false;
+        ctx->exact->units[u].deposits = 0;
     }
     ctx->exact->err[0] = '\0';
     memset(ctx->exact->sq, 0, sizeof(ctx->exact->sq));
@@ -266,12 +268,14 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
                        (long long)shards, XMAX_SHARDS);
     if (!ctx->exact && !(ctx->exact = calloc(1, sizeof(*ctx->exact))))
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
+    if (!ctx->exact->units && !(ctx->exact->units = calloc((size_t)ctx->nunits, sizeof(*ctx->exact->units))))
+        return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
     st = open_comms(ctx);
     if (st)
         return st;
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
-        un->xoff = off;
+        ctx->exact->units[u].off = off;
         off += un->part.padded; /* a multiple of ZS_SHARD_ALIGN (even): the folded int64 sums stay aligned */
         if (ctx->cfg.zero.stage >= 2) { /* the program's buffer: persistent and whole, no bucket */
             un->grad = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)un->part.padded * ctx->psz);
@@ -314,6 +318,7 @@ void zs_exact_free(struct zs_ctx *ctx)
         MPI_Comm_free(&ctx->exact->comm[--ctx->exact->ncomm]);
     if (ctx->exact->sum)
         zs_comm_free(ctx->exact->sum);
+    free(ctx->exact->units);
     free(ctx->exact);
     ctx->exact = NULL;
 }

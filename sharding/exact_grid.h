@@ -5,7 +5,8 @@
 
 #include <stdint.h>
 
-#include "core/ctx.h" /* defines: struct zs_ctx */
+#include "core/ctx.h"     /* defines: struct zs_ctx, struct zs_unit */
+#include "exact_state.h" /* defines: struct zs_exact, struct zs_exact_unit */
 
 #define XK 3              /* counters per element */
 #define XW 16             /* bits per band */
@@ -21,6 +22,12 @@ typedef int64_t i64_alias __attribute__((may_alias)); /* a folded sum, where the
 static inline int64_t zs_exact_window_shards(const struct zs_ctx *ctx)
 {
     return ctx->world * ctx->cfg.grad_accum_steps * (ctx->cfg.micro_batch_size / ctx->cfg.zs.micro_shard_size);
+}
+
+/* A unit's part of the exact state. */
+static inline struct zs_exact_unit *zs_exact_unit_of(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    return &ctx->exact->units[un - ctx->units];
 }
 
 #endif /* ZS_EXACT_GRID_H */

@@ -10,8 +10,21 @@
 #define ZS_EXACT_SQ_BANDS 22 /* 32-bit bands of the norm's exact sum of squares */
 
 struct zs_comm;
+struct zs_comm_req;
+
+/* One unit's part: its counters start at element off * 3 of acc, its elements' top bands at element off of
+ * top and vote. */
+struct zs_exact_unit {
+    int64_t off, deposits;          /* element offset; micro-shards deposited this window */
+    bool bad;                       /* some deposited value was Inf or NaN */
+    bool failed;                    /* its reduce-scatter ended with an error on every rank (err) */
+    int32_t phase;                  /* at the boundary: which of the sum's collectives is in flight: */
+    MPI_Request req;                /* the vote or the all-gather, */
+    struct zs_comm_req *sumq;       /* or the sums' reduce-scatter */
+};
 
 struct zs_exact {
+    struct zs_exact_unit *units;    /* one per unit, in the context's order */
     int32_t *acc;                   /* exact gradient counters, 3 per element, in sum's heap (the sums'
                                      * reduce-scatter reads local peers' in place) */
     int8_t *top;                    /* each element's top band this window, -1 before any nonzero value */

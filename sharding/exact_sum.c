@@ -124,37 +124,40 @@ static int32_t next_phase(const struct zs_ctx *ctx, int32_t ph)
  * every rank's collectives stay matched). */
 static void sum_failed(struct zs_ctx *ctx, struct zs_unit *un)
 {
+    struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
+
     if (!ctx->exact->err[0])
         snprintf(ctx->exact->err, sizeof(ctx->exact->err), "%s", zs_last_error());
-    un->xfailed = true;
-    un->xsumq = NULL;
+    xu->failed = true;
+    xu->sumq = NULL;
 }
 
 /* Unit u's collective has completed: the local work that follows it, and the next collective. */
 static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
+    struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
     int64_t n = un->part.padded, b = zs_partition_begin(&un->part, ctx->rank);
-    int32_t *acc = ctx->exact->acc + un->xoff * XK;
-    int8_t *agreed = ctx->exact->vote + un->xoff;
+    int32_t *acc = ctx->exact->acc + xu->off * XK;
+    int8_t *agreed = ctx->exact->vote + xu->off;
     int rc = MPI_SUCCESS;
 
-    if (un->xphase == XPH_VOTE) {
-        zs_exact_fold(acc, ctx->exact->top + un->xoff, agreed, n, zs_exact_path()); /* in place, to one int64 each */
+    if (xu->phase == XPH_VOTE) {
+        zs_exact_fold(acc, ctx->exact->top + xu->off, agreed, n, zs_exact_path()); /* in place, to one int64 each */
         /* labelled with the window's last micro-step, the same on every rank, though the sum may start in a
          * later engine call on some ranks than on others */
         zs_comm_set_step(ctx->exact->sum, un->ready_micro);
         zs_comm_label_next(ctx->exact->sum, ZS_PURPOSE_GRAD, u);
         zs_status st = zs_comm_reduce_scatter_i64(ctx->exact->sum, (const int64_t *)(void *)acc,
-                                                  (int64_t *)(void *)acc + b, un->part.shard, &un->xsumq);
+                                                  (int64_t *)(void *)acc + b, un->part.shard, &xu->sumq);
         if (st && zs_comm_broken(ctx->exact->sum))
             return st;
         if (st) /* ended on every rank before any data moved (it differed between ranks): zs_step says so */
             sum_failed(ctx, un);
-    } else if (un->xphase == XPH_SUM && un->xfailed) {
-        un->xphase = XPH_DONE; /* nothing to round or gather: the step is refused */
+    } else if (xu->phase == XPH_SUM && xu->failed) {
+        xu->phase = XPH_DONE; /* nothing to round or gather: the step is refused */
         return ZS_OK;
-    } else if (un->xphase == XPH_SUM) {
+    } else if (xu->phase == XPH_SUM) {
         bool bad = agreed[0] == XBAD; /* some rank saw a non-finite value: the unit's result is not finite */
         void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
         ctx->exact->anybad |= bad;
@@ -162,41 +165,42 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
                     ctx->gdt, g, ctx->exact->sq);
         if (ctx->cfg.zero.stage == 0) /* whose optimizer reads every element */
             rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad, (int)(un->part.shard * (int64_t)ctx->psz),
-                                MPI_BYTE, ctx->exact->comm[1], &un->xreq);
+                                MPI_BYTE, ctx->exact->comm[1], &xu->req);
     }
     if (rc)
         return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
-                       xphase_what[next_phase(ctx, un->xphase)], rc);
-    un->xphase = next_phase(ctx, un->xphase);
+                       xphase_what[next_phase(ctx, xu->phase)], rc);
+    xu->phase = next_phase(ctx, xu->phase);
     return ZS_OK;
 }
 
 /* Whether unit un's collective has completed (the reduce-scatter's request is then freed). */
 static zs_status phase_test(struct zs_ctx *ctx, struct zs_unit *un, bool *done)
 {
+    struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
     int flag = 0, rc;
 
-    if (un->xphase == XPH_SUM) {
-        if (un->xfailed) {
+    if (xu->phase == XPH_SUM) {
+        if (xu->failed) {
             *done = true;
             return ZS_OK;
         }
-        zs_status st = zs_comm_test(ctx->exact->sum, un->xsumq, done);
+        zs_status st = zs_comm_test(ctx->exact->sum, xu->sumq, done);
         if (*done) {
-            zs_status w = zs_comm_wait(ctx->exact->sum, un->xsumq); /* over: returns at once and frees it */
+            zs_status w = zs_comm_wait(ctx->exact->sum, xu->sumq); /* over: returns at once and frees it */
             if (w && !zs_comm_broken(ctx->exact->sum)) {
                 sum_failed(ctx, un);
                 return ZS_OK;
             }
-            un->xsumq = NULL;
+            xu->sumq = NULL;
             return w;
         }
         return st;
     }
-    rc = MPI_Test(&un->xreq, &flag, MPI_STATUS_IGNORE);
+    rc = MPI_Test(&xu->req, &flag, MPI_STATUS_IGNORE);
     if (rc)
         return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
-                       xphase_what[un->xphase], rc);
+                       xphase_what[xu->phase], rc);
     *done = flag;
     return ZS_OK;
 }
@@ -211,8 +215,9 @@ static zs_status progress_pass(struct zs_ctx *ctx, bool *moved)
         return st;
     for (int32_t q = 0; q < ctx->bucket->npending; q++) {
         struct zs_unit *un = &ctx->units[ctx->bucket->pending[q]];
-        while (un->xphase != XPH_DONE) {
-            int32_t next = next_phase(ctx, un->xphase);
+        struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
+        while (xu->phase != XPH_DONE) {
+            int32_t next = next_phase(ctx, xu->phase);
             bool done = false;
             if (next != XPH_DONE && next > cap)
                 break;
@@ -226,12 +231,11 @@ static zs_status progress_pass(struct zs_ctx *ctx, bool *moved)
                 return st;
             *moved = true;
         }
-        cap = un->xphase;
+        cap = xu->phase;
     }
-    while (ctx->bucket->npending > 0 && ctx->units[ctx->bucket->pending[0]].xphase == XPH_DONE) {
-        struct zs_unit *un = &ctx->units[ctx->bucket->pending[0]];
-        un->xphase = XPH_IDLE;
-        un->grad_state = ZS_GRAD_IDLE;
+    while (ctx->bucket->npending > 0 && ctx->exact->units[ctx->bucket->pending[0]].phase == XPH_DONE) {
+        ctx->exact->units[ctx->bucket->pending[0]].phase = XPH_IDLE;
+        ctx->units[ctx->bucket->pending[0]].grad_state = ZS_GRAD_IDLE;
         memmove(ctx->bucket->pending, ctx->bucket->pending + 1, (size_t)(--ctx->bucket->npending) * sizeof(int32_t));
     }
     return ZS_OK;
@@ -256,9 +260,11 @@ zs_status zs_exact_progress(struct zs_ctx *ctx, bool all)
             start = zs_now_s();
         } else if (idle % 64 == 0 && zs_now_s() - start >= zs_wait_limit_s(ctx)) {
             struct zs_unit *un = &ctx->units[ctx->bucket->pending[0]];
+            const struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
+
             return zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: deterministic gradient sum of unit '%s': %s did not "
                            "complete in %.1f s (zeroshard.timeout_s / ZS_TIMEOUT = %g); some rank has not reached "
-                           "it (an MPI collective does not say which)", ctx->rank, un->name, xphase_what[un->xphase],
+                           "it (an MPI collective does not say which)", ctx->rank, un->name, xphase_what[xu->phase],
                            zs_now_s() - start, zs_wait_limit_s(ctx));
         }
         nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
@@ -268,19 +274,20 @@ zs_status zs_exact_progress(struct zs_ctx *ctx, bool all)
 zs_status zs_exact_launch(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
+    struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
     int64_t n = un->part.padded;
 
     if (n > INT32_MAX || un->part.shard * (int64_t)ctx->psz > INT32_MAX)
         return zs_fail(ZS_ERR_UNSUPPORTED, "zs_grad_ready: deterministic mode: unit '%s' has %lld elements, more than "
                        "MPI can count in one piece", un->name, (long long)n);
-    if (un->xbad)
-        memset(ctx->exact->top + un->xoff, XBAD, (size_t)n);
-    int rc = MPI_Iallreduce(ctx->exact->top + un->xoff, ctx->exact->vote + un->xoff, (int)n, MPI_INT8_T, MPI_MAX, ctx->exact->comm[0],
-                            &un->xreq);
+    if (xu->bad)
+        memset(ctx->exact->top + xu->off, XBAD, (size_t)n);
+    int rc = MPI_Iallreduce(ctx->exact->top + xu->off, ctx->exact->vote + xu->off, (int)n, MPI_INT8_T, MPI_MAX, ctx->exact->comm[0],
+                            &xu->req);
     if (rc)
         return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
                        xphase_what[XPH_VOTE], rc);
-    un->xphase = XPH_VOTE;
+    xu->phase = XPH_VOTE;
     un->grad_state = ZS_GRAD_REDUCING;
     ctx->exact->order = (ctx->exact->order ^ (uint64_t)(u + 1)) * 0x100000001b3ull; /* FNV-1a over the unit indices */
     ctx->bucket->pending[ctx->bucket->npending++] = u;
