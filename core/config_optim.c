@@ -29,8 +29,8 @@ static const char *const all_optim_keys[] = {
     "max_grad_norm", "momentum", "dampening", "nesterov", "lr_decay", "initial_accumulator_value", NULL,
 };
 static const char *const type_params_keys[] = {"type", "params", NULL};
-/* DeepSpeed optimizers ZeroShard knows by name but does not run yet (compared lower-case). */
-static const char *const todo_optimizers[] = {
+/* DeepSpeed optimizers ZeroShard knows by name but does not run: refused naming the key (compared lower-case). */
+static const char *const refused_optimizers[] = {
     "lamb", "onebitadam", "zerooneadam", "onebitlamb", "muadam", "muadamw", "musgd", "fusedadam", "cpuadam",
     "cpuadagrad", "muon", NULL,
 };
@@ -219,7 +219,7 @@ int zs_cfg_parse_optimizer(parser *p, struct zs_config *cfg, json_t *root)
         return -EINVAL;
     if (!type)
         return zs_cfg_fail(p, "optimizer", "type", "missing");
-    if (in_list_nocase(type, todo_optimizers)) {
+    if (in_list_nocase(type, refused_optimizers)) {
         /* its params belong to an optimizer we do not model: leave them unchecked */
         zs_cfg_defer(p, "optimizer", "type", "'%s' is not implemented yet (implemented: " IMPLEMENTED_OPTIMIZERS ")",
                      type);
@@ -270,7 +270,8 @@ static const struct sched_kind {
     {"WarmupDecayLR", ZS_SCHED_WARMUP_DECAY_LR, decay_keys},
     {"WarmupCosineLR", ZS_SCHED_WARMUP_COSINE_LR, cosine_keys},
 };
-static const char *const todo_schedulers[] = {"onecycle", "lrrangetest", NULL};
+/* DeepSpeed schedulers ZeroShard knows by name but does not run: refused naming the key. */
+static const char *const refused_schedulers[] = {"onecycle", "lrrangetest", NULL};
 
 static int get_warmup_type(parser *p, json_t *params, enum zs_warmup_type *out)
 {
@@ -340,7 +341,7 @@ int zs_cfg_parse_scheduler(parser *p, struct zs_config *cfg, json_t *root)
         return -EINVAL;
     if (!type)
         return zs_cfg_fail(p, "scheduler", "type", "missing");
-    if (in_list_nocase(type, todo_schedulers)) {
+    if (in_list_nocase(type, refused_schedulers)) {
         zs_cfg_defer(p, "scheduler", "type",
                      "'%s' is not implemented yet (implemented: WarmupLR, WarmupDecayLR, WarmupCosineLR)", type);
         return 0;
