@@ -145,6 +145,43 @@ zs_status zs_param_add_init(zs_ctx *ctx, int32_t unit, const char *name, int64_t
 /* Optional: the parameter's shape (row-major, product = numel), for checkpoints and safetensors export;
  * without it a parameter is one-dimensional. */
 zs_status zs_param_shape(zs_ctx *ctx, int32_t param, int32_t ndim, const int64_t *dims);
+/* Parameter groups (torch's param_groups): a group's optimizer hyper-parameters. A field is the group's own
+ * when its bit is in `set`; otherwise it is the config's optimizer.params value (or its default). */
+enum zs_group_field {
+    ZS_GROUP_LR = 1u << 0,
+    ZS_GROUP_WEIGHT_DECAY = 1u << 1,
+    ZS_GROUP_BETAS = 1u << 2,      /* beta1 and beta2 (Adam, AdamW, Lion) */
+    ZS_GROUP_EPS = 1u << 3,        /* Adam, AdamW, Adagrad */
+    ZS_GROUP_MOMENTUM = 1u << 4,   /* SGD */
+    ZS_GROUP_DAMPENING = 1u << 5,  /* SGD */
+    ZS_GROUP_NESTEROV = 1u << 6,   /* SGD */
+};
+typedef struct zs_group_opts {
+    uint32_t set;                  /* the zs_group_field bits given */
+    double lr, weight_decay, beta1, beta2, eps, momentum, dampening;
+    int32_t nesterov;
+} zs_group_opts;
+/* Before zs_setup. Group 0 always exists and holds the config's optimizer.params; every parameter starts in
+ * it. Adds another group (ids count up from 1). */
+zs_status zs_group_add(zs_ctx *ctx, const zs_group_opts *opts, int32_t *group);
+/* Before zs_setup: moves a parameter into a group. */
+zs_status zs_param_group(zs_ctx *ctx, int32_t param, int32_t group);
+/* Before zs_setup: the parameter is frozen (requires_grad=False): partitioned and gathered like any other,
+ * saved and exported, but it has no gradient buffer and no optimizer state, is never updated and is left
+ * out of the gradient norm and of the memory formulas' gradient and optimizer terms. A unit holds either
+ * frozen or trainable parameters; zs_setup refuses a unit mixing them, naming one of each (register them
+ * as two units: the PyTorch front end does this for a block with both). */
+zs_status zs_param_freeze(zs_ctx *ctx, int32_t param);
+/* After zs_setup, at a step boundary (what a script or a torch scheduler writing param_groups does): the
+ * group's fields in opts->set take these values from the next optimizer step on. With a config `scheduler`
+ * the group's lr is the base the schedule scales: lr_g(t) = lr_g * sched(t) / optimizer.params.lr, as
+ * torch's schedulers scale each group's initial lr. */
+zs_status zs_group_set(zs_ctx *ctx, int32_t group, const zs_group_opts *opts);
+/* The group's values; lr is what the last optimizer step used (after the schedule), or the base before the
+ * first step. */
+zs_status zs_group_get(const zs_ctx *ctx, int32_t group, zs_group_opts *out);
+int32_t zs_group_count(const zs_ctx *ctx);
+
 /* Collective: checks every rank registered the same parameters, partitions, allocates, and
  * broadcasts rank 0's initial values. */
 zs_status zs_setup(zs_ctx *ctx);
@@ -159,6 +196,36 @@ zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir);
  * any world size and stage. Each rank reads just the byte ranges of its own new shards. The registered
  * units and parameters must match the checkpoint's names and sizes. */
 zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir);
+/* What zs_checkpoint_save_opts and zs_checkpoint_load_opts take (zero-initialised: zs_checkpoint_save's and
+ * zs_checkpoint_load's behaviour). */
+typedef struct zs_ckpt_opts {
+    const char *tag;           /* NULL: global_step<N> (save), dir/latest (load); else a safe file name: not
+                                * empty, no '/', not "." or "..", not "latest", at most 200 bytes */
+    int32_t no_latest;         /* save: leave dir/latest as it was (DeepSpeed's save_latest=False) */
+    int32_t module_only;       /* load: parameters only; optimizer state, step counts and schedule stay the
+                                * running engine's (DeepSpeed's load_module_only) */
+    int32_t no_optimizer;      /* load: parameters, step counts and schedule; optimizer moments start at zero */
+    int32_t no_scheduler;      /* load: the learning-rate schedule keeps the running engine's position */
+    /* save: a file rank 0 writes into the tag directory before it is published (the front end's client
+     * state), so it is saved atomically with the rest; load: read back with zs_checkpoint_extra. */
+    const char *extra_name;    /* a safe file name, or NULL */
+    const void *extra_data;
+    size_t extra_bytes;
+} zs_ckpt_opts;
+/* Collective. zs_checkpoint_save with a tag, save_latest and an extra file. */
+zs_status zs_checkpoint_save_opts(zs_ctx *ctx, const char *dir, const zs_ckpt_opts *opts);
+/* Collective. At any step boundary (before training or between zs_step's boundary and the next micro-batch):
+ * loads dir/<tag> (dir/latest without a tag) with the flags above; *loaded (may be NULL) is 1, or 0 when no
+ * tag was given and dir has no `latest` (nothing loaded, ZS_OK: DeepSpeed returns (None, None) then). A
+ * missing tag directory is an error naming it. */
+zs_status zs_checkpoint_load_opts(zs_ctx *ctx, const char *dir, const zs_ckpt_opts *opts, int *loaded);
+/* After a load: the extra file's bytes. With buf NULL, *bytes receives its size (0 when the checkpoint has
+ * none); else up to *bytes are copied. Not collective (each rank reads it). */
+zs_status zs_checkpoint_extra(zs_ctx *ctx, const char *dir, const char *tag, const char *name, void *buf,
+                              size_t *bytes);
+/* The tag the last load or save used (empty before any). */
+const char *zs_checkpoint_tag(const zs_ctx *ctx);
+
 /* After zs_setup, before training: sets the parameters from a safetensors file (F32, F16 or BF16), each
  * rank reading just the elements it stores. Every registered parameter needs a tensor of its name and
  * shape, and every tensor a parameter (as PyTorch's strict load_state_dict); the optimizer state starts
@@ -188,6 +255,25 @@ zs_status zs_grad_deposit(zs_ctx *ctx, int32_t unit);
  * rank's shard and makes updated parameters visible again. */
 zs_status zs_step(zs_ctx *ctx);
 
+/* ---------------------------------------------------------------- full state of one parameter (collective) */
+enum zs_state {
+    ZS_STATE_PARAM = 0,      /* the fp32 master (the parameter itself with fp32 training) */
+    ZS_STATE_GRAD = 1,       /* the reduced gradient the next optimizer step will use (mean over ranks and
+                              * micro-batches, before clipping and unscaled): valid after the boundary
+                              * micro-batch's zs_grad_ready calls and before its zs_step */
+    ZS_STATE_EXP_AVG = 2,    /* Adam's m, SGD's momentum buffer, Lion's m, Adagrad's sum */
+    ZS_STATE_EXP_AVG_SQ = 3, /* Adam's v */
+};
+/* Every rank receives parameter `param`'s whole `which` in out[0..numel) as fp32 (deepspeed.utils'
+ * safe_get_full_fp32_param, safe_get_full_grad, safe_get_full_optimizer_state). A frozen parameter has
+ * only ZS_STATE_PARAM. */
+zs_status zs_param_read(zs_ctx *ctx, int32_t param, enum zs_state which, float *out);
+/* Rank root's in[0..numel) becomes parameter `param`'s `which` on every rank (other ranks' in is not read
+ * and may be NULL). ZS_STATE_PARAM sets the master and the working parameter (its training-dtype copy), so
+ * the next fetch sees it (GatheredParameters(modifier_rank=root), safe_set_full_fp32_param). At a step
+ * boundary, with the parameter's unit not fetched. */
+zs_status zs_param_write(zs_ctx *ctx, int32_t param, enum zs_state which, const float *in, int32_t root);
+
 /* ---------------------------------------------------------------- faults and preemption */
 /* Every wait on other ranks ends after zeroshard.timeout_s (ZS_TIMEOUT overrides; default 600 s) with
  * ZS_ERR_COMM and a message naming the operation, the wait and the ranks that had not arrived, and
@@ -209,6 +295,17 @@ zs_status zs_preempt_requested(zs_ctx *ctx, int *stop);
 /* Collective: each of values[0..n) becomes its sum over the ranks, added in rank order (the same bits
  * on every rank and every run), under the watchdog, e.g. for a program's loss. */
 zs_status zs_allreduce_sum(zs_ctx *ctx, double *values, int32_t n);
+
+/* ---------------------------------------------------------------- for front ends in other languages */
+/* sizeof(MPI_Comm) in the MPI this library was built with (a pointer in Open MPI, an int in MPICH), so a
+ * foreign binding lays out zs_init_opts right. */
+int32_t zs_mpi_comm_bytes(void);
+/* With MPI initialised, before or without a context: this process's rank and size in MPI_COMM_WORLD and
+ * among the ranks of its node (MPI_Comm_split_type shared), whichever launcher started it. */
+zs_status zs_world_info(int32_t *rank, int32_t *world, int32_t *local_rank, int32_t *local_size);
+/* Collective over MPI_COMM_WORLD, no context needed: root's buf[0..bytes) to every rank (a front end's
+ * rendezvous, e.g. the address of torch.distributed's store). */
+zs_status zs_world_bcast(void *buf, int64_t bytes, int32_t root);
 
 /* ---------------------------------------------------------------- queries */
 int32_t zs_world_size(const zs_ctx *ctx);
