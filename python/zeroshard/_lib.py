@@ -42,6 +42,29 @@ class StepStats(ctypes.Structure):
                 ("time_swap", ctypes.c_double)]
 
 
+class GroupOpts(ctypes.Structure):
+    """zs_group_opts; `set` holds the ZS_GROUP_* bits of the fields given."""
+    _fields_ = [("set", ctypes.c_uint32), ("lr", ctypes.c_double), ("weight_decay", ctypes.c_double),
+                ("beta1", ctypes.c_double), ("beta2", ctypes.c_double), ("eps", ctypes.c_double),
+                ("momentum", ctypes.c_double), ("dampening", ctypes.c_double), ("nesterov", ctypes.c_int32)]
+
+
+GROUP_LR, GROUP_WEIGHT_DECAY, GROUP_BETAS, GROUP_EPS = 1, 2, 4, 8
+GROUP_MOMENTUM, GROUP_DAMPENING, GROUP_NESTEROV = 16, 32, 64
+
+
+class CkptOpts(ctypes.Structure):
+    _fields_ = [("tag", ctypes.c_char_p), ("no_latest", ctypes.c_int32), ("module_only", ctypes.c_int32),
+                ("no_optimizer", ctypes.c_int32), ("no_scheduler", ctypes.c_int32),
+                ("extra_name", ctypes.c_char_p), ("extra_data", ctypes.c_void_p), ("extra_bytes", ctypes.c_size_t)]
+
+
+STATE_PARAM, STATE_GRAD, STATE_EXP_AVG, STATE_EXP_AVG_SQ = 0, 1, 2, 3
+# zs_init_fn: fills dst[0..count) with elements [first, first + count) of parameter `param`
+INIT_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
+                           ctypes.POINTER(ctypes.c_float))
+
+
 def _candidates():
     env = os.environ.get("ZEROSHARD_LIB")
     if env:
@@ -97,14 +120,38 @@ def _declare(lib):
         "zs_step": [P],
         "zs_stats": [P, c.POINTER(StepStats)],
         "zs_param_info": [P, c.c_int32, P, P, P, c.POINTER(c.c_int64)],
+        "zs_group_add": [P, c.POINTER(GroupOpts), c.POINTER(c.c_int32)],
+        "zs_param_group": [P, c.c_int32, c.c_int32],
+        "zs_param_freeze": [P, c.c_int32],
+        "zs_group_set": [P, c.c_int32, c.POINTER(GroupOpts)],
+        "zs_group_get": [P, c.c_int32, c.POINTER(GroupOpts)],
+        "zs_checkpoint_save_opts": [P, c.c_char_p, c.POINTER(CkptOpts)],
+        "zs_checkpoint_load_opts": [P, c.c_char_p, c.POINTER(CkptOpts), c.POINTER(c.c_int)],
+        "zs_checkpoint_extra": [P, c.c_char_p, c.c_char_p, c.c_char_p, P, c.POINTER(c.c_size_t)],
+        "zs_param_read": [P, c.c_int32, c.c_int, P],
+        "zs_param_write": [P, c.c_int32, c.c_int, P, c.c_int32],
+        "zs_param_add_init": [P, c.c_int32, c.c_char_p, c.c_int64, INIT_FN, P, c.POINTER(c.c_int32)],
+        "zs_world_info": [c.POINTER(c.c_int32)] * 4,
+        "zs_world_bcast": [P, c.c_int64, c.c_int32],
+        "zs_memory": [P, P],
     }
     for name, args in sigs.items():
-        f = getattr(lib, name)
+        f = getattr(lib, name, None)
+        if f is None:   # an older library: the calls that need it say so when made
+            continue
         f.argtypes = args
         f.restype = c.c_int
-    for name in ("zs_world_size", "zs_rank", "zs_param_dtype", "zs_unit_count", "zs_param_count"):
-        getattr(lib, name).argtypes = [P]
-        getattr(lib, name).restype = c.c_int32
+    for name in ("zs_world_size", "zs_rank", "zs_param_dtype", "zs_unit_count", "zs_param_count", "zs_group_count"):
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.argtypes = [P]
+            f.restype = c.c_int32
+    if hasattr(lib, "zs_mpi_comm_bytes"):
+        lib.zs_mpi_comm_bytes.argtypes = []
+        lib.zs_mpi_comm_bytes.restype = c.c_int32
+    if hasattr(lib, "zs_checkpoint_tag"):
+        lib.zs_checkpoint_tag.argtypes = [P]
+        lib.zs_checkpoint_tag.restype = c.c_char_p
     for name in ("zs_grad_accum_steps", "zs_micro_batch_size"):
         getattr(lib, name).argtypes = [P]
         getattr(lib, name).restype = c.c_int64
