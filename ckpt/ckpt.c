@@ -27,6 +27,7 @@
 #include "runtime/runtime.h"
 #include "ckpt_dir.h"    /* defines: zs_ckpt_begin, zs_ckpt_publish, zs_ckpt_end, zs_ckpt_event */
 #include "ckpt_format.h"
+#include "ckpt_groups.h"  /* defines: zs_ckpt_groups_fill, zs_ckpt_groups_match, zs_ckpt_groups_apply */
 #include "safetensors.h"
 
 #define CKPT_PATH 4096
@@ -63,7 +64,7 @@ struct unit_view {
     int64_t p_base, p_count, w_base, w_count, s_base;
     bool on_disk, p_disk; /* the state, and p, from the swap file */
     /* a device the host cannot read in place: host copies of the arrays above that live there */
-    struct { void *host, *dev; size_t bytes; } copy[4];
+    struct { void *host, *dev; size_t bytes; } copy[5];
     int ncopy;
 };
 
@@ -92,7 +93,7 @@ static zs_status view_done(struct zs_ctx *ctx, struct unit_view *v, bool write_b
     zs_status st = ZS_OK;
 
     for (int i = 0; i < v->ncopy; i++) {
-        if (write_back && !st)
+        if (write_back && !st && v->copy[i].dev)
             st = zs_device_copy(&ctx->dev, v->copy[i].dev, true, v->copy[i].host, false, v->copy[i].bytes);
         free(v->copy[i].host);
     }
@@ -121,6 +122,26 @@ static zs_status view_stage(struct zs_ctx *ctx, const struct zs_unit *un, struct
     if (st)
         view_done(ctx, v, false);
     return st;
+}
+
+/* A frozen unit trained in 16 bits has no fp32 masters: the checkpoint holds its working values in fp32 (a
+ * host array the view frees; loading writes the working copy, rounded back exactly). */
+static zs_status frozen_values(struct zs_ctx *ctx, struct unit_view *v)
+{
+    float *h = malloc((size_t)(v->w_count ? v->w_count : 1) * sizeof(float));
+
+    if (!h) {
+        view_done(ctx, v, false);
+        return zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory staging a frozen unit");
+    }
+    zs_cvt_to_f32(h, v->work, (int)ctx->pdt, v->w_count);
+    v->p = h;
+    v->p_base = v->w_base;
+    v->p_count = v->w_count;
+    v->copy[v->ncopy].host = h;
+    v->copy[v->ncopy].dev = NULL; /* nothing to write back */
+    v->copy[v->ncopy++].bytes = 0;
+    return ZS_OK;
 }
 
 static zs_status view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
@@ -154,7 +175,8 @@ static zs_status view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
         v->p_base = v->s_base;
         v->p_count = s0 ? un->part.padded : un->part.shard;
     }
-    return view_stage(ctx, un, v);
+    st = view_stage(ctx, un, v);
+    return st || v->p ? st : frozen_values(ctx, v);
 }
 
 /* New parameter values (fp32, vals[0] = unit element w_base, w_count of them) into the view: the working
@@ -234,9 +256,9 @@ static zs_status write_rank_file(struct zs_ctx *ctx, const char *tmp, uint64_t *
         st = view_unit(ctx, u, &v);
         if (!st)
             st = out_write(&f, v.p + (begin - v.p_base), (size_t)count * sizeof(float)); /* fp32 masters */
-        if (!st && k >= 1)
+        if (!st && k >= 1 && !ctx->units[u].frozen)
             st = out_write(&f, v.s1 + (begin - v.s_base), (size_t)count * sizeof(float));
-        if (!st && k >= 2)
+        if (!st && k >= 2 && !ctx->units[u].frozen)
             st = out_write(&f, v.s2 + (begin - v.s_base), (size_t)count * sizeof(float));
         view_done(ctx, &v, false);
     }
@@ -302,7 +324,7 @@ static zs_status build_manifest(struct zs_ctx *ctx, struct zs_ckpt_manifest *m, 
         snprintf(m->files[r].name, 32, "rank%05d.bin", r);
         for (int32_t u = 0; u < ctx->nunits; u++) {
             int64_t begin, count = slice(ctx, u, r, &begin);
-            for (int kind = 0; count && kind <= k; kind++) {
+            for (int kind = 0; count && kind <= (ctx->units[u].frozen ? 0 : k); kind++) {
                 m->segs[nsegs++] = (struct zs_ckpt_seg){.unit = u, .kind = kind, .file = r, .begin = begin,
                                                         .count = count, .offset = off};
                 off += (uint64_t)count * sizeof(float);
@@ -315,7 +337,7 @@ static zs_status build_manifest(struct zs_ctx *ctx, struct zs_ckpt_manifest *m, 
     m->nsegs = nsegs;
     for (int kind = 0; kind <= k; kind++)
         m->has_kind[kind] = true;
-    return ZS_OK;
+    return zs_ckpt_groups_fill(ctx, m);
 }
 
 static void manifest_release(struct zs_ckpt_manifest *m)
@@ -326,6 +348,7 @@ static void manifest_release(struct zs_ckpt_manifest *m)
     free(m->params);
     free(m->files);
     free(m->segs);
+    free(m->groups);
 }
 
 /* Rank 0: the manifest into the temporary directory, which then becomes the tag, and `latest` names it. */
@@ -424,6 +447,9 @@ static zs_status match_model(struct zs_ctx *ctx, const struct zs_ckpt_manifest *
     if (strcasecmp(m->optimizer, zs_optim_name(ctx->cfg.optim.type)))
         return zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: optimizer '%s', the config's is '%s' (its state would not "
                        "fit)", where, m->optimizer, zs_optim_name(ctx->cfg.optim.type));
+    zs_status st = zs_ckpt_groups_match(ctx, m, where);
+    if (st)
+        return st;
     for (int kind = 1; kind <= k; kind++)
         if (!m->has_kind[kind])
             return zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: no '%s' state, which the optimizer needs", where,
@@ -462,9 +488,9 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
     if (!st)
         apply_params(ctx, &v, vals);
     free(vals);
-    if (!st && k >= 1)
+    if (!st && k >= 1 && !un->frozen)
         st = read_into(rd, u, ZS_CKPT_EXP_AVG, v.s_base, sn, v.s1, un->numel);
-    if (!st && k >= 2)
+    if (!st && k >= 2 && !un->frozen)
         st = read_into(rd, u, ZS_CKPT_EXP_AVG_SQ, v.s_base, sn, v.s2, un->numel);
     zs_status up = view_done(ctx, &v, !st);
     if (!st)
@@ -514,6 +540,9 @@ zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir)
     if (st) { /* some units hold the checkpoint's state and others not: unusable until a load succeeds */
         zs_ctx_break(ctx, "checkpoint load from %s failed part-way (%s)", tag, zs_last_error());
     } else {
+        st = zs_ckpt_groups_apply(ctx, &m); /* allocation only: fails before anything else changes */
+    }
+    if (!st) {
         ctx->broken = false;
         ctx->global_step = m.global_step;
         ctx->skipped_steps = m.scaler.skipped_steps;

@@ -6,6 +6,7 @@
 #include <jansson.h>       /* defines: json_object, json_dumps */
 
 #include "ckpt_format.h"   /* defines: struct zs_ckpt_manifest */
+#include "ckpt_format_impl.h" /* defines: zs_ckpt_groups_dump, zs_ckpt_param_group_dump */
 
 /* json_object_set_new that remembers a failure, so a dump is built without a check per member. */
 static void put(json_t *obj, const char *key, json_t *v, bool *bad)
@@ -50,6 +51,8 @@ static json_t *dump_units(const struct zs_ckpt_manifest *m, bool *bad)
             put(po, "offset", json_integer(q->offset), bad);
             put(po, "numel", json_integer(q->numel), bad);
             put(po, "shape", shape, bad);
+            if (zs_ckpt_param_group_dump(po, q))
+                *bad = true;
             append(params, po, bad);
         }
         put(o, "name", json_string(u->name), bad);
@@ -121,6 +124,8 @@ char *zs_ckpt_manifest_dump(const struct zs_ckpt_manifest *m)
         if (cfg && !json_is_object(cfg))
             json_decref(cfg);
     }
+    if (m->ngroups)
+        put(root, "groups", zs_ckpt_groups_dump(m), &bad);
     put(root, "units", dump_units(m, &bad), &bad);
     put(root, "files", dump_files(m, &bad), &bad);
     put(root, "segments", dump_segs(m, &bad), &bad);

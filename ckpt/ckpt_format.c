@@ -228,7 +228,7 @@ static int parse_scaler(struct mp *p, json_t *root, struct zs_ckpt_scaler *s)
 static int parse_param(struct mp *p, json_t *o, const char *path, int32_t unit, const struct zs_ckpt_unit *u,
                        struct zs_ckpt_param *q)
 {
-    static const char *const fields[] = {"name", "offset", "numel", "shape", NULL};
+    static const char *const fields[] = {"name", "offset", "numel", "shape", "group", "frozen", NULL};
     json_t *shape;
     size_t nd;
     int64_t prod = 1;
@@ -236,7 +236,8 @@ static int parse_param(struct mp *p, json_t *o, const char *path, int32_t unit, 
     q->unit = unit;
     if (mp_known(p, o, path, fields) || mp_str(p, o, path, "name", &q->name) ||
         mp_int(p, o, path, "offset", 0, u->numel - 1, &q->offset) ||
-        mp_int(p, o, path, "numel", 1, u->numel - q->offset, &q->numel))
+        mp_int(p, o, path, "numel", 1, u->numel - q->offset, &q->numel) ||
+        zs_ckpt_param_group_parse(p, o, path, p->m, q))
         return -1;
     shape = mp_array(p, o, path, "shape", 0, &nd);
     if (!shape)
@@ -420,7 +421,7 @@ static int check_data(struct mp *p, const struct zs_ckpt_manifest *m)
 static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
 {
     static const char *const fields[] = {"format", "version", "global_step", "micro_step", "world_size", "stage",
-        "param_dtype", "optimizer", "loss_scaler", "config", "units", "files", "segments", NULL};
+        "param_dtype", "optimizer", "loss_scaler", "config", "groups", "units", "files", "segments", NULL};
     int rc;
     json_t *v;
 
@@ -448,8 +449,9 @@ static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
     if ((v = mp_get(p, root, "", "config", JSON_OBJECT, false, &rc)) &&
         !(m->config_json = json_dumps(v, JSON_COMPACT)))
         return zs_ckpt_mp_fail(p, "", "config", "out of memory");
-    /* files first: what they declare bounds the unit and segment tables */
-    if (rc || parse_files(p, root, m) || check_data(p, m) || parse_units(p, root, m) || parse_segs(p, root, m))
+    /* files first: what they declare bounds the unit and segment tables; groups before the parameters */
+    p->m = m;
+    if (rc || zs_ckpt_groups_parse(p, root, m) || parse_files(p, root, m) || check_data(p, m) || parse_units(p, root, m) || parse_segs(p, root, m))
         return -1;
     if (!m->has_kind[ZS_CKPT_PARAM])
         return zs_ckpt_mp_fail(p, "segments", "", "no segment of kind param");
@@ -459,7 +461,7 @@ static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
 int zs_ckpt_manifest_parse_bounded(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what,
                                    uint64_t data_bytes, char *err, size_t errlen)
 {
-    struct mp p = {what ? what : "manifest", err, errlen, data_bytes};
+    struct mp p = {what ? what : "manifest", err, errlen, data_bytes, NULL};
     json_error_t je;
     json_t *root;
     int rc;
@@ -494,6 +496,7 @@ void zs_ckpt_manifest_free(struct zs_ckpt_manifest *m)
     free(m->params);
     free(m->files);
     free(m->segs);
+    free(m->groups);
     free(m->param_dtype);
     free(m->optimizer);
     free(m->config_json);

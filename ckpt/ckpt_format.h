@@ -15,6 +15,8 @@
  *   "config": { ...the run's DeepSpeed config object, as loaded... },
  *   "units": [ {"name": "layer0", "numel": 1040,
  *               "params": [ {"name": "layer0.w", "offset": 0, "numel": 1024, "shape": [32, 32]}, ... ]} ],
+ *   "groups": [ {"set": 3, "lr": 0.001, "weight_decay": 0.0, "betas": [0.9, 0.999], "eps": 1e-8,
+ *                "momentum": 0.0, "dampening": 0.0, "nesterov": false, "lr_used": 0.0009}, ... ],
  *   "files": [ {"name": "rank00000.bin", "rank": 0, "bytes": 12288, "crc32c": "1a2b3c4d"} ],
  *   "segments": [ {"unit": 0, "kind": "param", "begin": 0, "count": 256, "file": 0, "offset": 0}, ... ]
  * }
@@ -24,7 +26,12 @@
  * Kinds: "param" (fp32 master weights), "exp_avg", "exp_avg_sq" (the optimizer's two state arrays, for
  * every optimizer: their meaning is the optimizer's). For every unit and every kind present, the segments
  * cover [0, numel) exactly once. crc32c is CRC32C (offload/swap.h zs_crc32c) of the whole file, 8 lower-case
- * hex digits. Parameter names are unique. */
+ * hex digits. Parameter names are unique.
+ * Parameter groups (optional; written when the run has any, ckpt_groups.c): "groups" holds each group's
+ * values (set: the zs_group_field bits the group gave itself; lr_used, optional: the lr of the last step)
+ * and a parameter may carry "group" (an index into groups; default 0) and "frozen" (default false). A unit
+ * whose parameters are all frozen has param segments only. A manifest without them (an older one) has every
+ * parameter in group 0 and none frozen. */
 #ifndef ZS_CKPT_FORMAT_H
 #define ZS_CKPT_FORMAT_H
 
@@ -47,6 +54,16 @@ struct zs_ckpt_param {
     int64_t offset, numel;
     int32_t ndim;
     int64_t shape[ZS_CKPT_MAX_DIMS];
+    int32_t group;  /* its parameter group (0 without "groups") */
+    bool frozen;
+};
+
+/* A parameter group's values (as zs_group_opts) and the lr its last step used. */
+struct zs_ckpt_group {
+    uint32_t set;
+    double lr, weight_decay, beta1, beta2, eps, momentum, dampening;
+    bool nesterov, stepped;
+    double lr_used;  /* when stepped */
 };
 
 struct zs_ckpt_unit {
@@ -88,6 +105,8 @@ struct zs_ckpt_manifest {
     int32_t nfiles;
     struct zs_ckpt_seg *segs;
     int64_t nsegs;
+    struct zs_ckpt_group *groups; /* NULL (ngroups 0) when the manifest has none */
+    int32_t ngroups;
     bool has_kind[ZS_CKPT_NKINDS]; /* kinds that have segments (param always) */
 };
 
@@ -109,6 +128,9 @@ int zs_ckpt_manifest_parse(struct zs_ckpt_manifest *m, const char *text, size_t 
  * and by the files' declared bytes (one unit element or segment per 4 bytes) before it is made. */
 int zs_ckpt_manifest_parse_bounded(struct zs_ckpt_manifest *m, const char *text, size_t len, const char *what,
                                    uint64_t data_bytes, char *err, size_t errlen);
+/* Whether every parameter of m's unit u is frozen (its segments are of kind param only). */
+bool zs_ckpt_unit_frozen(const struct zs_ckpt_manifest *m, int32_t u);
+
 /* Reads DIR/manifest.json and parses it (as above), bounded by the bytes of the other files in DIR; a
  * manifest much larger than those files can need is refused unread. */
 int zs_ckpt_manifest_load(struct zs_ckpt_manifest *m, const char *tag_dir, char *err, size_t errlen);

@@ -100,6 +100,8 @@ static int check_coverage(struct mp *p, const struct zs_ckpt_manifest *m)
 
             if (!m->has_kind[k])
                 continue;
+            if (k != ZS_CKPT_PARAM && zs_ckpt_unit_frozen(m, u) && (c >= n || s[c].k1 != u || s[c].k2 != k))
+                continue; /* a frozen unit has no optimizer state */
             for (; c < n && s[c].k1 == u && s[c].k2 == k && !rc; prev = s[c].idx, at = s[c].end, c++) {
                 span_path(m, SPAN_SEG, s[c].idx, a, sizeof(a));
                 span_path(m, SPAN_SEG, prev, b, sizeof(b));

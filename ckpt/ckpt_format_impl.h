@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <jansson.h>      /* defines: json_t */
+
 #include "ckpt_format.h" /* defines: struct zs_ckpt_manifest */
 
 
@@ -16,6 +18,7 @@ struct mp {
     char *err;
     size_t errlen;
     uint64_t data_bytes;
+    const struct zs_ckpt_manifest *m; /* what is parsed so far (the groups, for the parameters' group ids) */
 };
 
 /* Writes "<what>: <path>.<key>: <message>" into p->err (control characters replaced) and returns -1. */
@@ -24,5 +27,14 @@ int zs_ckpt_mp_fail(struct mp *p, const char *path, const char *key, const char 
 /* The checks across tables: parameter and file names unique, parameters disjoint, for every unit and kind
  * present the segments covering [0, numel) exactly once, and segments disjoint in their files. 0 or -1. */
 int zs_ckpt_manifest_check(struct mp *p, const struct zs_ckpt_manifest *m);
+
+/* ckpt_groups.c: a parameter object's optional "group" and "frozen" (after the groups are parsed), and the
+ * root's optional "groups". 0 or -1. */
+int zs_ckpt_param_group_parse(struct mp *p, json_t *o, const char *path, const struct zs_ckpt_manifest *m,
+                              struct zs_ckpt_param *q);
+int zs_ckpt_groups_parse(struct mp *p, json_t *root, struct zs_ckpt_manifest *m);
+/* Their dump: the parameter's members into po, the root's "groups" (NULL when m has none). */
+int zs_ckpt_param_group_dump(json_t *po, const struct zs_ckpt_param *q);
+json_t *zs_ckpt_groups_dump(const struct zs_ckpt_manifest *m);
 
 #endif /* ZS_CKPT_FORMAT_IMPL_H */
