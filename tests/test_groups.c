@@ -14,6 +14,8 @@
 #include "zeroshard.h"
 
 static int rank, world;
+static MPI_Comm run_comm;  /* the ranks a model runs on (MPI_COMM_WORLD, or fewer for a checkpoint's saver) */
+static bool same_grads;    /* every rank the same gradients, of few bits: the mean is exact at any world size */
 static char scratch[256]; /* a directory for the NVMe and checkpoint cases, shared by the ranks */
 
 enum { NP = 7, MAXN = 96, STEPS = 4, SET_AFTER = 2 };
@@ -69,6 +71,8 @@ static float init_value(int j, int64_t i) { return 0.25f + (float)((i * 7 + j * 
 
 static float grad_value(int r, int k, int j, int64_t i)
 {
+    if (same_grads)
+        return (float)((i * 7 + j * 5 + k * 3) % 17 - 8) / 256.0f;
     return (float)(0.3 * sin(0.37 * (double)i + 1.3 * k + 0.71 * r + 2.1 * j));
 }
 
@@ -101,7 +105,7 @@ static zs_status model_open(struct model_ctx *m, const struct run *r)
 {
     static float init[NP][MAXN];
     char json[1024];
-    zs_init_opts io = { .config_json = json, .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1 };
+    zs_init_opts io = { .config_json = json, .use_comm = 1, .comm = run_comm, .quiet = 1 };
     int32_t g;
     zs_status st;
 
@@ -406,6 +410,75 @@ static void check_frozen(void)
     }
 }
 
+static void expect_error(const char *name, zs_status st, const char *text);
+
+/* ---------------------------------------------------------------- (d) a checkpoint resharded */
+
+/* Steps 1-2 on max(world - 1, 1) ranks at stage 3, zs_group_set, a save, steps 3-4 (the uninterrupted run);
+ * then every rank loads the checkpoint at stage 1 with the optimizer offloaded, without the zs_group_set, and
+ * steps 3-4 again: the same bits, the set group's lr, and a model registered otherwise refused by name. */
+static bool ckpt_saver(const struct run *r, const char *dir, float out[NP][MAXN])
+{
+    struct model_ctx m;
+    zs_group_opts c = group_change();
+    zs_status st = model_open(&m, r);
+
+    for (int k = 1; k <= STEPS && !st; k++) {
+        st = model_step(&m, r, k);
+        if (!st && k == SET_AFTER && !(st = zs_group_set(m.ctx, 1, &c)))
+            st = zs_checkpoint_save(m.ctx, dir);
+    }
+    if (!st)
+        st = model_read(&m, r, out);
+    CHECK(!st, "checkpoint saver: %s", zs_last_error());
+    zs_finalize(m.ctx);
+    return !st;
+}
+
+static void check_ckpt(void)
+{
+    struct run save = { OPT_ADAMW, MODEL_FROZEN, 3, "none", false, 0 }, load = { OPT_ADAMW, MODEL_FROZEN, 1, "cpu",
+                                                                                  false, 0 };
+    static float want[NP][MAXN], got[NP][MAXN];
+    int savers = world > 1 ? world - 1 : 1, ok = 1;
+    char dir[300], name[96];
+    struct model_ctx m;
+    zs_group_opts g1;
+    zs_status st;
+
+    snprintf(dir, sizeof(dir), "%s/ckpt", scratch);
+    snprintf(name, sizeof(name), "checkpoint saved at %d ranks, loaded at %d: the same next steps", savers, world);
+    same_grads = true;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < savers ? 0 : MPI_UNDEFINED, rank, &run_comm);
+    if (rank < savers) {
+        ok = ckpt_saver(&save, dir, want);
+        MPI_Comm_free(&run_comm);
+    }
+    run_comm = MPI_COMM_WORLD;
+    MPI_Bcast(want, NP * MAXN, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    st = ok ? model_open(&m, &load) : ZS_ERR_INVALID;
+    if (!st)
+        st = zs_checkpoint_load(m.ctx, dir);
+    for (int k = SET_AFTER + 1; k <= STEPS && !st; k++)
+        st = model_step(&m, &load, k);
+    if (!st)
+        st = model_read(&m, &load, got);
+    if (!st)
+        st = zs_group_get(m.ctx, 1, &g1);
+    zs_test_report(name, st ? zs_last_error() : memcmp(got, want, sizeof(got)) ? "parameters differ" : NULL);
+    CHECK(st || g1.weight_decay == group_change().weight_decay, "group 1's weight decay %g after the load",
+          g1.weight_decay);
+    zs_finalize(m.ctx);
+
+    load.model = MODEL_ALL; /* the unit saved frozen is trainable here */
+    st = model_open(&m, &load);
+    expect_error("a checkpoint's frozen parameter registered trainable", st ? st : zs_checkpoint_load(m.ctx, dir),
+                 "parameter 'p6' was saved frozen, the program registered it trainable");
+    zs_finalize(m.ctx);
+    same_grads = false;
+}
+
 /* ---------------------------------------------------------------- (c) misuse */
 
 static void expect_error(const char *name, zs_status st, const char *text)
@@ -477,6 +550,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    run_comm = MPI_COMM_WORLD;
     snprintf(scratch, sizeof(scratch), "zs_groups_XXXXXX");
     if (rank == 0 && !mkdtemp(scratch))
         scratch[0] = 0;
@@ -487,6 +561,7 @@ int main(int argc, char **argv)
         check_groups((enum opt)o);
     check_frozen();
     check_misuse();
+    check_ckpt();
 
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0 && scratch[0]) {
