@@ -15,7 +15,8 @@
 
 static int rank, world;
 static MPI_Comm run_comm;  /* the ranks a model runs on (MPI_COMM_WORLD, or fewer for a checkpoint's saver) */
-static bool same_grads;    /* every rank the same gradients, of few bits: the mean is exact at any world size */
+static bool same_grads;
+static const char *device = "cpu"; /* argv[1]: "cuda" in the build against the CUDA emulator */    /* every rank the same gradients, of few bits: the mean is exact at any world size */
 static char scratch[256]; /* a directory for the NVMe and checkpoint cases, shared by the ranks */
 
 enum { NP = 7, MAXN = 96, STEPS = 4, SET_AFTER = 2 };
@@ -91,9 +92,9 @@ static void config_json(const struct run *r, char *json, size_t len)
                  strcmp(r->offload, "nvme") ? "" : "\"");
     snprintf(json, len, "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 0, \"optimizer\": "
              "{\"type\": \"%s\", \"params\": {%s%s}}%s%s, \"zero_optimization\": {\"stage\": %d, "
-             "\"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 50%s}}",
+             "\"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 50%s}, \"zeroshard\": {\"device\": \"%s\"}}",
              r->opt == OPT_ADAM ? "Adam" : opt_name[r->opt], params, r->opt == OPT_ADAM ? ", \"adam_w_mode\": false" : "",
-             r->opt == OPT_ADAMW ? ", \"scheduler\": " : "", r->opt == OPT_ADAMW ? sched_json : "", r->stage, off);
+             r->opt == OPT_ADAMW ? ", \"scheduler\": " : "", r->opt == OPT_ADAMW ? sched_json : "", r->stage, off, device);
 }
 
 struct model_ctx {
@@ -557,12 +558,17 @@ int main(int argc, char **argv)
     MPI_Bcast(scratch, sizeof(scratch), MPI_CHAR, 0, MPI_COMM_WORLD);
     nvme_works = scratch[0] != 0;
 
+    if (argc > 1)
+        device = argv[1];
     for (int o = OPT_ADAMW; o <= OPT_SGD; o++)
         check_groups((enum opt)o);
     check_frozen();
+    if (strcmp(device, "cpu")) /* the rest is the device's business nowhere */
+        goto out;
     check_misuse();
     check_ckpt();
 
+out:
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0 && scratch[0]) {
         char cmd[300];
