@@ -39,7 +39,24 @@ struct run {
     const char *offload; /* "none", "cpu", "nvme" */
     bool separate;       /* the separate test device: the offloaded step from a device */
     enum misuse misuse;
+    bool bf16;           /* bf16 training (fp32 masters for the trainable units only) */
 };
+
+/* bf16 by round to nearest even (no NaN here), and back. */
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 static const char *opt_name[] = { "AdamW", "Adam", "SGD" };
 static const char *const sched_json = "{\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0.001, "
@@ -91,10 +108,11 @@ static void config_json(const struct run *r, char *json, size_t len)
                  strcmp(r->offload, "nvme") ? "" : ", \"nvme_path\": \"", strcmp(r->offload, "nvme") ? "" : scratch,
                  strcmp(r->offload, "nvme") ? "" : "\"");
     snprintf(json, len, "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 0, \"optimizer\": "
-             "{\"type\": \"%s\", \"params\": {%s%s}}%s%s, \"zero_optimization\": {\"stage\": %d, "
+             "{\"type\": \"%s\", \"params\": {%s%s}}%s%s,%s \"zero_optimization\": {\"stage\": %d, "
              "\"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 50%s}, \"zeroshard\": {\"device\": \"%s\"}}",
              r->opt == OPT_ADAM ? "Adam" : opt_name[r->opt], params, r->opt == OPT_ADAM ? ", \"adam_w_mode\": false" : "",
-             r->opt == OPT_ADAMW ? ", \"scheduler\": " : "", r->opt == OPT_ADAMW ? sched_json : "", r->stage, off, device);
+             r->opt == OPT_ADAMW ? ", \"scheduler\": " : "", r->opt == OPT_ADAMW ? sched_json : "", r->bf16 ? " \"bf16\": {\"enabled\": true}," : "", r->stage, off,
+             device);
 }
 
 struct model_ctx {
@@ -169,8 +187,11 @@ static zs_status model_step(struct model_ctx *m, const struct run *r, int k)
                 g[off + i] = grad_value(rank, k, j, i);
             end = off + sizes[j];
         }
+        if (r->bf16) /* in place: element i's two bytes never overtake the floats still to read */
+            for (int64_t i = 0; i < end; i++)
+                ((uint16_t *)g)[i] = to_bf16(g[i]);
         if (!st)
-            st = zs_copy_from_host(m->ctx, buf, g, (size_t)end * sizeof(float));
+            st = zs_copy_from_host(m->ctx, buf, g, (size_t)end * (r->bf16 ? 2 : sizeof(float)));
         if (!st)
             st = zs_grad_ready(m->ctx, m->unit[u]);
         if (!st)
@@ -193,7 +214,9 @@ static zs_status model_read(struct model_ctx *m, const struct run *r, float out[
         if (!st)
             st = zs_param_data(m->ctx, m->param[j], &p);
         if (!st)
-            st = zs_copy_to_host(m->ctx, out[j], p, (size_t)sizes[j] * sizeof(float));
+            st = zs_copy_to_host(m->ctx, out[j], p, (size_t)sizes[j] * (r->bf16 ? 2 : sizeof(float)));
+        for (int64_t i = sizes[j] - 1; r->bf16 && i >= 0; i--) /* backwards: widening in place */
+            out[j][i] = from_bf16(((uint16_t *)out[j])[i]);
         if (!st)
             st = zs_unit_release(m->ctx, m->unit[unit_of[j]]);
     }
@@ -328,9 +351,9 @@ static bool nvme_works = true;
 static void check_groups(enum opt o)
 {
     static const struct run runs[] = {
-        { 0, 0, 0, "none", false, 0 }, { 0, 0, 1, "none", false, 0 }, { 0, 0, 1, "cpu", false, 0 },
-        { 0, 0, 2, "none", false, 0 }, { 0, 0, 2, "cpu", false, 0 },  { 0, 0, 3, "none", false, 0 },
-        { 0, 0, 3, "cpu", false, 0 },  { 0, 0, 2, "cpu", true, 0 },   { 0, 0, 3, "nvme", false, 0 },
+        { 0, 0, 0, "none", false, 0, false }, { 0, 0, 1, "none", false, 0, false }, { 0, 0, 1, "cpu", false, 0, false },
+        { 0, 0, 2, "none", false, 0, false }, { 0, 0, 2, "cpu", false, 0, false },  { 0, 0, 3, "none", false, 0, false },
+        { 0, 0, 3, "cpu", false, 0, false },  { 0, 0, 2, "cpu", true, 0, false },   { 0, 0, 3, "nvme", false, 0, false },
     };
     static float first[NP][MAXN], got[NP][MAXN];
     static double ref[NP][MAXN];
@@ -371,9 +394,10 @@ static void check_groups(enum opt o)
 static void check_frozen(void)
 {
     static const struct run runs[] = {
-        { 0, 0, 0, "none", false, 0 }, { 0, 0, 1, "cpu", false, 0 }, { 0, 0, 2, "none", false, 0 },
-        { 0, 0, 2, "cpu", true, 0 },   { 0, 0, 3, "none", false, 0 }, { 0, 0, 3, "cpu", false, 0 },
-        { 0, 0, 3, "nvme", false, 0 },
+        { 0, 0, 0, "none", false, 0, false }, { 0, 0, 1, "cpu", false, 0, false }, { 0, 0, 2, "none", false, 0, false },
+        { 0, 0, 2, "cpu", true, 0, false },   { 0, 0, 3, "none", false, 0, false }, { 0, 0, 3, "cpu", false, 0, false },
+        { 0, 0, 3, "nvme", false, 0, false }, { 0, 0, 0, "none", false, 0, true }, { 0, 0, 3, "cpu", false, 0, true },
+        { 0, 0, 2, "nvme", false, 0, true },
     };
     static float with[NP][MAXN], without[NP][MAXN], first[NP][MAXN];
     zs_memory_report mw, mo;
@@ -387,8 +411,8 @@ static void check_frozen(void)
         b.model = MODEL_NO_FROZEN;
         if (!strcmp(a.offload, "nvme") && !nvme_works)
             continue;
-        snprintf(name, sizeof(name), "frozen unit stage %d offload %s%s", a.stage, a.offload,
-                 a.separate ? " separate device" : "");
+        snprintf(name, sizeof(name), "frozen unit stage %d offload %s%s%s", a.stage, a.offload,
+                 a.separate ? " separate device" : "", a.bf16 ? " bf16" : "");
         if (!run_model(&a, with, &lr1, &mw) || !run_model(&b, without, &lr1, &mo)) {
             zs_test_report(name, "run failed");
             continue;
@@ -396,13 +420,15 @@ static void check_frozen(void)
         why = NULL;
         for (int j = 0; j < NP && !why; j++)
             for (int64_t i = 0; i < sizes[j] && !why; i++)
-                if (unit_of[j] == 3 ? with[j][i] != init_value(j, i) : with[j][i] != without[j][i])
+                if (unit_of[j] == 3 ? with[j][i] != (a.bf16 ? from_bf16(to_bf16(init_value(j, i))) : init_value(j, i))
+                                    : with[j][i] != without[j][i])
                     why = unit_of[j] == 3 ? "the frozen unit moved" : "trainable units differ from a model without it";
-        if (!why && c == 0)
+        if (!why && (c == 0 || (a.bf16 && !runs[c - 1].bf16)))
             memcpy(first, with, sizeof(first));
         if (!why && memcmp(first, with, sizeof(first)))
             why = "bits differ from stage 0";
-        if (!why && (mw.grads != mo.grads || mw.optimizer != mo.optimizer || mw.expect_grads != mo.expect_grads ||
+        if (!why && (mw.grads != mo.grads || mw.optimizer != mo.optimizer || mw.master != mo.master ||
+                     mw.expect_grads != mo.expect_grads ||
                      mw.expect_optimizer != mo.expect_optimizer))
             why = "the frozen unit has gradient or optimizer bytes";
         if (!why && mw.params <= mo.params)
@@ -436,10 +462,10 @@ static bool ckpt_saver(const struct run *r, const char *dir, float out[NP][MAXN]
     return !st;
 }
 
-static void check_ckpt(void)
+static void check_ckpt(bool bf16)
 {
-    struct run save = { OPT_ADAMW, MODEL_FROZEN, 3, "none", false, 0 }, load = { OPT_ADAMW, MODEL_FROZEN, 1, "cpu",
-                                                                                  false, 0 };
+    struct run save = { OPT_ADAMW, MODEL_FROZEN, 3, "none", false, 0, bf16 },
+               load = { OPT_ADAMW, MODEL_FROZEN, 1, "cpu", false, 0, bf16 };
     static float want[NP][MAXN], got[NP][MAXN];
     int savers = world > 1 ? world - 1 : 1, ok = 1;
     char dir[300], name[96];
@@ -447,8 +473,9 @@ static void check_ckpt(void)
     zs_group_opts g1;
     zs_status st;
 
-    snprintf(dir, sizeof(dir), "%s/ckpt", scratch);
-    snprintf(name, sizeof(name), "checkpoint saved at %d ranks, loaded at %d: the same next steps", savers, world);
+    snprintf(dir, sizeof(dir), "%s/ckpt%s", scratch, bf16 ? "_bf16" : "");
+    snprintf(name, sizeof(name), "checkpoint saved at %d ranks, loaded at %d: the same next steps%s", savers, world,
+             bf16 ? " (bf16)" : "");
     same_grads = true;
     MPI_Comm_split(MPI_COMM_WORLD, rank < savers ? 0 : MPI_UNDEFINED, rank, &run_comm);
     if (rank < savers) {
@@ -472,11 +499,14 @@ static void check_ckpt(void)
           g1.weight_decay);
     zs_finalize(m.ctx);
 
+    if (bf16)
+        goto out;
     load.model = MODEL_ALL; /* the unit saved frozen is trainable here */
     st = model_open(&m, &load);
     expect_error("a checkpoint's frozen parameter registered trainable", st ? st : zs_checkpoint_load(m.ctx, dir),
                  "parameter 'p6' was saved frozen, the program registered it trainable");
     zs_finalize(m.ctx);
+out:
     same_grads = false;
 }
 
@@ -493,7 +523,7 @@ static void expect_error(const char *name, zs_status st, const char *text)
 
 static void misuse_setup(const char *name, enum misuse mu, const char *text)
 {
-    struct run r = { OPT_SGD, MODEL_ALL, 2, "none", false, mu };
+    struct run r = { OPT_SGD, MODEL_ALL, 2, "none", false, mu, false };
     struct model_ctx m;
 
     expect_error(name, model_open(&m, &r), text);
@@ -502,7 +532,7 @@ static void misuse_setup(const char *name, enum misuse mu, const char *text)
 
 static void check_misuse(void)
 {
-    struct run r = { OPT_ADAMW, MODEL_FROZEN, 2, "none", false, 0 };
+    struct run r = { OPT_ADAMW, MODEL_FROZEN, 2, "none", false, 0, false };
     struct model_ctx m;
     zs_group_opts o = { .set = ZS_GROUP_LR, .lr = 0.1 }, bad = { .set = ZS_GROUP_LR, .lr = -1.0 };
     char json[1024];
@@ -566,7 +596,8 @@ int main(int argc, char **argv)
     if (strcmp(device, "cpu")) /* the rest is the device's business nowhere */
         goto out;
     check_misuse();
-    check_ckpt();
+    check_ckpt(false);
+    check_ckpt(true);
 
 out:
     MPI_Barrier(MPI_COMM_WORLD);
