@@ -84,7 +84,7 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
             n->unit_param[u] = align_up((uint64_t)sh * 4, block);
         int arrays = ctx->units[u].frozen ? 0 : k; /* a frozen unit has no optimizer state */
         uint64_t region = n->unit_param[u] + align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)arrays, block);
-        if (u == 0 || group_elems + (uint64_t)sh > (uint64_t)limit) {
+        if (u == 0 || (region && group_elems + (uint64_t)sh > (uint64_t)limit)) {
             n->first[n->ngroups] = u;
             n->group_off[n->ngroups] = off;
             n->ngroups++;
@@ -93,7 +93,7 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
         n->unit_off[u] = off;
         n->unit_state[u] = arrays ? align_up((uint64_t)sh * 4, 4096) : 0;
         n->group_bytes[n->ngroups - 1] += region;
-        group_elems += (uint64_t)sh;
+        group_elems += region ? (uint64_t)sh : 0;
         off += region;
     }
     n->first[n->ngroups] = ctx->nunits;
@@ -316,22 +316,25 @@ zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, float
 
     if (st)
         return st;
-    rc = zs_swap_read(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u, unit_count(n)), &t);
-    if (!rc)
-        rc = zs_swap_wait(n->swap, t);
-    if (rc)
-        return io_fail(n, rc, "reading a unit's optimizer state");
     *p = n->unit_param[u] ? (float *)n->slot[0] : NULL;
     *s1 = (float *)(n->slot[0] + n->unit_param[u]);
     *s2 = (float *)((char *)*s1 + n->unit_state[u]);
-    return ZS_OK;
+    if (!unit_region(n, u, unit_count(n))) /* a frozen unit with nothing in the file */
+        return ZS_OK;
+    rc = zs_swap_read(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u, unit_count(n)), &t);
+    if (!rc)
+        rc = zs_swap_wait(n->swap, t);
+    return rc ? io_fail(n, rc, "reading a unit's optimizer state") : ZS_OK;
 }
 
 zs_status zs_nvme_unit_store(struct zs_nvme_optim *n, int32_t u)
 {
     uint64_t t;
-    int rc = zs_swap_write(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u, unit_count(n)), &t);
+    int rc = 0;
 
+    if (!unit_region(n, u, unit_count(n)))
+        return ZS_OK;
+    rc = zs_swap_write(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u, unit_count(n)), &t);
     if (!rc)
         rc = zs_swap_wait(n->swap, t);
     return rc ? io_fail(n, rc, "writing a unit's optimizer state") : ZS_OK;

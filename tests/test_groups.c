@@ -442,7 +442,8 @@ static void expect_error(const char *name, zs_status st, const char *text);
 /* ---------------------------------------------------------------- (d) a checkpoint resharded */
 
 /* Steps 1-2 on max(world - 1, 1) ranks at stage 3, zs_group_set, a save, steps 3-4 (the uninterrupted run);
- * then every rank loads the checkpoint at stage 1 with the optimizer offloaded, without the zs_group_set, and
+ * then every rank loads the checkpoint at stage 1 with the optimizer offloaded (bf16: at stage 2 with it on
+ * NVMe), without the zs_group_set, and
  * steps 3-4 again: the same bits, the set group's lr, and a model registered otherwise refused by name. */
 static bool ckpt_saver(const struct run *r, const char *dir, float out[NP][MAXN])
 {
@@ -465,7 +466,7 @@ static bool ckpt_saver(const struct run *r, const char *dir, float out[NP][MAXN]
 static void check_ckpt(bool bf16)
 {
     struct run save = { OPT_ADAMW, MODEL_FROZEN, 3, "none", false, 0, bf16 },
-               load = { OPT_ADAMW, MODEL_FROZEN, 1, "cpu", false, 0, bf16 };
+               load = { OPT_ADAMW, MODEL_FROZEN, bf16 ? 2 : 1, bf16 && nvme_works ? "nvme" : "cpu", false, 0, bf16 };
     static float want[NP][MAXN], got[NP][MAXN];
     int savers = world > 1 ? world - 1 : 1, ok = 1;
     char dir[300], name[96];
