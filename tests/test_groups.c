@@ -16,6 +16,7 @@
 static int rank, world;
 static MPI_Comm run_comm;  /* the ranks a model runs on (MPI_COMM_WORLD, or fewer for a checkpoint's saver) */
 static bool same_grads;
+static bool deterministic; /* zeroshard.deterministic, one micro-shard per micro-batch */
 static const char *device = "cpu"; /* argv[1]: "cuda" in the build against the CUDA emulator */    /* every rank the same gradients, of few bits: the mean is exact at any world size */
 static char scratch[256]; /* a directory for the NVMe and checkpoint cases, shared by the ranks */
 
@@ -109,10 +110,10 @@ static void config_json(const struct run *r, char *json, size_t len)
                  strcmp(r->offload, "nvme") ? "" : "\"");
     snprintf(json, len, "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 0, \"optimizer\": "
              "{\"type\": \"%s\", \"params\": {%s%s}}%s%s,%s \"zero_optimization\": {\"stage\": %d, "
-             "\"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 50%s}, \"zeroshard\": {\"device\": \"%s\"}}",
+             "\"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 50%s}, \"zeroshard\": {\"device\": \"%s\"%s}}",
              r->opt == OPT_ADAM ? "Adam" : opt_name[r->opt], params, r->opt == OPT_ADAM ? ", \"adam_w_mode\": false" : "",
              r->opt == OPT_ADAMW ? ", \"scheduler\": " : "", r->opt == OPT_ADAMW ? sched_json : "", r->bf16 ? " \"bf16\": {\"enabled\": true}," : "", r->stage, off,
-             device);
+             device, deterministic ? ", \"deterministic\": \"world_size_invariant\", \"micro_shard_size\": 1" : "");
 }
 
 struct model_ctx {
@@ -192,6 +193,8 @@ static zs_status model_step(struct model_ctx *m, const struct run *r, int k)
                 ((uint16_t *)g)[i] = to_bf16(g[i]);
         if (!st)
             st = zs_copy_from_host(m->ctx, buf, g, (size_t)end * (r->bf16 ? 2 : sizeof(float)));
+        if (!st)
+            st = deterministic ? zs_grad_deposit(m->ctx, m->unit[u]) : ZS_OK;
         if (!st)
             st = zs_grad_ready(m->ctx, m->unit[u]);
         if (!st)
@@ -437,6 +440,31 @@ static void check_frozen(void)
     }
 }
 
+/* Deterministic mode leaves a frozen unit out of its exact sums: the others as without it. */
+static void check_frozen_exact(void)
+{
+    static float with[NP][MAXN], without[NP][MAXN];
+    double lr1;
+    char name[96];
+
+    deterministic = true;
+    for (int stage = 0; stage <= 3; stage += 3) {
+        struct run a = { OPT_ADAMW, MODEL_FROZEN, stage, "none", false, 0, false }, b = a;
+        bool same = true;
+        b.model = MODEL_NO_FROZEN;
+        snprintf(name, sizeof(name), "frozen unit in deterministic mode, stage %d", stage);
+        if (!run_model(&a, with, &lr1, NULL) || !run_model(&b, without, &lr1, NULL)) {
+            zs_test_report(name, "run failed");
+            continue;
+        }
+        for (int j = 0; j < NP; j++)
+            for (int64_t i = 0; i < sizes[j]; i++)
+                same &= unit_of[j] == 3 ? with[j][i] == init_value(j, i) : with[j][i] == without[j][i];
+        zs_test_report(name, same ? NULL : "the frozen unit moved, or the others differ from a model without it");
+    }
+    deterministic = false;
+}
+
 static void expect_error(const char *name, zs_status st, const char *text);
 
 /* ---------------------------------------------------------------- (d) a checkpoint resharded */
@@ -594,8 +622,9 @@ int main(int argc, char **argv)
     for (int o = OPT_ADAMW; o <= OPT_SGD; o++)
         check_groups((enum opt)o);
     check_frozen();
-    if (strcmp(device, "cpu")) /* the rest is the device's business nowhere */
+    if (strcmp(device, "cpu")) /* the rest is the device's business nowhere (deterministic mode: the CPU only) */
         goto out;
+    check_frozen_exact();
     check_misuse();
     check_ckpt(false);
     check_ckpt(true);
