@@ -1,16 +1,14 @@
 /* groups.c - parameter groups (torch's param_groups: each group's lr, weight decay and the optimizer's own
  * hyper-parameters over the config's optimizer.params) and frozen parameters: registration, the checks every
- * rank agrees on at set-up, and the per-group step scalars. */
+ * rank agrees on at set-up, and each group's lr at a step. */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "base/hash.h" /* defines: zs_fnv1a */
 #include "core/ctx.h"
-#include "core/ranks.h"
-#include "core/schedule.h"
+#include "core/ranks.h" /* defines: zs_label */
 #include "runtime.h"
 
 #define GROUP_FIELDS (ZS_GROUP_LR | ZS_GROUP_WEIGHT_DECAY | ZS_GROUP_BETAS | ZS_GROUP_EPS | ZS_GROUP_MOMENTUM | \
