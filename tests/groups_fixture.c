@@ -77,18 +77,25 @@ void config_json(const struct run *r, char *json, size_t len)
                                              "\"weight_decay\": 0.01"
                                            : "\"lr\": 0.02, \"betas\": [0.9, 0.999], \"eps\": 1e-8, "
                                              "\"weight_decay\": 0.1";
-    char off[512] = "";
+    bool nvme = !strncmp(r->offload, "nvme", 4), params_too = strchr(r->offload, '+') != NULL;
+    char off[768] = "", dev[16];
 
+    /* "cpu" or "nvme": the optimizer; "cpu+params" or "nvme+params": the stage-3 parameters too */
+    snprintf(dev, sizeof(dev), "%.*s", (int)strcspn(r->offload, "+"), r->offload);
     if (strcmp(r->offload, "none"))
-        snprintf(off, sizeof(off), ", \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}", r->offload,
-                 strcmp(r->offload, "nvme") ? "" : ", \"nvme_path\": \"", strcmp(r->offload, "nvme") ? "" : scratch,
-                 strcmp(r->offload, "nvme") ? "" : "\"");
+        snprintf(off, sizeof(off), ", \"offload_optimizer\": {\"device\": \"%s\"%s%s%s}%s%s%s%s%s%s", dev,
+                 nvme ? ", \"nvme_path\": \"" : "", nvme ? scratch : "", nvme ? "\"" : "",
+                 params_too ? ", \"offload_param\": {\"device\": \"" : "", params_too ? dev : "",
+                 params_too ? "\"" : "", params_too && nvme ? ", \"nvme_path\": \"" : "",
+                 params_too && nvme ? scratch : "", params_too ? (nvme ? "\"}" : "}") : "");
     snprintf(json, len, "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 0, \"optimizer\": "
              "{\"type\": \"%s\", \"params\": {%s%s}}%s%s,%s \"zero_optimization\": {\"stage\": %d, "
-             "\"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 50%s}, \"zeroshard\": {\"device\": \"%s\"%s}}",
+             "\"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 50%s}, \"zeroshard\": {\"device\": "
+             "\"%s\"%s}}",
              r->opt == OPT_ADAM ? "Adam" : opt_name[r->opt], params, r->opt == OPT_ADAM ? ", \"adam_w_mode\": false" : "",
-             r->opt == OPT_ADAMW ? ", \"scheduler\": " : "", r->opt == OPT_ADAMW ? sched_json : "", r->bf16 ? " \"bf16\": {\"enabled\": true}," : "", r->stage, off,
-             device, deterministic ? ", \"deterministic\": \"world_size_invariant\", \"micro_shard_size\": 1" : "");
+             r->opt == OPT_ADAMW ? ", \"scheduler\": " : "", r->opt == OPT_ADAMW ? sched_json : "",
+             r->bf16 ? " \"bf16\": {\"enabled\": true}," : "", r->stage, off, device,
+             deterministic ? ", \"deterministic\": \"world_size_invariant\", \"micro_shard_size\": 1" : "");
 }
 
 zs_status model_open(struct model_ctx *m, const struct run *r)

@@ -32,7 +32,7 @@ struct run {
     enum opt opt;
     enum model model;
     int stage;
-    const char *offload; /* "none", "cpu", "nvme" */
+    const char *offload; /* "none", "cpu", "nvme"; "+params": offload_param too (stage 3) */
     bool separate;       /* the separate test device: the offloaded step from a device */
     enum misuse misuse;
     bool bf16;           /* bf16 training (fp32 masters for the trainable units only) */
