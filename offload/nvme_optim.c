@@ -53,7 +53,8 @@ static bool params_on_disk(const struct zs_ctx *ctx)
  * masters of 16-bit parameters, which stay with the optimizer state they are updated with. */
 static bool master_on_disk(const struct zs_ctx *ctx, const struct zs_unit *un)
 {
-    return (params_on_disk(ctx) && zs_unit_is_sharded(ctx, un)) || (ctx->cfg.param_dtype != ZS_DTYPE_FP32 && !un->frozen);
+    return (params_on_disk(ctx) && zs_unit_is_sharded(ctx, un)) ||
+           (ctx->cfg.param_dtype != ZS_DTYPE_FP32 && !un->frozen); /* a frozen unit has no masters */
 }
 
 zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, size_t *pool_bytes)

@@ -92,7 +92,8 @@ void config_json(const struct run *r, char *json, size_t len)
              "{\"type\": \"%s\", \"params\": {%s%s}}%s%s,%s \"zero_optimization\": {\"stage\": %d, "
              "\"stage3_param_persistence_threshold\": 0, \"sub_group_size\": 50%s}, \"zeroshard\": {\"device\": "
              "\"%s\"%s}}",
-             r->opt == OPT_ADAM ? "Adam" : opt_name[r->opt], params, r->opt == OPT_ADAM ? ", \"adam_w_mode\": false" : "",
+             r->opt == OPT_ADAM ? "Adam" : opt_name[r->opt], params,
+             r->opt == OPT_ADAM ? ", \"adam_w_mode\": false" : "",
              r->opt == OPT_ADAMW ? ", \"scheduler\": " : "", r->opt == OPT_ADAMW ? sched_json : "",
              r->bf16 ? " \"bf16\": {\"enabled\": true}," : "", r->stage, off, device,
              deterministic ? ", \"deterministic\": \"world_size_invariant\", \"micro_shard_size\": 1" : "");

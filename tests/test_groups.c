@@ -141,9 +141,11 @@ static bool nvme_works = true;
 static void check_groups(enum opt o)
 {
     static const struct run runs[] = {
-        { 0, 0, 0, "none", false, 0, false }, { 0, 0, 1, "none", false, 0, false }, { 0, 0, 1, "cpu", false, 0, false },
-        { 0, 0, 2, "none", false, 0, false }, { 0, 0, 2, "cpu", false, 0, false },  { 0, 0, 3, "none", false, 0, false },
-        { 0, 0, 3, "cpu", false, 0, false },  { 0, 0, 2, "cpu", true, 0, false },   { 0, 0, 3, "nvme", false, 0, false },
+        { 0, 0, 0, "none", false, 0, false }, { 0, 0, 1, "none", false, 0, false },
+        { 0, 0, 1, "cpu", false, 0, false },  { 0, 0, 2, "none", false, 0, false },
+        { 0, 0, 2, "cpu", false, 0, false },  { 0, 0, 3, "none", false, 0, false },
+        { 0, 0, 3, "cpu", false, 0, false },  { 0, 0, 2, "cpu", true, 0, false },
+        { 0, 0, 3, "nvme", false, 0, false },
     };
     static float first[NP][MAXN], got[NP][MAXN];
     static double ref[NP][MAXN];
@@ -201,7 +203,8 @@ static void check_frozen(void)
         struct run a = runs[c], b = runs[c];
         a.model = MODEL_FROZEN;
         b.model = MODEL_NO_FROZEN;
-        if ((!strncmp(a.offload, "nvme", 4) && !nvme_works) || (!strcmp(a.offload, "nvme+params") && strcmp(device, "cpu")))
+        if ((!strncmp(a.offload, "nvme", 4) && !nvme_works) ||
+            (!strcmp(a.offload, "nvme+params") && strcmp(device, "cpu")))
             continue; /* NVMe parameters: the CPU only */
         snprintf(name, sizeof(name), "frozen unit stage %d offload %s%s%s", a.stage, a.offload,
                  a.separate ? " separate device" : "", a.bf16 ? " bf16" : "");
