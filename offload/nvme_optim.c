@@ -85,7 +85,8 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
             n->unit_param[u] = align_up((uint64_t)sh * 4, block);
         int arrays = ctx->units[u].frozen ? 0 : k; /* a frozen unit has no optimizer state */
         uint64_t region = n->unit_param[u] + align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)arrays, block);
-        if (u == 0 || (region && group_elems + (uint64_t)sh > (uint64_t)limit)) {
+        bool counts = region || !ctx->units[u].frozen; /* a frozen unit with nothing in the file does not */
+        if (u == 0 || (counts && group_elems + (uint64_t)sh > (uint64_t)limit)) {
             n->first[n->ngroups] = u;
             n->group_off[n->ngroups] = off;
             n->ngroups++;
@@ -94,7 +95,7 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
         n->unit_off[u] = off;
         n->unit_state[u] = arrays ? align_up((uint64_t)sh * 4, 4096) : 0;
         n->group_bytes[n->ngroups - 1] += region;
-        group_elems += region ? (uint64_t)sh : 0;
+        group_elems += counts ? (uint64_t)sh : 0;
         off += region;
     }
     n->first[n->ngroups] = ctx->nunits;
