@@ -22,7 +22,7 @@
 #include "zeroshard.h"
 
 #define NPARAMS 4
-#define ACCUM 2
+static int accum; /* gradient_accumulation_steps of the set-up being run */
 static const int64_t numel[NPARAMS] = {100, 37, 300, 50};
 static const int32_t unit_of[NPARAMS] = {0, 0, 1, 2}; /* u2 (50 elements) stays whole at stage 3 */
 #define NUNITS 3
@@ -36,6 +36,7 @@ struct setup {
     int stage;
     const char *offload; /* none, cpu, nvme */
     const char *dtype;   /* fp32, bf16 */
+    int accum;
 };
 
 static void init_values(void *arg, int32_t param, int64_t first, int64_t count, float *dst)
@@ -63,7 +64,7 @@ static zs_status open_ctx(zs_ctx **ctx, const struct setup *s, MPI_Comm comm, in
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}, "
              "\"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 60, "
              "\"stage3_max_reuse_distance\": 1000000, \"stage3_prefetch_bucket_size\": 1000000%s}%s}",
-             nranks * ACCUM, ACCUM, !strcmp(s->dtype, "bf16") ? "\"bf16\": {\"enabled\": true}, " : "",
+             nranks * accum, accum, !strcmp(s->dtype, "bf16") ? "\"bf16\": {\"enabled\": true}, " : "",
              extra ? extra : "", s->stage, off, "");
     st = zs_init(ctx, &o);
     for (int32_t p = 0, unit = -1; !st && p < NPARAMS; p++) { /* a unit is filled before the next is added */
@@ -120,16 +121,16 @@ static zs_status grads_in(zs_ctx *ctx, int64_t micro)
     return st;
 }
 
-/* One optimizer step (ACCUM micro-batches); with grad set, the reduced gradients read before zs_step. */
+/* One optimizer step (accum micro-batches); with grad set, the reduced gradients read before zs_step. */
 static zs_status one_step(zs_ctx *ctx, float *grad)
 {
     zs_step_stats s;
     zs_status st = ZS_OK;
 
-    for (int m = 0; !st && m < ACCUM; m++) {
+    for (int m = 0; !st && m < accum; m++) {
         zs_stats(ctx, &s);
         st = grads_in(ctx, s.micro_step);
-        for (int32_t p = 0, at = 0; !st && grad && m == ACCUM - 1 && p < NPARAMS; at += (int32_t)numel[p++])
+        for (int32_t p = 0, at = 0; !st && grad && m == accum - 1 && p < NPARAMS; at += (int32_t)numel[p++])
             st = zs_param_read(ctx, p, ZS_STATE_GRAD, grad + at);
         if (!st)
             st = zs_step(ctx);
@@ -181,13 +182,14 @@ static void run_setup(const struct setup *s, struct record *rec, const struct re
 {
     zs_ctx *ctx = NULL;
     char dir[400];
-    static float f2[TOTAL], f4[TOTAL], again[TOTAL], w[TOTAL], got[TOTAL];
+    static float f2[TOTAL], f2w[TOTAL], f3[TOTAL], f4[TOTAL], again[TOTAL], w[TOTAL], got[TOTAL], before[TOTAL];
     zs_ckpt_opts o = {.tag = "checkpoint"};
     zs_step_stats stats;
     int loaded = -1;
     zs_status st;
 
     snprintf(dir, sizeof(dir), "%s/%s", base, s->name);
+    accum = s->accum;
     st = open_ctx(&ctx, s, MPI_COMM_WORLD, world, NULL);
     CHECK(!st, "%s: set-up: %s", s->name, zs_last_error());
     if (st)
@@ -203,6 +205,8 @@ static void run_setup(const struct setup *s, struct record *rec, const struct re
     if (!st)
         st = read_all(ctx, ZS_STATE_PARAM, f2);
     if (!st)
+        st = fetched(ctx, f2w);
+    if (!st)
         st = one_step(ctx, rec->grad3);
     if (!st)
         st = read_all(ctx, ZS_STATE_PARAM, rec->param3);
@@ -211,16 +215,23 @@ static void run_setup(const struct setup *s, struct record *rec, const struct re
     if (!st)
         st = read_all(ctx, ZS_STATE_EXP_AVG_SQ, rec->v3);
     if (!st)
+        st = read_all(ctx, ZS_STATE_PARAM, f3);
+    /* after 3 steps, the step-2 checkpoint; step 3 again gives the same state */
+    if (!st)
+        st = zs_checkpoint_load_opts(ctx, dir, &o, &loaded);
+    if (!st)
         st = one_step(ctx, NULL);
     if (!st)
-        st = fetched(ctx, f4);
+        st = read_all(ctx, ZS_STATE_PARAM, got);
+    CHECK(!st && same(got, f3, TOTAL), "%s: step 3 after loading at step 3 differs (%s)", s->name,
+          st ? zs_last_error() : "values");
+    if (!st)
+        st = one_step(ctx, NULL);
+    if (!st)
+        st = read_all(ctx, ZS_STATE_PARAM, f4);
     CHECK(!st, "%s: steps 3 and 4 and their reads: %s", s->name, zs_last_error());
     if (st)
         goto out_finalize;
-    if (!strcmp(s->dtype, "fp32")) { /* the read is the parameter itself */
-        static float p4[TOTAL];
-        CHECK(!read_all(ctx, ZS_STATE_PARAM, p4) && same(p4, f4, TOTAL), "%s: read != fetched at step 4", s->name);
-    }
     /* an evaluation pass that stops after the first unit: stage 3 has prefetched the next ones */
     st = zs_unit_fetch(ctx, 0, NULL);
     if (!st)
@@ -229,29 +240,46 @@ static void run_setup(const struct setup *s, struct record *rec, const struct re
         st = zs_checkpoint_load_opts(ctx, dir, &o, &loaded);
     CHECK(!st && loaded == 1, "%s: load mid-training: %s", s->name, st ? zs_last_error() : "loaded");
     zs_stats(ctx, &stats);
-    CHECK(stats.global_step == 2 && stats.micro_step == 2 * ACCUM, "%s: after the load step %lld micro %lld",
+    CHECK(stats.global_step == 2 && stats.micro_step == 2 * accum, "%s: after the load step %lld micro %lld",
           s->name, (long long)stats.global_step, (long long)stats.micro_step);
     if (!st)
-        st = one_step(ctx, NULL);
+        st = fetched(ctx, got);
+    CHECK(!st && same(got, f2w, TOTAL), "%s: a fetch right after the load does not show step 2's parameters (%s)",
+          s->name, st ? zs_last_error() : "values");
     if (!st)
         st = one_step(ctx, NULL);
     if (!st)
-        st = fetched(ctx, again);
+        st = one_step(ctx, NULL);
+    if (!st)
+        st = read_all(ctx, ZS_STATE_PARAM, again);
     CHECK(!st && same(again, f4, TOTAL), "%s: steps 3-4 after the load differ from the uninterrupted run's (%s)",
           s->name, st ? zs_last_error() : "values");
 
-    /* rank 1 writes p1 (in unit 0, next to p0), everyone fetches it; then a step from there */
+    /* step 5 starts a window whose evaluation pass stops after unit 0 (stage 3 prefetches unit 1); rank 1
+     * writes p2 (unit 1) and every rank fetches it; then a step from there */
+    if (!st)
+        st = one_step(ctx, NULL);
+    if (!st)
+        st = read_all(ctx, ZS_STATE_PARAM, before);
+    if (!st)
+        st = zs_unit_fetch(ctx, 0, NULL);
+    if (!st)
+        st = zs_unit_release(ctx, 0);
     for (int i = 0; i < TOTAL; i++)
         w[i] = rank == 1 ? (float)(i % 29) / 32.0f - 0.25f : NAN;
     if (!st)
-        st = zs_param_write(ctx, 1, ZS_STATE_PARAM, rank == 1 ? w : NULL, 1);
-    if (!st)
-        st = fetched(ctx, got);
+        st = zs_param_write(ctx, 2, ZS_STATE_PARAM, rank == 1 ? w : NULL, 1);
     for (int i = 0; i < TOTAL; i++)
         w[i] = (float)(i % 29) / 32.0f - 0.25f; /* what rank 1 sent (exact in bf16 too) */
-    CHECK(!st && same(got + numel[0], w, numel[1]) && same(got, again, numel[0]) &&
-          same(got + numel[0] + numel[1], again + numel[0] + numel[1], TOTAL - numel[0] - numel[1]),
-          "%s: the fetch after the write does not show it (%s)", s->name, st ? zs_last_error() : "values");
+    if (!st)
+        st = fetched(ctx, got);
+    CHECK(!st && same(got + numel[0] + numel[1], w, numel[2]), "%s: the fetch after the write does not show it (%s)",
+          s->name, st ? zs_last_error() : "values");
+    if (!st)
+        st = read_all(ctx, ZS_STATE_PARAM, got);
+    memcpy(before + numel[0] + numel[1], w, (size_t)numel[2] * sizeof(float));
+    CHECK(!st && same(got, before, TOTAL), "%s: the masters after the write (%s)", s->name,
+          st ? zs_last_error() : "values");
     if (!st)
         st = one_step(ctx, NULL);
     if (!st)
@@ -414,7 +442,7 @@ static void test_extra(zs_ctx *ctx, const char *dir)
 /* module_only, no_optimizer, no_scheduler against the running engine and the checkpoint (step 2). */
 static void test_flags(const char *dir)
 {
-    static const struct setup s = {"flags", 2, "none", "fp32"};
+    static const struct setup s = {"flags", 2, "none", "fp32", 2};
     static const char sched[] = "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0, "
                                 "\"warmup_max_lr\": 0.01, \"warmup_num_steps\": 10}}, ";
     static float p2[TOTAL], m2[TOTAL], m3[TOTAL], got[TOTAL], zero[TOTAL];
@@ -461,6 +489,16 @@ static void test_flags(const char *dir)
     CHECK(!read_all(ctx, ZS_STATE_EXP_AVG, got) && same(got, zero, TOTAL) &&
           !read_all(ctx, ZS_STATE_EXP_AVG_SQ, got) && same(got, zero, TOTAL), "no_optimizer: moments not zero");
     CHECK(!read_all(ctx, ZS_STATE_PARAM, got) && same(got, p2, TOTAL), "no_optimizer: the parameters of step 2");
+    /* fresh moments restart Adam's count: the first update is lr * g / |g| (bias-corrected), not ~3 lr */
+    double most = 0.0;
+    st = one_step(ctx, NULL);
+    zs_stats(ctx, &stats);
+    if (!st)
+        st = read_all(ctx, ZS_STATE_PARAM, got);
+    for (int i = 0; !st && i < TOTAL; i++)
+        most = fmax(most, fabs((double)got[i] - (double)p2[i]));
+    CHECK(!st && most > 0.9 * stats.lr && most < 1.1 * stats.lr, "no_optimizer: the step after it moved a parameter "
+          "by %g at lr %g (%s)", most, stats.lr, zs_last_error());
 
     o = (zs_ckpt_opts){.tag = "two"};
     st = zs_checkpoint_load_opts(ctx, dir, &o, NULL); /* the full state of step 2, schedule at 2 */
@@ -494,9 +532,10 @@ static void test_flags(const char *dir)
 int main(int argc, char **argv)
 {
     static const struct setup setups[] = {
-        {"s0", 0, "none", "fp32"},  {"s1", 1, "none", "fp32"},  {"s2", 2, "none", "fp32"},
-        {"s3", 3, "none", "fp32"},  {"s2cpu", 2, "cpu", "fp32"}, {"s3cpu", 3, "cpu", "fp32"},
-        {"s3nvme", 3, "nvme", "fp32"}, {"s1bf16", 1, "none", "bf16"}, {"s3bf16", 3, "cpu", "bf16"},
+        {"s0", 0, "none", "fp32", 2},      {"s1", 1, "none", "fp32", 2},     {"s2", 2, "none", "fp32", 2},
+        {"s3", 3, "none", "fp32", 2},      {"s2cpu", 2, "cpu", "fp32", 2},   {"s3cpu", 3, "cpu", "fp32", 2},
+        {"s3nvme", 3, "nvme", "fp32", 2},  {"s1bf16", 1, "none", "bf16", 2}, {"s3bf16", 3, "cpu", "bf16", 2},
+        {"s0acc1", 0, "none", "fp32", 1},  {"s3acc1", 3, "none", "fp32", 1}, {"s2nvme1", 2, "nvme", "fp32", 1},
     };
     static struct record recs[sizeof(setups) / sizeof(setups[0])];
     const char *only = argc > 1 ? argv[1] : NULL;
@@ -520,15 +559,16 @@ int main(int argc, char **argv)
         const struct record *ref = NULL;
         if (only && strcmp(only, setups[i].name))
             continue;
-        for (size_t j = 0; j < i && !only; j++) /* the first set-up of the same dtype is the reference */
-            if (!strcmp(setups[j].dtype, setups[i].dtype)) {
+        for (size_t j = 0; j < i && !only; j++) /* the first set-up of the same dtype and accumulation */
+            if (!strcmp(setups[j].dtype, setups[i].dtype) && setups[j].accum == setups[i].accum) {
                 ref = &recs[j];
                 break;
             }
         run_setup(&setups[i], &recs[i], ref);
     }
     if (!only) {
-        static const struct setup s = {"tags", 1, "none", "fp32"};
+        static const struct setup s = {"tags", 1, "none", "fp32", 2};
+        accum = 2;
         snprintf(dir, sizeof(dir), "%s/tags", base);
         if (open_ctx(&ctx, &s, MPI_COMM_WORLD, world, NULL) == ZS_OK) {
             test_tags(ctx, dir);
