@@ -280,6 +280,15 @@ static void run_setup(const struct setup *s, struct record *rec, const struct re
     memcpy(before + numel[0] + numel[1], w, (size_t)numel[2] * sizeof(float));
     CHECK(!st && same(got, before, TOTAL), "%s: the masters after the write (%s)", s->name,
           st ? zs_last_error() : "values");
+    /* rank 0 writes p3's exp_avg (unit 2, whole on every rank at stage 3): read back, then in the next step */
+    for (int i = 0; i < numel[3]; i++)
+        w[i] = (float)(i % 5) / 1024.0f;
+    if (!st)
+        st = zs_param_write(ctx, 3, ZS_STATE_EXP_AVG, rank == 0 ? w : NULL, 0);
+    if (!st)
+        st = zs_param_read(ctx, 3, ZS_STATE_EXP_AVG, got);
+    CHECK(!st && same(got, w, numel[3]), "%s: exp_avg written and read back (%s)", s->name,
+          st ? zs_last_error() : "values");
     if (!st)
         st = one_step(ctx, NULL);
     if (!st)
@@ -565,6 +574,18 @@ int main(int argc, char **argv)
                 break;
             }
         run_setup(&setups[i], &recs[i], ref);
+    }
+    if (!only) { /* the world queries, without a context */
+        int32_t r = -1, n = -1, lr = -1, ln = -1;
+        char word[16] = "";
+        CHECK(zs_mpi_comm_bytes() == (int32_t)sizeof(MPI_Comm), "zs_mpi_comm_bytes %d", zs_mpi_comm_bytes());
+        CHECK(zs_world_info(&r, &n, &lr, &ln) == ZS_OK && r == rank && n == world && ln >= 1 && lr >= 0 && lr < ln,
+              "zs_world_info: %d of %d, %d of %d on the node", r, n, lr, ln);
+        if (rank == world - 1)
+            snprintf(word, sizeof(word), "rendezvous");
+        CHECK(zs_world_bcast(word, sizeof(word), world - 1) == ZS_OK && !strcmp(word, "rendezvous"),
+              "zs_world_bcast: '%s'", word);
+        CHECK(zs_world_bcast(word, 4, world) == ZS_ERR_INVALID, "zs_world_bcast from a rank that is not");
     }
     if (!only) {
         static const struct setup s = {"tags", 1, "none", "fp32", 2};
