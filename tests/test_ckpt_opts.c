@@ -81,41 +81,47 @@ static zs_status open_ctx(zs_ctx **ctx, const struct setup *s, MPI_Comm comm, in
     return st ? st : zs_setup(*ctx);
 }
 
-/* Made-up gradients, exact in binary (multiples of 1/64, small), different per rank, micro-step and element. */
+/* g[i] += v in the parameters' dtype (fp32 or bf16; every v here is exact in bf16 too). */
+static void add_to(zs_ctx *ctx, void *g, int64_t i, float v)
+{
+    uint32_t bits;
+    float cur;
+
+    if (zs_param_dtype(ctx) == ZS_DTYPE_FP32) {
+        ((float *)g)[i] += v;
+        return;
+    }
+    bits = (uint32_t)((uint16_t *)g)[i] << 16;
+    memcpy(&cur, &bits, 4);
+    cur += v;
+    memcpy(&bits, &cur, 4);
+    ((uint16_t *)g)[i] = (uint16_t)(bits >> 16);
+}
+
+/* Made-up gradients of unit u's parameters, exact in binary (multiples of 1/64, small), different per rank,
+ * micro-step and element. */
+static void unit_grads(zs_ctx *ctx, int32_t u, void *g, int64_t micro)
+{
+    for (int32_t p = 0; p < NPARAMS; p++) {
+        int64_t off;
+        int32_t unit;
+        zs_param_info(ctx, p, NULL, NULL, &unit, &off);
+        for (int64_t i = 0; unit == u && i < numel[p]; i++)
+            add_to(ctx, g, off + i, (float)((i * 7 + p * 3 + micro * 5 + rank * 11) % 13 - 6) / 64.0f);
+    }
+}
+
+/* One micro-batch: every unit fetched, its gradients added and handed over, released. */
 static zs_status grads_in(zs_ctx *ctx, int64_t micro)
 {
+    void *g = NULL;
     zs_status st = ZS_OK;
 
     for (int32_t u = 0; !st && u < NUNITS; u++) {
-        void *g;
-        st = zs_unit_fetch(ctx, u, NULL);
-        if (!st)
-            st = zs_grad_buffer(ctx, u, &g);
-        for (int32_t p = 0; !st && p < NPARAMS; p++) {
-            int64_t off;
-            int32_t unit;
-            zs_param_info(ctx, p, NULL, NULL, &unit, &off);
-            if (unit != u)
-                continue;
-            for (int64_t i = 0; i < numel[p]; i++) {
-                float v = (float)((i * 7 + p * 3 + micro * 5 + rank * 11) % 13 - 6) / 64.0f;
-                if (zs_param_dtype(ctx) == ZS_DTYPE_FP32)
-                    ((float *)g)[off + i] += v;
-                else { /* bf16: v is exact in bf16 too */
-                    uint16_t *h = (uint16_t *)g + off + i;
-                    uint32_t bits;
-                    float cur;
-                    bits = (uint32_t)*h << 16;
-                    memcpy(&cur, &bits, 4);
-                    cur += v;
-                    memcpy(&bits, &cur, 4);
-                    *h = (uint16_t)(bits >> 16);
-                }
-            }
-        }
-        if (!st)
-            st = zs_grad_ready(ctx, u);
-        if (!st)
+        if ((st = zs_unit_fetch(ctx, u, NULL)) || (st = zs_grad_buffer(ctx, u, &g)))
+            break;
+        unit_grads(ctx, u, g, micro);
+        if (!(st = zs_grad_ready(ctx, u)))
             st = zs_unit_release(ctx, u);
     }
     return st;
@@ -538,6 +544,23 @@ static void test_flags(const char *dir)
     zs_finalize(ctx);
 }
 
+/* Removes the scratch directory; the verdict is any rank's failure. */
+static int finish(void)
+{
+    int failed = zs_test_fail, any = 0;
+    char cmd[600];
+
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
+    if (rank == 0 && base[0] && system(cmd))
+        fprintf(stderr, "could not remove %s\n", base);
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0)
+        zs_test_summary("test_ckpt_opts");
+    MPI_Finalize();
+    return any ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     static const struct setup setups[] = {
@@ -599,17 +622,5 @@ int main(int argc, char **argv)
         snprintf(dir, sizeof(dir), "%s/flags", base);
         test_flags(dir);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0 && base[0]) {
-        char cmd[600];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
-        if (system(cmd))
-            fprintf(stderr, "could not remove %s\n", base);
-    }
-    int failed = zs_test_fail, any = 0;
-    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (rank == 0)
-        zs_test_summary("test_ckpt_opts");
-    MPI_Finalize();
-    return any ? 1 : 0;
+    return finish();
 }
