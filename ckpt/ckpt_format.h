@@ -1,9 +1,11 @@
 /* ckpt_format.h - the on-disk checkpoint format: the manifest (JSON) and the per-rank data files.
  * Shared by the engine's collective save/load (ckpt/ckpt.c) and the zs-ckpt tool.
  *
- * A checkpoint directory DIR holds tags DIR/<tag>/ (tag "global_step<N>") and a text file DIR/latest
- * naming the newest tag. A tag directory holds manifest.json and one data file per saving rank,
- * "rank<RRRRR>.bin" (5 digits). Data files are raw little-endian fp32 runs ("segments") with no header.
+ * A checkpoint directory DIR holds tags DIR/<tag>/ (tag "global_step<N>" or the program's own) and a text
+ * file DIR/latest naming the newest tag. A tag directory holds manifest.json and one data file per saving
+ * rank, "rank<RRRRR>.bin" (5 digits), and optionally the program's extra file (zs_ckpt_opts.extra_name),
+ * listed in "files" by rank 0 with no segment in it, so its checksum is verified like the others. Data files
+ * are raw little-endian fp32 runs ("segments") with no header.
  *
  * manifest.json:
  * {

@@ -6,11 +6,13 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.h"
+#include "offload/swap.h"  /* defines: zs_crc32c */
 #include "core/ctx.h"
 #include "core/ranks.h"    /* defines: zs_agree */
 #include "sharding/sharding.h" /* defines: zs_fetch_invalidate, zs_grads_zero */
@@ -83,6 +85,25 @@ zs_status zs_ckpt_write_extra(const char *tmp, const zs_ckpt_opts *o)
     if (fd >= 0 && close(fd) && !rc)
         rc = -errno;
     return rc ? zs_fail(ZS_ERR_IO, "checkpoint: cannot write the extra file %s: %s", path, strerror(-rc)) : ZS_OK;
+}
+
+zs_status zs_ckpt_manifest_extra(struct zs_ckpt_manifest *m, const zs_ckpt_opts *o)
+{
+    struct zs_ckpt_file *f;
+    char *name;
+
+    if (!o->extra_name)
+        return ZS_OK;
+    f = realloc(m->files, (size_t)(m->nfiles + 1) * sizeof(*f));
+    if (f)
+        m->files = f;
+    name = f ? strdup(o->extra_name) : NULL;
+    if (!name)
+        return zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory for the manifest");
+    /* written by rank 0; no segment points into it */
+    f[m->nfiles++] = (struct zs_ckpt_file){.name = name, .rank = 0, .bytes = o->extra_bytes,
+                                           .crc32c = zs_crc32c(0, o->extra_data, o->extra_bytes)};
+    return ZS_OK;
 }
 
 // ----------------------------------------------------------------------------------- save

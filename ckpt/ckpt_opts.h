@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/ctx.h" /* defines: struct zs_ctx */
+#include "ckpt_format.h" /* defines: struct zs_ckpt_manifest */
 
 #define ZS_CKPT_TAG_MAX 200 /* bytes of a tag name (zs_ckpt_opts.tag) */
 
@@ -35,5 +36,7 @@ zs_status zs_ckpt_save(struct zs_ctx *ctx, const char *dir, const zs_ckpt_opts *
 zs_status zs_ckpt_load(struct zs_ctx *ctx, const char *tag, const zs_ckpt_opts *o);
 /* Rank 0, inside a save: writes o's extra file (if any) into the temporary directory tmp, fsynced. */
 zs_status zs_ckpt_write_extra(const char *tmp, const zs_ckpt_opts *o);
+/* Lists o's extra file (if any) among the manifest's files, with its checksum, so a load verifies it. */
+zs_status zs_ckpt_manifest_extra(struct zs_ckpt_manifest *m, const zs_ckpt_opts *o);
 
 #endif /* ZS_CKPT_OPTS_H */

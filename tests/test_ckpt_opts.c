@@ -421,6 +421,25 @@ static void test_extra(zs_ctx *ctx, const char *dir)
           "a checkpoint without the extra file: %zu", n);
     o.extra_name = "manifest.json";
     CHECK(zs_checkpoint_save_opts(ctx, dir, &o) == ZS_ERR_INVALID, "extra named manifest.json");
+    /* the manifest's checksum covers it: a changed byte fails the load, naming the file */
+    char path[512];
+    FILE *c;
+    snprintf(path, sizeof(path), "%s/with_extra/client_state.json", dir);
+    if (rank == 0 && (c = fopen(path, "r+"))) {
+        fputc('[', c);
+        fclose(c);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    zs_ckpt_opts lo = {.tag = "with_extra"};
+    st = zs_checkpoint_load_opts(ctx, dir, &lo, NULL);
+    CHECK(st == ZS_ERR_IO && strstr(zs_last_error(), "client_state.json"), "a corrupt extra file: %d %s", st,
+          zs_last_error());
+    if (rank == 0 && (c = fopen(path, "r+"))) {
+        fputc('{', c);
+        fclose(c);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK(zs_checkpoint_load_opts(ctx, dir, &lo, NULL) == ZS_OK, "the extra file restored: %s", zs_last_error());
     o.extra_name = "client_state.json";
 
     /* rank 0's step number of the extra file's write, from the trace of the save above */
