@@ -332,6 +332,8 @@ static zs_status publish(struct zs_ctx *ctx, const char *dir, const char *tag, c
 
     if (!st)
         st = build_manifest(ctx, &m, bytes, crc);
+    if (!st)
+        st = zs_ckpt_manifest_extra(&m, o);
     if (!st && !(text = zs_ckpt_manifest_dump(&m)))
         st = zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory writing the manifest");
     manifest_release(&m);

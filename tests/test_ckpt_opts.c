@@ -425,6 +425,7 @@ static void test_extra(zs_ctx *ctx, const char *dir)
     char path[512];
     FILE *c;
     snprintf(path, sizeof(path), "%s/with_extra/client_state.json", dir);
+    MPI_Barrier(MPI_COMM_WORLD); /* every rank has read it */
     if (rank == 0 && (c = fopen(path, "r+"))) {
         fputc('[', c);
         fclose(c);
