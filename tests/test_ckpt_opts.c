@@ -7,7 +7,8 @@
  * (whole state on every rank) bit for bit: the made-up gradients are exact in binary, so no stage rounds
  * differently. A write from rank 1 must show in the next fetch and carry into the next step. A one-rank world
  * loads the two-rank checkpoint and reads the same parameters. Then tags, no_latest, the load flags, a
- * directory without `latest`, and the extra file, including a failing write of it. */
+ * directory without `latest`, and the extra file, including a failing write of it. With
+ * ZS_TEST_DEVICE=separate the engine's memory is where the host faults, so every access must copy. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -81,34 +82,44 @@ static zs_status open_ctx(zs_ctx **ctx, const struct setup *s, MPI_Comm comm, in
     return st ? st : zs_setup(*ctx);
 }
 
-/* g[i] += v in the parameters' dtype (fp32 or bf16; every v here is exact in bf16 too). */
-static void add_to(zs_ctx *ctx, void *g, int64_t i, float v)
+/* x[i] += v in the parameters' dtype (fp32 or bf16; every v here is exact in bf16 too). */
+static void add_to(zs_ctx *ctx, void *x, int64_t i, float v)
 {
     uint32_t bits;
     float cur;
 
     if (zs_param_dtype(ctx) == ZS_DTYPE_FP32) {
-        ((float *)g)[i] += v;
+        ((float *)x)[i] += v;
         return;
     }
-    bits = (uint32_t)((uint16_t *)g)[i] << 16;
+    bits = (uint32_t)((uint16_t *)x)[i] << 16;
     memcpy(&cur, &bits, 4);
     cur += v;
     memcpy(&bits, &cur, 4);
-    ((uint16_t *)g)[i] = (uint16_t)(bits >> 16);
+    ((uint16_t *)x)[i] = (uint16_t)(bits >> 16);
 }
 
 /* Made-up gradients of unit u's parameters, exact in binary (multiples of 1/64, small), different per rank,
- * micro-step and element. */
-static void unit_grads(zs_ctx *ctx, int32_t u, void *g, int64_t micro)
+ * micro-step and element, added through a host copy (the engine's memory may be a device's). */
+static zs_status unit_grads(zs_ctx *ctx, int32_t u, char *g, int64_t micro)
 {
-    for (int32_t p = 0; p < NPARAMS; p++) {
+    static float host[TOTAL];
+    size_t esz = zs_param_dtype(ctx) == ZS_DTYPE_FP32 ? 4 : 2;
+    zs_status st = ZS_OK;
+
+    for (int32_t p = 0; !st && p < NPARAMS; p++) {
         int64_t off;
         int32_t unit;
         zs_param_info(ctx, p, NULL, NULL, &unit, &off);
-        for (int64_t i = 0; unit == u && i < numel[p]; i++)
-            add_to(ctx, g, off + i, (float)((i * 7 + p * 3 + micro * 5 + rank * 11) % 13 - 6) / 64.0f);
+        if (unit != u)
+            continue;
+        st = zs_copy_to_host(ctx, host, g + off * (int64_t)esz, (size_t)numel[p] * esz);
+        for (int64_t i = 0; !st && i < numel[p]; i++)
+            add_to(ctx, host, i, (float)((i * 7 + p * 3 + micro * 5 + rank * 11) % 13 - 6) / 64.0f);
+        if (!st)
+            st = zs_copy_from_host(ctx, g + off * (int64_t)esz, host, (size_t)numel[p] * esz);
     }
+    return st;
 }
 
 /* One micro-batch: every unit fetched, its gradients added and handed over, released. */
@@ -120,8 +131,7 @@ static zs_status grads_in(zs_ctx *ctx, int64_t micro)
     for (int32_t u = 0; !st && u < NUNITS; u++) {
         if ((st = zs_unit_fetch(ctx, u, NULL)) || (st = zs_grad_buffer(ctx, u, &g)))
             break;
-        unit_grads(ctx, u, g, micro);
-        if (!(st = zs_grad_ready(ctx, u)))
+        if (!(st = unit_grads(ctx, u, g, micro)) && !(st = zs_grad_ready(ctx, u)))
             st = zs_unit_release(ctx, u);
     }
     return st;
@@ -147,20 +157,20 @@ static zs_status one_step(zs_ctx *ctx, float *grad)
 /* Every parameter's working values as fp32, from fetches (not from zs_param_read). */
 static zs_status fetched(zs_ctx *ctx, float *out)
 {
+    static uint16_t h[TOTAL];
     zs_status st = ZS_OK;
 
     for (int32_t p = 0, at = 0; !st && p < NPARAMS; at += (int32_t)numel[p++]) {
+        bool fp32 = zs_param_dtype(ctx) == ZS_DTYPE_FP32;
         void *d;
         st = zs_unit_fetch(ctx, unit_of[p], NULL);
         if (!st)
             st = zs_param_data(ctx, p, &d);
-        for (int64_t i = 0; !st && i < numel[p]; i++) {
-            if (zs_param_dtype(ctx) == ZS_DTYPE_FP32) {
-                out[at + i] = ((float *)d)[i];
-            } else {
-                uint32_t bits = (uint32_t)((uint16_t *)d)[i] << 16;
-                memcpy(&out[at + i], &bits, 4);
-            }
+        if (!st)
+            st = zs_copy_to_host(ctx, fp32 ? (void *)(out + at) : (void *)h, d, (size_t)numel[p] * (fp32 ? 4 : 2));
+        for (int64_t i = 0; !st && !fp32 && i < numel[p]; i++) {
+            uint32_t bits = (uint32_t)h[i] << 16;
+            memcpy(&out[at + i], &bits, 4);
         }
         if (!st)
             st = zs_unit_release(ctx, unit_of[p]);
@@ -590,7 +600,8 @@ int main(int argc, char **argv)
         {"s0acc1", 0, "none", "fp32", 1},  {"s3acc1", 3, "none", "fp32", 1}, {"s2nvme1", 2, "nvme", "fp32", 1},
     };
     static struct record recs[sizeof(setups) / sizeof(setups[0])];
-    const char *only = argc > 1 ? argv[1] : NULL;
+    const char *only = argc > 1 ? argv[1] : NULL, *dev = getenv("ZS_TEST_DEVICE");
+    bool separate = dev && !strcmp(dev, "separate");
     char dir[400];
     zs_ctx *ctx = NULL;
 
@@ -603,14 +614,17 @@ int main(int argc, char **argv)
             base[0] = '\0';
     }
     MPI_Bcast(base, sizeof(base), MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("engine memory: %s\n", separate ? "the separate test device (no access without a copy)" : "host");
     snprintf(dir, sizeof(dir), "%s/nvme", base);
     if (rank == 0)
         mkdir(dir, 0700);
     MPI_Barrier(MPI_COMM_WORLD);
     for (size_t i = 0; i < sizeof(setups) / sizeof(setups[0]); i++) {
         const struct record *ref = NULL;
-        if (only && strcmp(only, setups[i].name))
-            continue;
+        if ((only && strcmp(only, setups[i].name)) || (separate && setups[i].stage == 3 &&
+                                                        !strcmp(setups[i].offload, "nvme")))
+            continue; /* parameters on NVMe need a device the host reads in place */
         for (size_t j = 0; j < i && !only; j++) /* the first set-up of the same dtype and accumulation */
             if (!strcmp(setups[j].dtype, setups[i].dtype) && setups[j].accum == setups[i].accum) {
                 ref = &recs[j];
