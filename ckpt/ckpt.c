@@ -261,6 +261,8 @@ static zs_status build_manifest(struct zs_ctx *ctx, struct zs_ckpt_manifest *m, 
                                         .hysteresis = ctx->scaler.cur_hysteresis,
                                         .last_overflow = ctx->scaler.last_overflow_iter, .iter = ctx->scaler.cur_iter};
     m->config_json = ctx->config_text;
+    m->optim_steps = ctx->optim_steps;
+    m->sched_steps = ctx->sched_steps;
     m->nunits = ctx->nunits;
     m->nparams = ctx->nparams;
     m->nfiles = ctx->world;
@@ -482,15 +484,17 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
 static void load_counters(struct zs_ctx *ctx, const struct zs_ckpt_manifest *m, int64_t micro, const zs_ckpt_opts *o)
 {
     int64_t updates = m->global_step - m->scaler.skipped_steps;
+    int64_t optim = m->optim_steps >= 0 ? m->optim_steps : updates;
+    int64_t sched = m->sched_steps >= 0 ? m->sched_steps : updates;
 
     if (o->module_only)
         return;
     ctx->global_step = m->global_step;
     ctx->skipped_steps = m->scaler.skipped_steps;
     ctx->micro_step = micro;
-    ctx->optim_steps = o->no_optimizer ? 0 : updates; /* fresh moments start Adam's count again */
+    ctx->optim_steps = o->no_optimizer ? 0 : optim; /* fresh moments start Adam's count again */
     if (!o->no_scheduler)
-        ctx->sched_steps = updates;
+        ctx->sched_steps = sched;
     if (ctx->scaler.dynamic && !strcmp(m->param_dtype, "fp16")) { /* the dynamic scale carries on */
         ctx->scaler.scale = m->scaler.scale;
         ctx->scaler.cur_hysteresis = m->scaler.hysteresis;

@@ -14,6 +14,8 @@
  *   "param_dtype": "fp32" | "bf16" | "fp16",   (the training dtype; saved data are always fp32 masters)
  *   "optimizer": "adamw",                       (config optimizer type, lower case)
  *   "loss_scaler": {"scale": 65536.0, "skipped_steps": 0, "hysteresis": 2, "last_overflow": -1, "iter": 10},
+ *   "optimizer_steps": 10, "schedule_steps": 10,   (optional: updates since the moments and the learning-rate
+ *                                                schedule started; absent, global_step less skipped_steps)
  *   "config": { ...the run's DeepSpeed config object, as loaded... },
  *   "units": [ {"name": "layer0", "numel": 1040,
  *               "params": [ {"name": "layer0.w", "offset": 0, "numel": 1024, "shape": [32, 32]}, ... ]} ],
@@ -81,6 +83,7 @@ struct zs_ckpt_manifest {
     int32_t world_size, stage;
     char *param_dtype, *optimizer;
     struct zs_ckpt_scaler scaler;
+    int64_t optim_steps, sched_steps; /* -1 when the manifest has none (global_step - skipped_steps then) */
     char *config_json;            /* the "config" object re-serialised compactly (may be NULL) */
     struct zs_ckpt_unit *units;
     int32_t nunits;
