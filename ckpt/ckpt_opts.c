@@ -142,14 +142,15 @@ static zs_status boundary_check(const struct zs_ctx *ctx)
                        (long long)ctx->cfg.grad_accum_steps);
     for (int32_t u = 0; u < ctx->nunits; u++) {
         const struct zs_unit *un = &ctx->units[u];
-        if (un->fetched > 0)
-            return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_load: unit '%s' is fetched; release every unit first",
-                           un->name);
-        if (un->grad_state != ZS_GRAD_IDLE || (un->ready_micro == ctx->micro_step && ctx->micro_step > 0))
+        if (un->grad_state != ZS_GRAD_IDLE || un->ready_micro == ctx->micro_step)
             return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_load: micro-step %lld has begun (unit '%s' has "
                            "gradients); load before the micro-batch's first zs_grad_buffer or after its zs_step",
                            (long long)ctx->micro_step, un->name);
     }
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        if (ctx->units[u].fetched > 0)
+            return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_load: unit '%s' is fetched; release every unit first",
+                           ctx->units[u].name);
     return ZS_OK;
 }
 

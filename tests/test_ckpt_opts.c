@@ -581,8 +581,19 @@ static void test_flags(const char *dir)
     CHECK(!st && stats.global_step == 3 && lr4 > lr3, "no_scheduler: step %lld lr %g after lr %g (%s)",
           (long long)stats.global_step, lr4, lr3, zs_last_error());
 
-    /* a load in the middle of an accumulation window names the micro-step */
-    st = grads_in(ctx, 0);
+    /* a load once a micro-batch has begun, and in the middle of an accumulation window, names the micro-step */
+    void *g;
+    st = zs_unit_fetch(ctx, 0, NULL);
+    if (!st)
+        st = zs_grad_buffer(ctx, 0, &g);
+    CHECK(!st && zs_checkpoint_load_opts(ctx, dir, &o, NULL) == ZS_ERR_INVALID &&
+          strstr(zs_last_error(), "micro-step 6 has begun"), "load after a zs_grad_buffer: %s", zs_last_error());
+    for (int32_t u = 0; !st && u < NUNITS; u++) {
+        if (u && !(st = zs_unit_fetch(ctx, u, NULL)))
+            st = zs_grad_buffer(ctx, u, &g);
+        if (!st && !(st = zs_grad_ready(ctx, u)))
+            st = zs_unit_release(ctx, u);
+    }
     if (!st)
         st = zs_step(ctx);
     if (!st)
