@@ -8,7 +8,8 @@
  * differently. A write from rank 1 must show in the next fetch and carry into the next step. A one-rank world
  * loads the two-rank checkpoint and reads the same parameters. Then tags, no_latest, the load flags, a
  * directory without `latest`, and the extra file, including a failing write of it. With
- * ZS_TEST_DEVICE=separate the engine's memory is where the host faults, so every access must copy. */
+ * ZS_TEST_DEVICE=separate the engine's memory is where the host faults, so every access must copy; with the
+ * argument "cuda" the engine runs on zeroshard.device "cuda" (a GPU, or tests/cuda_emu's emulation). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,6 +32,7 @@ static const int32_t unit_of[NPARAMS] = {0, 0, 1, 2}; /* u2 (50 elements) stays 
 
 static int rank, world;
 static char base[256];
+static bool on_gpu; /* argument "cuda": the engine on zeroshard.device "cuda" (a GPU, or tests/cuda_emu) */
 
 struct setup {
     const char *name;
@@ -66,7 +68,7 @@ static zs_status open_ctx(zs_ctx **ctx, const struct setup *s, MPI_Comm comm, in
              "\"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 60, "
              "\"stage3_max_reuse_distance\": 1000000, \"stage3_prefetch_bucket_size\": 1000000%s}%s}",
              nranks * accum, accum, !strcmp(s->dtype, "bf16") ? "\"bf16\": {\"enabled\": true}, " : "",
-             extra ? extra : "", s->stage, off, "");
+             extra ? extra : "", s->stage, off, on_gpu ? ", \"zeroshard\": {\"device\": \"cuda\"}" : "");
     st = zs_init(ctx, &o);
     for (int32_t p = 0, unit = -1; !st && p < NPARAMS; p++) { /* a unit is filled before the next is added */
         char name[16];
@@ -628,8 +630,11 @@ int main(int argc, char **argv)
         {"s0acc1", 0, "none", "fp32", 1},  {"s3acc1", 3, "none", "fp32", 1}, {"s2nvme1", 2, "nvme", "fp32", 1},
     };
     static struct record recs[sizeof(setups) / sizeof(setups[0])];
-    const char *only = argc > 1 ? argv[1] : NULL, *dev = getenv("ZS_TEST_DEVICE");
-    bool separate = dev && !strcmp(dev, "separate");
+    const char *only = argc > 1 && strcmp(argv[1], "cuda") ? argv[1] : NULL, *dev = getenv("ZS_TEST_DEVICE");
+    bool separate;
+
+    on_gpu = argc > 1 && !strcmp(argv[1], "cuda");
+    separate = on_gpu || (dev && !strcmp(dev, "separate")); /* the host cannot read the engine's memory */
     char dir[400];
     zs_ctx *ctx = NULL;
 
@@ -643,7 +648,8 @@ int main(int argc, char **argv)
     }
     MPI_Bcast(base, sizeof(base), MPI_CHAR, 0, MPI_COMM_WORLD);
     if (rank == 0)
-        printf("engine memory: %s\n", separate ? "the separate test device (no access without a copy)" : "host");
+        printf("engine memory: %s\n", on_gpu ? "a CUDA device" : separate ? "the separate test device (no access "
+               "without a copy)" : "host");
     snprintf(dir, sizeof(dir), "%s/nvme", base);
     if (rank == 0)
         mkdir(dir, 0700);
