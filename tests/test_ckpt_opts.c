@@ -389,6 +389,12 @@ static void test_tags(zs_ctx *ctx, const char *dir)
           "no_latest moved latest: %s", zs_last_error());
     o.no_latest = 0; /* the same tag again: replaced, now latest */
     CHECK(zs_checkpoint_save_opts(ctx, dir, &o) == ZS_OK && latest_is(dir, "second"), "save 'second' again");
+    /* replacing a tag by hard links (where rename cannot exchange) with no_latest: `latest` comes back */
+    setenv("ZS_TEST_CKPT_NO_EXCHANGE", "1", 1);
+    o = (zs_ckpt_opts){.tag = "first", .no_latest = 1};
+    CHECK(zs_checkpoint_save_opts(ctx, dir, &o) == ZS_OK && latest_is(dir, "second"),
+          "no_latest replacing by links moved latest: %s", zs_last_error());
+    unsetenv("ZS_TEST_CKPT_NO_EXCHANGE");
 
     /* a missing tag, and a directory without `latest` */
     o = (zs_ckpt_opts){.tag = "nowhere"};
