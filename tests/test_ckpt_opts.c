@@ -672,9 +672,9 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
     for (size_t i = 0; i < sizeof(setups) / sizeof(setups[0]); i++) {
         const struct record *ref = NULL;
-        if ((only && strcmp(only, setups[i].name)) || (separate && setups[i].stage == 3 &&
-                                                        !strcmp(setups[i].offload, "nvme")))
-            continue; /* parameters on NVMe need a device the host reads in place */
+        if ((only && strcmp(only, setups[i].name)) ||
+            (separate && (setups[i].det || (setups[i].stage == 3 && !strcmp(setups[i].offload, "nvme")))))
+            continue; /* deterministic mode and parameters on NVMe need a device the host reads in place */
         for (size_t j = 0; j < i && !only; j++) /* the first set-up of the same dtype and accumulation */
             if (!strcmp(setups[j].dtype, setups[i].dtype) && setups[j].accum == setups[i].accum) {
                 ref = &recs[j];
