@@ -22,6 +22,7 @@
 
 #include "check.h"
 #include "zeroshard.h"
+#include "kernels/convert.h" /* defines: zs_elem_get, zs_elem_set */
 
 #define NPARAMS 4
 static int accum; /* gradient_accumulation_steps of the set-up being run */
@@ -71,7 +72,8 @@ static zs_status open_ctx(zs_ctx **ctx, const struct setup *s, MPI_Comm comm, in
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}, "
              "\"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 60, "
              "\"stage3_max_reuse_distance\": 1000000, \"stage3_prefetch_bucket_size\": 1000000%s}%s}",
-             nranks * accum, accum, !strcmp(s->dtype, "bf16") ? "\"bf16\": {\"enabled\": true}, " : "",
+             nranks * accum, accum, !strcmp(s->dtype, "bf16") ? "\"bf16\": {\"enabled\": true}, "
+                                    : !strcmp(s->dtype, "fp16") ? "\"fp16\": {\"enabled\": true}, " : "",
              extra ? extra : "", s->stage, off, zs);
     st = zs_init(ctx, &o);
     for (int32_t p = 0, unit = -1; !st && p < NPARAMS; p++) { /* a unit is filled before the next is added */
@@ -88,30 +90,16 @@ static zs_status open_ctx(zs_ctx **ctx, const struct setup *s, MPI_Comm comm, in
     return st ? st : zs_setup(*ctx);
 }
 
-/* x[i] += v in the parameters' dtype (fp32 or bf16; every v here is exact in bf16 too). */
-static void add_to(zs_ctx *ctx, void *x, int64_t i, float v)
-{
-    uint32_t bits;
-    float cur;
-
-    if (zs_param_dtype(ctx) == ZS_DTYPE_FP32) {
-        ((float *)x)[i] += v;
-        return;
-    }
-    bits = (uint32_t)((uint16_t *)x)[i] << 16;
-    memcpy(&cur, &bits, 4);
-    cur += v;
-    memcpy(&bits, &cur, 4);
-    ((uint16_t *)x)[i] = (uint16_t)(bits >> 16);
-}
-
-/* Made-up gradients of unit u's parameters, exact in binary (multiples of 1/64, small), different per rank,
- * micro-step and element, added through a host copy (the engine's memory may be a device's). */
+/* Made-up gradients of unit u's parameters, exact in binary (multiples of 1/64, small, exact in bf16 and fp16
+ * too), different per rank, micro-step and element, times the loss scale (fp16), added through a host copy
+ * (the engine's memory may be a device's). */
 static zs_status unit_grads(zs_ctx *ctx, int32_t u, char *g, int64_t micro)
 {
     static float host[TOTAL];
-    size_t esz = zs_param_dtype(ctx) == ZS_DTYPE_FP32 ? 4 : 2;
-    zs_status st = ZS_OK;
+    int dt = (int)zs_param_dtype(ctx);
+    size_t esz = dt == ZS_DTYPE_FP32 ? 4 : 2;
+    zs_step_stats s;
+    zs_status st = zs_stats(ctx, &s);
 
     for (int32_t p = 0; !st && p < NPARAMS; p++) {
         int64_t off;
@@ -120,8 +108,10 @@ static zs_status unit_grads(zs_ctx *ctx, int32_t u, char *g, int64_t micro)
         if (unit != u)
             continue;
         st = zs_copy_to_host(ctx, host, g + off * (int64_t)esz, (size_t)numel[p] * esz);
-        for (int64_t i = 0; !st && i < numel[p]; i++)
-            add_to(ctx, host, i, (float)((i * 7 + p * 3 + micro * 5 + rank * 11) % 13 - 6) / 64.0f);
+        for (int64_t i = 0; !st && i < numel[p]; i++) {
+            float v = (float)((i * 7 + p * 3 + micro * 5 + rank * 11) % 13 - 6) / 64.0f;
+            zs_elem_set(host, i, dt, zs_elem_get(host, i, dt) + v * (float)s.loss_scale);
+        }
         if (!st)
             st = zs_copy_from_host(ctx, g + off * (int64_t)esz, host, (size_t)numel[p] * esz);
     }
@@ -168,21 +158,19 @@ static zs_status one_step(zs_ctx *ctx, float *grad)
 /* Every parameter's working values as fp32, from fetches (not from zs_param_read). */
 static zs_status fetched(zs_ctx *ctx, float *out)
 {
-    static uint16_t h[TOTAL];
+    static float h[TOTAL];
+    int dt = (int)zs_param_dtype(ctx);
     zs_status st = ZS_OK;
 
     for (int32_t p = 0, at = 0; !st && p < NPARAMS; at += (int32_t)numel[p++]) {
-        bool fp32 = zs_param_dtype(ctx) == ZS_DTYPE_FP32;
         void *d;
         st = zs_unit_fetch(ctx, unit_of[p], NULL);
         if (!st)
             st = zs_param_data(ctx, p, &d);
         if (!st)
-            st = zs_copy_to_host(ctx, fp32 ? (void *)(out + at) : (void *)h, d, (size_t)numel[p] * (fp32 ? 4 : 2));
-        for (int64_t i = 0; !st && !fp32 && i < numel[p]; i++) {
-            uint32_t bits = (uint32_t)h[i] << 16;
-            memcpy(&out[at + i], &bits, 4);
-        }
+            st = zs_copy_to_host(ctx, h, d, (size_t)numel[p] * (dt == ZS_DTYPE_FP32 ? 4 : 2));
+        for (int64_t i = 0; !st && i < numel[p]; i++)
+            out[at + i] = zs_elem_get(h, i, dt);
         if (!st)
             st = zs_unit_release(ctx, unit_of[p]);
     }
@@ -644,6 +632,7 @@ int main(int argc, char **argv)
         {"s3nvme", 3, "nvme", "fp32", 2, 0},  {"s1bf16", 1, "none", "bf16", 2, 0}, {"s3bf16", 3, "cpu", "bf16", 2, 0},
         {"s0acc1", 0, "none", "fp32", 1, 0},  {"s3acc1", 3, "none", "fp32", 1, 0}, {"s2nvme1", 2, "nvme", "fp32", 1, 0},
         {"s0det", 0, "none", "fp32", 2, 1}, {"s3det", 3, "cpu", "fp32", 2, 1},
+        {"s0fp16", 0, "none", "fp16", 2, 0}, {"s2fp16", 2, "cpu", "fp16", 2, 0}, {"s3fp16", 3, "none", "fp16", 2, 0},
     };
     static struct record recs[sizeof(setups) / sizeof(setups[0])];
     const char *only = argc > 1 && strcmp(argv[1], "cuda") ? argv[1] : NULL, *dev = getenv("ZS_TEST_DEVICE");
@@ -675,8 +664,11 @@ int main(int argc, char **argv)
         if ((only && strcmp(only, setups[i].name)) ||
             (separate && (setups[i].det || (setups[i].stage == 3 && !strcmp(setups[i].offload, "nvme")))))
             continue; /* deterministic mode and parameters on NVMe need a device the host reads in place */
-        for (size_t j = 0; j < i && !only; j++) /* the first set-up of the same dtype and accumulation */
-            if (!strcmp(setups[j].dtype, setups[i].dtype) && setups[j].accum == setups[i].accum) {
+        /* the first set-up of the same dtype (fp16's masters move exactly as fp32's) and accumulation */
+        for (size_t j = 0; j < i && !only; j++)
+            if ((!strcmp(setups[j].dtype, setups[i].dtype) ||
+                 (!strcmp(setups[i].dtype, "fp16") && !strcmp(setups[j].dtype, "fp32"))) &&
+                setups[j].accum == setups[i].accum) {
                 ref = &recs[j];
                 break;
             }
