@@ -117,6 +117,11 @@ char *zs_ckpt_manifest_dump(const struct zs_ckpt_manifest *m)
     put(root, "param_dtype", json_string(m->param_dtype ? m->param_dtype : "fp32"), &bad);
     put(root, "optimizer", json_string(m->optimizer ? m->optimizer : ""), &bad);
     put(root, "loss_scaler", dump_scaler(&m->scaler, &bad), &bad);
+    /* only where a load with no_optimizer or no_scheduler set them apart from the step count */
+    if (m->optim_steps >= 0 && m->optim_steps != m->global_step - m->scaler.skipped_steps)
+        put(root, "optimizer_steps", json_integer(m->optim_steps), &bad);
+    if (m->sched_steps >= 0 && m->sched_steps != m->global_step - m->scaler.skipped_steps)
+        put(root, "schedule_steps", json_integer(m->sched_steps), &bad);
     if (m->config_json) { /* text that is not a JSON object would give a manifest the parser refuses */
         json_t *cfg = json_loads(m->config_json, 0, NULL);
 

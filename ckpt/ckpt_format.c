@@ -418,10 +418,21 @@ static int check_data(struct mp *p, const struct zs_ckpt_manifest *m)
     return 0;
 }
 
+/* Optional, so that older manifests still load: -1 when absent. */
+static int parse_counts(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
+{
+    m->optim_steps = m->sched_steps = -1;
+    return (json_object_get(root, "optimizer_steps") &&
+            mp_int(p, root, "", "optimizer_steps", 0, m->global_step, &m->optim_steps)) ||
+           (json_object_get(root, "schedule_steps") &&
+            mp_int(p, root, "", "schedule_steps", 0, m->global_step, &m->sched_steps)) ? -1 : 0;
+}
+
 static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
 {
     static const char *const fields[] = {"format", "version", "global_step", "micro_step", "world_size", "stage",
-        "param_dtype", "optimizer", "loss_scaler", "config", "groups", "units", "files", "segments", NULL};
+        "param_dtype", "optimizer", "loss_scaler", "optimizer_steps", "schedule_steps", "config", "groups", "units",
+        "files", "segments", NULL};
     int rc;
     json_t *v;
 
@@ -446,6 +457,8 @@ static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
         return zs_ckpt_mp_fail(p, "loss_scaler", "skipped_steps", "%lld is more than global_step %lld (skipped "
                                "steps are counted in it)", (long long)m->scaler.skipped_steps,
                                (long long)m->global_step);
+    if (parse_counts(p, root, m))
+        return -1;
     if ((v = mp_get(p, root, "", "config", JSON_OBJECT, false, &rc)) &&
         !(m->config_json = json_dumps(v, JSON_COMPACT)))
         return zs_ckpt_mp_fail(p, "", "config", "out of memory");

@@ -1,9 +1,11 @@
 /* ckpt_format.h - the on-disk checkpoint format: the manifest (JSON) and the per-rank data files.
  * Shared by the engine's collective save/load (ckpt/ckpt.c) and the zs-ckpt tool.
  *
- * A checkpoint directory DIR holds tags DIR/<tag>/ (tag "global_step<N>") and a text file DIR/latest
- * naming the newest tag. A tag directory holds manifest.json and one data file per saving rank,
- * "rank<RRRRR>.bin" (5 digits). Data files are raw little-endian fp32 runs ("segments") with no header.
+ * A checkpoint directory DIR holds tags DIR/<tag>/ (tag "global_step<N>" or the program's own) and a text
+ * file DIR/latest naming the newest tag. A tag directory holds manifest.json and one data file per saving
+ * rank, "rank<RRRRR>.bin" (5 digits), and optionally the program's extra file (zs_ckpt_opts.extra_name),
+ * listed in "files" by rank 0 with no segment in it, so its checksum is verified like the others. Data files
+ * are raw little-endian fp32 runs ("segments") with no header.
  *
  * manifest.json:
  * {
@@ -12,6 +14,8 @@
  *   "param_dtype": "fp32" | "bf16" | "fp16",   (the training dtype; saved data are always fp32 masters)
  *   "optimizer": "adamw",                       (config optimizer type, lower case)
  *   "loss_scaler": {"scale": 65536.0, "skipped_steps": 0, "hysteresis": 2, "last_overflow": -1, "iter": 10},
+ *   "optimizer_steps": 10, "schedule_steps": 10,   (optional: updates since the moments and the learning-rate
+ *                                                schedule started; absent, global_step less skipped_steps)
  *   "config": { ...the run's DeepSpeed config object, as loaded... },
  *   "units": [ {"name": "layer0", "numel": 1040,
  *               "params": [ {"name": "layer0.w", "offset": 0, "numel": 1024, "shape": [32, 32]}, ... ]} ],
@@ -96,6 +100,7 @@ struct zs_ckpt_manifest {
     int32_t world_size, stage;
     char *param_dtype, *optimizer;
     struct zs_ckpt_scaler scaler;
+    int64_t optim_steps, sched_steps; /* -1 when the manifest has none (global_step - skipped_steps then) */
     char *config_json;            /* the "config" object re-serialised compactly (may be NULL) */
     struct zs_ckpt_unit *units;
     int32_t nunits;
