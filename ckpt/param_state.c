@@ -47,7 +47,7 @@ static zs_status state_check(const struct zs_ctx *ctx, int32_t param, enum zs_st
         return zs_fail(ZS_ERR_INVALID, "%s: ZS_STATE_GRAD at micro-step %lld: the gradients are reduced only in the "
                        "accumulation window's last micro-batch", who, (long long)ctx->micro_step);
     for (int32_t u = 0; u < ctx->nunits; u++)
-        if (ctx->units[u].ready_micro != ctx->micro_step)
+        if (!ctx->units[u].frozen && ctx->units[u].ready_micro != ctx->micro_step) /* frozen: no gradient */
             return zs_fail(ZS_ERR_INVALID, "%s: ZS_STATE_GRAD before unit '%s''s zs_grad_ready in the window's last "
                            "micro-batch (read it between those calls and zs_step)", who, ctx->units[u].name);
     return ZS_OK;
