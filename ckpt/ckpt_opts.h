@@ -1,5 +1,5 @@
-/* ckpt_opts.h - what ckpt/ckpt.c (a save, a load, a unit's state in place) shares with the checkpoint options
- * (ckpt/ckpt_opts.c) and a parameter's full state (ckpt/param_state.c). Internal. */
+/* ckpt_opts.h - what ckpt/ckpt.c (a save, a load) and ckpt/ckpt_view.c (a unit's state in place) share with
+ * the checkpoint options (ckpt/ckpt_opts.c) and a parameter's full state (ckpt/param_state.c). Internal. */
 #ifndef ZS_CKPT_OPTS_H
 #define ZS_CKPT_OPTS_H
 
@@ -29,6 +29,9 @@ struct unit_view {
  * ends it, copying the host copies back when write_back (a swapped region is written by zs_nvme_unit_store). */
 zs_status zs_ckpt_view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v);
 zs_status zs_ckpt_view_done(struct zs_ctx *ctx, struct unit_view *v, bool write_back);
+/* New parameter values (fp32, vals[0] = unit element w_base, w_count of them) into the view: the working
+ * parameters (rounded when 16-bit) and the masters. */
+void zs_ckpt_apply_params(struct zs_ctx *ctx, const struct unit_view *v, const float *vals);
 
 /* Collective. The save under opts' tag (checked by the caller), publishing opts' extra file with it. */
 zs_status zs_ckpt_save(struct zs_ctx *ctx, const char *dir, const zs_ckpt_opts *o);
