@@ -270,6 +270,8 @@ zs_status zs_setup(zs_ctx *ctx)
     if (ctx->set_up)
         return zs_fail(ZS_ERR_INVALID, "zs_setup: called twice");
     st = agree_on_registration(ctx);
+    if (!st)
+        st = zs_groups_setup(ctx);
     if (st)
         return st;
     if (ctx->nunits == 0)
