@@ -95,7 +95,8 @@ static zs_status offdev_step_begin(struct zs_ctx *ctx)
     zs_status st = ZS_OK;
 
     for (int32_t v = 0; v < ctx->nunits && !st; v++)
-        st = zs_offdev_grads_final(ctx, v, zs_unit_grad_shard(ctx, v));
+        if (!ctx->units[v].frozen)
+            st = zs_offdev_grads_final(ctx, v, zs_unit_grad_shard(ctx, v));
     if (!st)
         st = d->ops->event_record(d, ctx->off->ev_grad, d->compute);
     return st ? st : d->ops->stream_wait(d, ctx->off->down, ctx->off->ev_grad);

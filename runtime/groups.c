@@ -243,8 +243,10 @@ static zs_status units_frozen(struct zs_ctx *ctx)
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         const struct zs_param_rec *frozen = NULL, *trained = NULL;
-        for (int32_t p = un->first_param; p < un->first_param + un->nparams; p++)
-            *(ctx->params[p].frozen ? &frozen : &trained) = &ctx->params[p];
+        for (int32_t p = un->first_param; p < un->first_param + un->nparams; p++) {
+            const struct zs_param_rec **first = ctx->params[p].frozen ? &frozen : &trained;
+            *first = *first ? *first : &ctx->params[p];
+        }
         if (frozen && trained)
             return zs_fail(ZS_ERR_INVALID, "zs_setup: unit '%s' mixes frozen parameter '%s' and trainable parameter "
                            "'%s': register them as two units", un->name, frozen->name, trained->name);

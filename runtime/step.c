@@ -66,13 +66,16 @@ static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm, bool *overfl
     const void **x = malloc((size_t)ctx->nunits * sizeof(*x));
     int64_t *n = malloc((size_t)ctx->nunits * sizeof(*n));
     st = all && x && n ? ZS_OK : zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
+    int32_t k = 0; /* the trainable units: a frozen one has no gradients */
     for (int32_t u = 0; !st && u < ctx->nunits; u++) {
-        x[u] = zs_unit_grad_shard(ctx, u);
-        n[u] = ctx->units[u].part.shard;
+        if (ctx->units[u].frozen)
+            continue;
+        x[k] = zs_unit_grad_shard(ctx, u);
+        n[k++] = ctx->units[u].part.shard;
     }
-    if (!st)
-        st = ctx->dev.ops->sumsq(&ctx->dev, x, n, ctx->nunits, ctx->gdt, all, ctx->dev.compute);
-    for (int32_t u = 0; !st && u < ctx->nunits; u++)
+    if (!st && k)
+        st = ctx->dev.ops->sumsq(&ctx->dev, x, n, k, ctx->gdt, all, ctx->dev.compute);
+    for (int32_t u = 0; !st && u < k; u++)
         mine += all[u];
     free(x);
     free(n);
@@ -270,7 +273,7 @@ static zs_status gather_updated(struct zs_ctx *ctx)
     if (!reqs)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
     for (int32_t u = 0; u < ctx->nunits && !st; u++) {
-        if (ctx->units[u].sharded)
+        if (ctx->units[u].sharded || ctx->units[u].frozen) /* a frozen unit never changes */
             continue;
         zs_label(ctx, ZS_PURPOSE_GATHER, u);
         st = zs_coll_all_gather(&ctx->coll, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
@@ -404,7 +407,7 @@ zs_status zs_step(zs_ctx *ctx)
     if (ctx->broken)
         return zs_fail(ZS_ERR_INVALID, "zs_step: refused: %s; the context cannot continue", ctx->broken_why);
     for (int32_t u = 0; u < ctx->nunits; u++)
-        if (ctx->units[u].ready_micro != ctx->micro_step)
+        if (ctx->units[u].ready_micro != ctx->micro_step && !ctx->units[u].frozen)
             return zs_fail(ZS_ERR_INVALID,
                            "zs_step: unit '%s' had no zs_grad_ready in this micro-batch (every unit needs one)",
                            ctx->units[u].name);

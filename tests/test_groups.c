@@ -26,12 +26,16 @@ static const int32_t group_of[NP] = { 1, 0, 2, 2, 0, 1, 0 };
 enum opt { OPT_ADAMW, OPT_ADAM, OPT_SGD };
 enum model { MODEL_ALL, MODEL_FROZEN, MODEL_NO_FROZEN };
 
+/* What a misuse case breaks before zs_setup (MISUSE_NONE: nothing). */
+enum misuse { MISUSE_NONE, MISUSE_MIXED, MISUSE_RANKS, MISUSE_MOMENTUM };
+
 struct run {
     enum opt opt;
     enum model model;
     int stage;
     const char *offload; /* "none", "cpu", "nvme" */
     bool separate;       /* the separate test device: the offloaded step from a device */
+    enum misuse misuse;
 };
 
 static const char *opt_name[] = { "AdamW", "Adam", "SGD" };
@@ -70,7 +74,8 @@ static float grad_value(int r, int k, int j, int64_t i)
 
 static void config_json(const struct run *r, char *json, size_t len)
 {
-    const char *params = r->opt == OPT_SGD ? "\"lr\": 0.02, \"momentum\": 0.9, \"dampening\": 0.1, "
+    const char *params = r->misuse == MISUSE_MOMENTUM ? "\"lr\": 0.02"
+                         : r->opt == OPT_SGD ? "\"lr\": 0.02, \"momentum\": 0.9, \"dampening\": 0.1, "
                                              "\"weight_decay\": 0.01"
                                            : "\"lr\": 0.02, \"betas\": [0.9, 0.999], \"eps\": 1e-8, "
                                              "\"weight_decay\": 0.1";
@@ -124,8 +129,10 @@ static zs_status model_open(struct model_ctx *m, const struct run *r)
             st = zs_param_add(m->ctx, m->unit[unit_of[j]], name, sizes[j], init[j], &m->param[j]);
         if (!st)
             st = zs_param_group(m->ctx, m->param[j], group_of[j]);
-        if (!st && frozen_param(r->model, j))
+        if (!st && (frozen_param(r->model, j) || (r->misuse == MISUSE_MIXED && j == 1)))
             st = zs_param_freeze(m->ctx, m->param[j]);
+        if (!st && r->misuse == MISUSE_RANKS && rank == world - 1 && j == 4)
+            st = zs_param_group(m->ctx, m->param[j], 2);
     }
     return st ? st : zs_setup(m->ctx);
 }
@@ -190,12 +197,14 @@ static zs_status model_read(struct model_ctx *m, const struct run *r, float out[
 
 /* The whole run: STEPS steps, zs_group_set after SET_AFTER of them; the values after, and group 1's lr as
  * zs_group_get reports it. */
-static bool run_model(const struct run *r, float out[NP][MAXN], double *lr1)
+static bool run_model(const struct run *r, float out[NP][MAXN], double *lr1, zs_memory_report *mem)
 {
     struct model_ctx m;
-    zs_group_opts got;
+    zs_group_opts got = { 0 };
     zs_status st = model_open(&m, r);
 
+    if (!st && mem)
+        st = zs_memory(m.ctx, mem);
     for (int k = 1; k <= STEPS && !st; k++) {
         st = model_step(&m, r, k);
         if (!st && k == SET_AFTER) {
@@ -314,9 +323,9 @@ static bool nvme_works = true;
 static void check_groups(enum opt o)
 {
     static const struct run runs[] = {
-        { 0, 0, 0, "none", false }, { 0, 0, 1, "none", false }, { 0, 0, 1, "cpu", false },
-        { 0, 0, 2, "none", false }, { 0, 0, 2, "cpu", false },  { 0, 0, 3, "none", false },
-        { 0, 0, 3, "cpu", false },  { 0, 0, 2, "cpu", true },   { 0, 0, 3, "nvme", false },
+        { 0, 0, 0, "none", false, 0 }, { 0, 0, 1, "none", false, 0 }, { 0, 0, 1, "cpu", false, 0 },
+        { 0, 0, 2, "none", false, 0 }, { 0, 0, 2, "cpu", false, 0 },  { 0, 0, 3, "none", false, 0 },
+        { 0, 0, 3, "cpu", false, 0 },  { 0, 0, 2, "cpu", true, 0 },   { 0, 0, 3, "nvme", false, 0 },
     };
     static float first[NP][MAXN], got[NP][MAXN];
     static double ref[NP][MAXN];
@@ -332,7 +341,7 @@ static void check_groups(enum opt o)
             continue;
         snprintf(name, sizeof(name), "groups %s stage %d offload %s%s", opt_name[o], r.stage, r.offload,
                  r.separate ? " separate device" : "");
-        if (!run_model(&r, c ? got : first, &lr1)) {
+        if (!run_model(&r, c ? got : first, &lr1, NULL)) {
             zs_test_report(name, "run failed");
             continue;
         }
@@ -352,6 +361,117 @@ static void check_groups(enum opt o)
     CHECK(fabs(lr1 - ref_lr1) <= 1e-9 * ref_lr1, "group 1 lr %.17g, reference %.17g", lr1, ref_lr1);
 }
 
+/* ---------------------------------------------------------------- (b) a frozen unit */
+
+static void check_frozen(void)
+{
+    static const struct run runs[] = {
+        { 0, 0, 0, "none", false, 0 }, { 0, 0, 1, "cpu", false, 0 }, { 0, 0, 2, "none", false, 0 },
+        { 0, 0, 2, "cpu", true, 0 },   { 0, 0, 3, "none", false, 0 }, { 0, 0, 3, "cpu", false, 0 },
+        { 0, 0, 3, "nvme", false, 0 },
+    };
+    static float with[NP][MAXN], without[NP][MAXN], first[NP][MAXN];
+    zs_memory_report mw, mo;
+    double lr1;
+    char name[96];
+    const char *why;
+
+    for (size_t c = 0; c < sizeof(runs) / sizeof(runs[0]); c++) {
+        struct run a = runs[c], b = runs[c];
+        a.model = MODEL_FROZEN;
+        b.model = MODEL_NO_FROZEN;
+        if (!strcmp(a.offload, "nvme") && !nvme_works)
+            continue;
+        snprintf(name, sizeof(name), "frozen unit stage %d offload %s%s", a.stage, a.offload,
+                 a.separate ? " separate device" : "");
+        if (!run_model(&a, with, &lr1, &mw) || !run_model(&b, without, &lr1, &mo)) {
+            zs_test_report(name, "run failed");
+            continue;
+        }
+        why = NULL;
+        for (int j = 0; j < NP && !why; j++)
+            for (int64_t i = 0; i < sizes[j] && !why; i++)
+                if (unit_of[j] == 3 ? with[j][i] != init_value(j, i) : with[j][i] != without[j][i])
+                    why = unit_of[j] == 3 ? "the frozen unit moved" : "trainable units differ from a model without it";
+        if (!why && c == 0)
+            memcpy(first, with, sizeof(first));
+        if (!why && memcmp(first, with, sizeof(first)))
+            why = "bits differ from stage 0";
+        if (!why && (mw.grads != mo.grads || mw.optimizer != mo.optimizer || mw.expect_grads != mo.expect_grads ||
+                     mw.expect_optimizer != mo.expect_optimizer))
+            why = "the frozen unit has gradient or optimizer bytes";
+        if (!why && mw.params <= mo.params)
+            why = "the frozen unit's parameters are not counted";
+        zs_test_report(name, why);
+    }
+}
+
+/* ---------------------------------------------------------------- (c) misuse */
+
+static void expect_error(const char *name, zs_status st, const char *text)
+{
+    char why[600];
+
+    snprintf(why, sizeof(why), "got status %d: '%s', want the text '%s'", (int)st, st ? zs_last_error() : "",
+             text);
+    zs_test_report(name, st && strstr(zs_last_error(), text) ? NULL : why);
+}
+
+static void misuse_setup(const char *name, enum misuse mu, const char *text)
+{
+    struct run r = { OPT_SGD, MODEL_ALL, 2, "none", false, mu };
+    struct model_ctx m;
+
+    expect_error(name, model_open(&m, &r), text);
+    zs_finalize(m.ctx);
+}
+
+static void check_misuse(void)
+{
+    struct run r = { OPT_ADAMW, MODEL_FROZEN, 2, "none", false, 0 };
+    struct model_ctx m;
+    zs_group_opts o = { .set = ZS_GROUP_LR, .lr = 0.1 }, bad = { .set = ZS_GROUP_LR, .lr = -1.0 };
+    char json[1024];
+    zs_init_opts io = { .config_json = json, .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1 };
+    int32_t g, u, p;
+    void *buf;
+
+    misuse_setup("misuse: a unit mixing frozen and trainable parameters", MISUSE_MIXED,
+                 "unit 'u0' mixes frozen parameter 'p1' and trainable parameter 'p0'");
+    misuse_setup("misuse: SGD group momentum without the config's buffer", MISUSE_MOMENTUM,
+                 "group 1: momentum 0.5 needs a momentum buffer");
+    if (world > 1)
+        misuse_setup("misuse: ranks disagree on a parameter's group", MISUSE_RANKS, "parameter 'p4' is in group 0 on "
+                     "rank 0 but in group 2 on rank");
+
+    config_json(&r, json, sizeof(json));
+    zs_status st = zs_init(&m.ctx, &io);
+    if (!st)
+        st = zs_unit_add(m.ctx, "u0", &u);
+    if (!st)
+        st = zs_param_add(m.ctx, u, "w", 10, NULL, &p);
+    expect_error("misuse: a parameter moved into a group that does not exist", st ? st : zs_param_group(m.ctx, 0, 3),
+                 "zs_param_group: parameter '");
+    expect_error("misuse: a negative lr", zs_group_add(m.ctx, &bad, &g), "group 1: invalid lr");
+    expect_error("misuse: zs_group_set before zs_setup", zs_group_set(m.ctx, 0, &o), "call zs_setup first");
+    zs_finalize(m.ctx);
+
+    st = model_open(&m, &r);
+    CHECK(!st, "model_open: %s", zs_last_error());
+    if (st)
+        return;
+    expect_error("misuse: zs_group_add after zs_setup", zs_group_add(m.ctx, &o, &g), "called after zs_setup");
+    expect_error("misuse: zs_param_freeze after zs_setup", zs_param_freeze(m.ctx, 0), "parameter 'p0': called after");
+    expect_error("misuse: zs_group_set of an unknown group", zs_group_set(m.ctx, 3, &o), "no group 3 (3 groups)");
+    expect_error("misuse: zs_grad_buffer on a frozen unit", zs_grad_buffer(m.ctx, m.unit[3], &buf),
+                 "zs_grad_buffer: unit 'u3' is frozen");
+    expect_error("misuse: zs_grad_ready on a frozen unit", zs_grad_ready(m.ctx, m.unit[3]),
+                 "zs_grad_ready: unit 'u3' is frozen");
+    expect_error("misuse: zs_grad_deposit on a frozen unit", zs_grad_deposit(m.ctx, m.unit[3]),
+                 "zs_grad_deposit: unit 'u3' is frozen");
+    zs_finalize(m.ctx);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -365,6 +485,8 @@ int main(int argc, char **argv)
 
     for (int o = OPT_ADAMW; o <= OPT_SGD; o++)
         check_groups((enum opt)o);
+    check_frozen();
+    check_misuse();
 
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0 && scratch[0]) {
