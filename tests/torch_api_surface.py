@@ -98,10 +98,11 @@ def run_torch(make_opt, make_sched=None, steps=STEPS, prepare=None, accum=1, mic
         for m in range(accum):
             sl = slice(m * micro * world, (m + 1) * micro * world)
             (model(idx[sl], tgt[sl]) / accum).backward()
-        for p in model.parameters():
-            if p.requires_grad and p.grad is None:
+        live = [p for g in opt.param_groups for p in g["params"]]   # the norm is over the optimized ones
+        for p in live:
+            if p.grad is None:
                 p.grad = torch.zeros_like(p)
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        torch.nn.utils.clip_grad_norm_(live, 1.0)
         lrs.append([g["lr"] for g in opt.param_groups])
         opt.step()
         if sched:
@@ -168,6 +169,16 @@ def mode_frozen():
             i = names.index(n)
             if not torch.equal(got[i], start[i]):
                 T.fail(f"stage {st}: frozen '{n}' moved")
+    model = T.make_model()
+    freeze(model)
+    engine, _, _, _ = zeroshard.initialize(model=model, config=base_config(3), optimizer=adamw(model))
+    units = [(u.name, u.frozen) for u in engine.units]
+    engine.destroy()
+    want_units = [("rest", True), ("h.0", False), ("h.1", False), ("h.1.frozen", True), ("h.2", False)]
+    if units != want_units:
+        T.fail(f"units {units}, expected {want_units}")
+    elif T.RANK == 0:
+        print(f"  units (name, frozen): {units}")
     # model_parameters as a subset: the rest is frozen for the optimizer (requires_grad stays)
     cfg = T.config(3)
 
