@@ -328,8 +328,16 @@ def mode_dist():
     engine.destroy()
 
 
+NEEDS = {"client": "zs_group_add", "frozen": "zs_param_freeze", "tags": "zs_checkpoint_save_opts",
+         "dist": "zs_world_bcast"}
+
+
 def main():
     mode = sys.argv[1]
+    need = NEEDS.get(mode)
+    if need and not hasattr(zeroshard._lib.lib(), need):
+        print(f"torch_api {mode}: skipped: this libzeroshard lacks {need}")
+        sys.exit(77)
     modes = {"client": mode_client, "frozen": mode_frozen, "accum": mode_accum, "dist": mode_dist}
     if mode == "tags":
         mode_tags(sys.argv[2])
