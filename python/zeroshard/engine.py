@@ -253,6 +253,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         if self._init_errors:
             raise self._init_errors[0]
         L.check(status, "zs_setup")
+        self._init_finished(plan)
         for unit in self.units:   # where each parameter sits in its unit's buffer (the library aligns them)
             for i, (p, pid, n, shape) in enumerate(unit.params):
                 off = ctypes.c_int64()
@@ -294,11 +295,20 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         L.check(self.lib.zs_param_shape(self.ctx, pid, max(len(shape), 1), dims), f"shape of '{name}'")
         return pid.value, shape
 
+    def _init_finished(self, plan):
+        """zeroshard.zero's hook: the library holds the values now, so what zero.Init kept for them can go."""
+        from . import zero
+        done = getattr(zero, "_init_done", None)
+        if done is not None:
+            for _, params, _ in plan:
+                for p in params:
+                    done(p)
+
     def _init_callback(self, fill, name):
         """An exception cannot cross the C call: it is kept and raised once zs_setup returns."""
         def call(_arg, _param, first, count, dst):
             try:
-                fill(first, count, ctypes.cast(dst, ctypes.c_void_p).value)
+                fill(first, count, dst)
             except BaseException as e:   # noqa: BLE001 (re-raised after zs_setup)
                 self._init_errors.append(RuntimeError(f"zeroshard: initialising parameter '{name}': {e!r}"))
         return call
@@ -367,17 +377,22 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
             self._hooks.append(m.register_forward_hook(_post_hook(ref, units)))
 
     def _fetch_for_forward(self, units):
+        """A forward run again inside backward (activation checkpointing) takes each unit once for the rest
+        of backward, released when its gradients are handed over: the recomputed activations point into the
+        gathered buffers, and torch may stop a recomputation early (by raising inside it), so the release
+        cannot wait for the module's post-hook."""
         for u in units:
-            self._acquire(u)
+            if not self._in_backward:
+                self._acquire(u)
+            elif not u.bw_held:
+                self._acquire(u)
+                u.bw_held = True
 
     def _release_after_forward(self, units):
-        """A forward run again inside backward (activation checkpointing) keeps its units until their
-        gradients are handed over: the recomputed activations it saved point into the gathered buffers."""
+        if self._in_backward:
+            return
         for u in reversed(units):
-            if self._in_backward and not u.bw_held:
-                u.bw_held = True
-            else:
-                self._release(u)
+            self._release(u)
 
     # ------------------------------------------------------------------ stage-3 saved tensors
     def _pack(self, t):
