@@ -179,6 +179,10 @@ def fail(msg):
     print("torch_api: FAIL: " + msg, flush=True)
 
 
+def names_of(model):
+    return [n for n, _ in model.named_parameters()]
+
+
 def maxdiff(a, b):
     return max((x - y).abs().max().item() for x, y in zip(a, b))
 
