@@ -113,6 +113,20 @@ class Boom(nn.Module):
         return self.net(idx, tgt)
 
 
+def check_module():
+    engine, _, _, _ = zeroshard.initialize(model=T.make_model(), config=T.config(0))
+    ok = isinstance(engine, nn.Module) and engine.module in list(engine.children()) and engine.to("cpu") is engine
+    engine.eval()
+    ok = ok and not engine.training and not engine.module.training
+    engine.train()
+    ok = ok and engine.training and engine.module.h[0].training and engine.device == torch.device("cpu")
+    say(f"the engine is an nn.Module with `module` its child, train()/eval() reach the model, to('cpu'): {ok}")
+    if not ok:
+        T.fail("the engine is not the nn.Module DeepSpeed's is")
+    T.expect_error("engine.to('cuda')", lambda: engine.to("cuda"), "trains on the CPU")
+    engine.destroy()
+
+
 def check_forward_exception():
     model = Boom()
     engine, _, _, _ = zeroshard.initialize(model=model, config=T.config(3))
@@ -200,6 +214,7 @@ def mode_robust():
     check_mpi()
     check_comm_width()
     check_cuda_refused()
+    check_module()
     check_misuse()
     check_forward_exception()
     check_dropped()

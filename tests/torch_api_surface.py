@@ -13,7 +13,8 @@ load flags, torch.distributed. torch_api.sh runs it under mpirun (torch_api.sh M
   tags      2 ranks: save_checkpoint(tag="checkpoint") mid-training with client_state and a client scheduler,
             train on, load it mid-training (step, parameters, scheduler and client_state back), then train to
             the end equal to the uninterrupted run; load_checkpoint on a directory without `latest` is
-            (None, None); load_module_only keeps the running step.
+            (None, None); load_module_only keeps the running step; engine.state_dict() / load_state_dict
+            with full values at stage 3.
   dist      2 ranks: comm.get_rank() before initialize; initialize creates a gloo group: dist.all_reduce and
             zeroshard.comm's calls work; engine.local_rank from MPI's node-local split.
 
@@ -299,7 +300,29 @@ def mode_tags(d):
     if engine.global_steps != step:
         T.fail(f"load_module_only moved the step from {step} to {engine.global_steps}")
     T.expect_error("tag with a slash", lambda: engine.save_checkpoint(d, tag="a/b"), "a/b")
+    check_state_dict(engine)
     engine.destroy()
+
+
+def check_state_dict(engine):
+    """Stage 3: engine.state_dict() holds full copies (gathered unit by unit); load_state_dict of another
+    model's values (the model's own names) sets them, the tied head with the embedding."""
+    sd = engine.state_dict()
+    full = T.params_of(engine)
+    names = T.names_of(engine.module)
+    same = all(torch.equal(sd["module." + n], p) for n, p in zip(names, full)) and "module.head.weight" in sd
+    other = T.make_model()
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(0.5)
+    engine.load_state_dict(other.state_dict())
+    back = T.params_of(engine)
+    loaded = T.bits_equal(back, [p.detach() for p in other.parameters()])
+    if T.RANK == 0:
+        print(f"  stage 3 state_dict: {len(sd)} entries, full values: {same}; load_state_dict of another model's: "
+              f"{loaded}")
+    if not same or not loaded:
+        T.fail(f"state_dict full values {same}, load_state_dict took the values {loaded}")
 
 
 def mode_dist():
