@@ -368,10 +368,7 @@ def main():
         modes[mode]()
     else:
         sys.exit(f"torch_api_surface: unknown mode {mode}")
-    if T.FAILED:
-        sys.exit(1)
-    if T.RANK == 0:
-        print(f"torch_api {mode}: passed")
+    T.finish(mode)
 
 
 if __name__ == "__main__":
