@@ -13,8 +13,10 @@ torch_api.sh runs it under mpirun (2 ranks).
              would otherwise promote it to fp32 and fail in the next Linear), bool buffers stay. (fp16's loss
              is scaled after .float(), as DeepSpeed does; the gradients are the same either way, since the
              cast's backward rounds the scaled gradient back to fp16, so there is nothing to hold.)
-  checkpointing  stage 3 with torch.utils.checkpoint around each block (use_reentrant False and True, and
-             zeroshard.checkpointing.checkpoint) gives stage 0's parameters bit for bit.
+  checkpointing  stage 3 with torch.utils.checkpoint around each block (use_reentrant False and True,
+             zeroshard.checkpointing.checkpoint, and around block.forward itself, whose recomputation runs
+             no hook of the block, as Hugging Face's gradient checkpointing) gives stage 0's parameters bit
+             for bit.
 """
 import gc
 import os
@@ -263,6 +265,9 @@ class CkptNet(nn.Module):
         super().__init__()
         self.net = T.make_model()
         self.how = how
+        if how == "forward":   # as Hugging Face's GradientCheckpointingLayer: forward checkpoints itself
+            for b in self.net.h:
+                b.forward = (lambda f: lambda x: torch.utils.checkpoint.checkpoint(f, x, use_reentrant=False))(b.forward)
 
     def forward(self, idx, tgt):
         n = self.net
@@ -272,6 +277,8 @@ class CkptNet(nn.Module):
                 x = b(x)
             elif self.how == "zeroshard":
                 x = zeroshard.checkpointing.checkpoint(b, x)
+            elif self.how == "forward":   # inside the block's forward: the recomputation runs no hook of it
+                x = b(x)
             else:
                 x = torch.utils.checkpoint.checkpoint(b, x, use_reentrant=self.how == "reentrant")
         return nn.functional.cross_entropy(n.head(x).view(-1, 13), tgt.view(-1))
@@ -289,7 +296,7 @@ def train_ckpt(stage, how, steps=6):
 
 def mode_checkpointing():
     ref = train_ckpt(0, "none")
-    for how in ("non-reentrant", "reentrant", "zeroshard"):
+    for how in ("non-reentrant", "reentrant", "zeroshard", "forward"):
         got = train_ckpt(3, how)
         same = T.bits_equal(got, ref)
         say(f"stage 3, activation checkpointing ({how}): parameters bit-identical to stage 0 without: {same}")

@@ -375,6 +375,14 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
             units = sorted(units, key=lambda x: x.idx)
             self._hooks.append(m.register_forward_pre_hook(_pre_hook(ref, units)))
             self._hooks.append(m.register_forward_hook(_post_hook(ref, units)))
+        # A forward recomputed in backward may call a block's forward() directly, without its hooks
+        # (Hugging Face's gradient checkpointing does): the modules inside blocks fetch their own units then.
+        for b in self._blocks:
+            for m in b.modules():
+                own = {self._pinfo[p] for p in m.parameters(recurse=False) if p in self._pinfo}
+                if own:
+                    units = sorted(own, key=lambda x: x.idx)
+                    self._hooks.append(m.register_forward_pre_hook(_backward_pre_hook(ref, units)))
 
     def _fetch_for_forward(self, units):
         """A forward run again inside backward (activation checkpointing) takes each unit once for the rest
@@ -646,6 +654,14 @@ def _pre_hook(ref, units):
     def pre(_m, _args):   # returns None: a value would replace the module's inputs
         e = ref()
         if e is not None:
+            e._fetch_for_forward(units)
+    return pre
+
+
+def _backward_pre_hook(ref, units):
+    def pre(_m, _args):
+        e = ref()
+        if e is not None and e._in_backward:
             e._fetch_for_forward(units)
     return pre
 
