@@ -148,6 +148,10 @@ def check_forward_exception():
         f"parameters empty after it: {empty}")
     if held or not empty:
         T.fail(f"a failed stage-3 forward left units fetched ({held}) or parameters holding storage")
+    sizes = [(tuple(p.ds_shape), p.ds_numel) for p in engine.module.parameters()]
+    want = [(tuple(p.shape), p.numel()) for p in T.make_model().parameters()]
+    if sizes != want:
+        T.fail(f"stage 3: ds_shape/ds_numel {sizes[:3]}..., expected {want[:3]}...")
     engine.destroy()
 
 

@@ -247,6 +247,8 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
                 unit.params.append((p, pid, _numel(shape), shape))
                 self._pinfo[p] = unit
                 self._pid[p] = pid
+                if self.stage == 3:   # DeepSpeed's: the full size of a parameter that is empty between forwards
+                    p.ds_shape, p.ds_numel = torch.Size(shape), _numel(shape)
             self.units.append(unit)
         self._bridge.register(lib, ctx, groups, lambda p: self._pid[p])
         status = lib.zs_setup(ctx)
