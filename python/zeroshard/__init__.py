@@ -44,7 +44,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     model's other parameters are left alone: frozen) or torch-style group dicts. lr_scheduler: a torch
     scheduler or a callable(optimizer) making one; engine.step() steps it at each applied boundary.
     """
-    from .engine import ZeroShardEngine, _torch, load_config
+    from .engine import ZeroShardEngine, _torch
+    from ._plan import load_config
     from .optim import resolve
 
     torch = _torch()
