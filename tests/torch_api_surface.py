@@ -3,8 +3,9 @@ and schedulers, parameter groups, frozen parameters, accumulation driven by the 
 load flags, torch.distributed. torch_api.sh runs it under mpirun (torch_api.sh MODE with the modes below).
 
   client    2 ranks: a client torch.optim.AdamW with two groups (no weight decay for biases and LayerNorm) and a
-            torch LambdaLR; a client SGD with momentum and nesterov; a callable building the optimizer; each
-            at stages 0 and 3, against the same optimizer and scheduler in one process.
+            torch LambdaLR; a client SGD with momentum and nesterov; each at stages 0 and 3, and a client
+            Adagrad at stage 0, against the same optimizer and scheduler in one process; DeepSpeed's
+            FusedAdam recognised by name (adam_w_mode); a callable building the optimizer.
   frozen    2 ranks: a frozen embedding and a block with a frozen Linear beside trainable LayerNorm (a mixed
             unit, registered as two), and model_parameters listing a subset, at stages 0 and 3.
   accum     2 ranks, accumulation 2: backward(scale_wrt_gas=False) with the loss divided by the script,
@@ -139,6 +140,29 @@ def mode_client():
             T.fail(f"stage {st}: get_lr() after the first step {lrs[0]}, torch used {want_lrs[0]}")
         got, _ = run_zs(base_config(st), sgd)
         compare(f"stage {st}: client SGD momentum 0.9 nesterov", got, want_sgd)
+    def adagrad(m):
+        return torch.optim.Adagrad(m.parameters(), lr=0.05, eps=1e-10, weight_decay=0.01)
+
+    want_ada, _ = run_torch(adagrad)
+    got, _ = run_zs(base_config(0), adagrad)
+    compare("stage 0: client Adagrad", got, want_ada)
+
+    class FusedAdam(torch.optim.Optimizer):   # DeepSpeed's, recognised by its class name
+        def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, adam_w_mode=True):
+            super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                                      "bias_correction": True})
+            self.adam_w_mode = adam_w_mode
+
+    for w_mode, want_type in ((True, "AdamW"), (False, "Adam")):
+        model = T.make_model()
+        engine, _, _, _ = zeroshard.initialize(model=model, config=base_config(0),
+                                               optimizer=FusedAdam(model.parameters(), adam_w_mode=w_mode))
+        kind = engine.config["optimizer"]["type"]
+        engine.destroy()
+        if kind != want_type:
+            T.fail(f"FusedAdam(adam_w_mode={w_mode}) ran as {kind}, expected {want_type}")
+        elif T.RANK == 0:
+            print(f"  FusedAdam(adam_w_mode={w_mode}): config optimizer type {kind}")
     # a callable: DeepSpeed calls optimizer(model_parameters)
     model = T.make_model()
     engine, opt, _, _ = zeroshard.initialize(model=model, config=base_config(0), model_parameters=model.parameters(),
