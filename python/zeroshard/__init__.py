@@ -5,6 +5,8 @@
 
 Launched with `mpirun -np N python train.py`: the library initialises MPI itself.
 """
+import weakref
+
 from ._lib import ZsError
 from . import zero
 
@@ -16,13 +18,13 @@ class _Scheduler:
     """The config's `scheduler` section runs inside ZeroShard's step; this reports its learning rates."""
 
     def __init__(self, engine):
-        self._engine = engine
+        self._engine = weakref.ref(engine)   # no cycle: a dropped engine goes at once, on every rank
 
     def step(self, *a, **k):
         """Stepped by engine.step() at each accumulation boundary, as DeepSpeed does."""
 
     def get_lr(self):
-        return self._engine.get_lr()
+        return self._engine().get_lr()
 
     get_last_lr = get_lr
 
