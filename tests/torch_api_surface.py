@@ -240,8 +240,15 @@ def mode_accum():
         engine.backward(engine(idx, tgt))
         engine.step()
 
+    def accelerate_sync(engine, idx, tgt, m, accum):   # Accelerate 1.x: engine.step() only when it syncs
+        engine.set_gradient_accumulation_boundary(m == accum - 1)
+        engine.backward(engine(idx, tgt))
+        if m == accum - 1:
+            engine.step()
+
     for name, drive in (("scale_wrt_gas=False, loss divided by the script", trainer),
-                        ("set_gradient_accumulation_boundary", accelerate)):
+                        ("set_gradient_accumulation_boundary", accelerate),
+                        ("set_gradient_accumulation_boundary, step() only at the boundary", accelerate_sync)):
         got, _ = run_zs(cfg, accum=2, drive=drive)
         d = T.maxdiff(got, ref)
         if T.RANK == 0:

@@ -410,9 +410,10 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         averages the micro-batches' gradients, which is that); with scale_wrt_gas=False the caller divided it
         already (Hugging Face Trainer), so the gradient is the sum of the micro-batches' and is multiplied back
         by the steps here. fp16: the loss is scaled in fp32 (.float() first), as DeepSpeed does."""
+        self._close_pending()
         if self._micro_backward:
-            raise RuntimeError("zeroshard: engine.backward() called twice in one micro-batch; call engine.step() "
-                               "after each engine.backward() (it steps the optimizer at the accumulation boundary)")
+            raise RuntimeError("zeroshard: engine.backward() called again at an accumulation boundary without "
+                               "engine.step(); call engine.step() after the boundary micro-batch's backward")
         factor = self.loss_scale() * (1 if scale_wrt_gas else self.gradient_accumulation_steps())
         if self._direct:
             self._preset_grads()
@@ -440,6 +441,19 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
                 self._release(u)
         return loss
 
+    def _close_pending(self):
+        """A micro-batch whose backward ran and that is not a boundary is closed here when the script goes on
+        without engine.step(): DeepSpeed's engine accumulates over backward calls and only the boundary needs
+        step(), which is how Accelerate drives it (step() only when it syncs gradients)."""
+        if self._micro_backward and not self.is_gradient_accumulation_boundary():
+            self._finish_micro()
+
+    def _finish_micro(self):
+        L.check(self.lib.zs_step(self.ctx), "zs_step")
+        self._micro_backward = False
+        for u in self.units:
+            u.handed, u.ngot, u.pending = False, 0, []
+
     def step(self, lr_kwargs=None):
         """zs_step; at a boundary the param_groups' changed values go to the library first, and after an
         applied step the client scheduler steps (not after one skipped for fp16 overflow), as DeepSpeed."""
@@ -451,10 +465,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
                                "the boundary reduces the gradients; leave no_sync before it")
         if boundary:
             self._bridge.hand(self.lib, self.ctx, self.optimizer.param_groups)
-        L.check(self.lib.zs_step(self.ctx), "zs_step")
-        self._micro_backward = False
-        for u in self.units:
-            u.handed, u.ngot, u.pending = False, 0, []
+        self._finish_micro()
         s = self.stats()
         if not s.stepped:
             return
@@ -471,7 +482,9 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
     def set_gradient_accumulation_boundary(self, is_boundary):
         """Accelerate drives the boundary itself. ZeroShard's step applies the optimizer every
         gradient_accumulation_steps micro-batches, so a call must agree with that count: one that does not is
-        refused (set the config's gradient_accumulation_steps to Accelerate's)."""
+        refused (set the config's gradient_accumulation_steps to Accelerate's). Accelerate calls step() only at
+        the boundary: a finished micro-batch that is not one is closed first."""
+        self._close_pending()
         want = self.is_gradient_accumulation_boundary()
         if bool(is_boundary) != want:
             s = self.stats()
