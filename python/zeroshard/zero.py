@@ -148,13 +148,33 @@ _wrapped = []         # (class, original __init__) to restore
 _patched = []         # (class, attribute, original)
 
 
+_TRIM_BYTES = 4 << 20
+_libc = None
+
+
+def _trim():
+    """glibc raises its mmap threshold after the first large free, so freed parameter storage stays in the
+    heap (the aligned blocks torch asks for then rarely fit it): without giving it back, the process would
+    grow towards the model's size although nothing holds the values."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None)
+    trim = getattr(_libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
 def _module_done(m):
     if not _active:
         return
     init = _active[-1]
+    freed = 0
     for name, p in m.named_parameters(recurse=False):
         if p is not None and p.device.type != "meta" and getattr(p, "ds_spill", None) is None:
+            freed += p.numel() * p.element_size()
             _spill_param(init._store_get(), p, f"{type(m).__name__}.{name}", init.dtype)
+    if freed >= _TRIM_BYTES:
+        _trim()
 
 
 def _wrap_class(cls):
