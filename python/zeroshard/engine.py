@@ -253,6 +253,10 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         if self._init_errors:
             raise self._init_errors[0]
         L.check(status, "zs_setup")
+        from . import zero
+        done = getattr(zero, "_init_done", None)   # zero.Init's spill store is freed once the values are placed
+        for p in (p for unit in self.units for p, *_ in unit.params) if done is not None else ():
+            done(p)
         for unit in self.units:   # where each parameter sits in its unit's buffer (the library aligns them)
             for i, (p, pid, n, shape) in enumerate(unit.params):
                 off = ctypes.c_int64()
