@@ -322,8 +322,9 @@ def gather_stage(stage):
         with GatheredParameters(list(engine.module.parameters())):
             sd = engine.module.state_dict()
             inside = {k: v.clone() for k, v in sd.items()}
-        zs_step(engine, 6)   # gathers and releases again: a dangling tensor would now read other values
-        engine.step()
+        for s in (6, 7):   # a step, then a forward that gathers its new values into the freed buffers
+            zs_step(engine, s)
+            engine.step()
         bad = [k for k in sd if sd[k].shape != inside[k].shape or not torch.equal(sd[k], inside[k])]
         if bad:
             fail(f"stage 3: state_dict() taken inside GatheredParameters changed after it: {bad[:3]}")
