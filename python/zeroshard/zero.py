@@ -67,11 +67,15 @@ class _Store:
 
 
 class _Spill:
-    """A spilled parameter's record (p.ds_spill): where its values are and the stand-in its data views."""
-    __slots__ = ("store", "offset", "stand_in", "name")
+    """A spilled parameter's record (p.ds_spill): where its values are, the stand-in its data views, and
+    the store's hold on it, let go at set-up (_init_done) or when the parameter dies unregistered (the head
+    a model replaces by tying it to the embedding)."""
+    __slots__ = ("store", "offset", "stand_in", "name", "hold")
 
-    def __init__(self, store, offset, stand_in, name):
+    def __init__(self, p, store, offset, stand_in, name):
         self.store, self.offset, self.stand_in, self.name = store, offset, stand_in, name
+        store.live += 1
+        self.hold = weakref.finalize(p, store.drop)
 
 
 def _spill_of(p):
@@ -104,9 +108,8 @@ def _spill_param(store, p, name, dtype=None):
     with torch.no_grad():
         p.data = stand_in.expand(shape) if shape else stand_in.view(())
     p.ds_shape, p.ds_numel = torch.Size(shape), values.numel()
-    p.ds_spill = _Spill(store, offset, stand_in, name)
+    p.ds_spill = _Spill(p, store, offset, stand_in, name)
     _stand_ins[stand_in.untyped_storage().data_ptr()] = (weakref.ref(p), name)
-    store.live += 1
 
 
 def _read_full(p, sp):
@@ -137,7 +140,7 @@ def _init_done(p):
     if sp is not None:
         del p.ds_spill
         _stand_ins.pop(sp.stand_in.untyped_storage().data_ptr(), None)
-        sp.store.drop()
+        sp.hold()
 
 
 # ---------------------------------------------------------------------------- zero.Init
@@ -336,7 +339,11 @@ def _writes_through():
             p, vals = target
             sp = _spill_of(p)
             sp.store.put(vals.to(torch.float32).contiguous(), sp.offset)
-            return first if out is vals else out
+            res = first if out is vals else out
+            del out, vals, target, args, kwargs, box   # the materialised values go before the trim
+            if p.ds_numel * 4 >= _TRIM_BYTES:
+                _trim()
+            return res
     return WriteThrough()
 
 
