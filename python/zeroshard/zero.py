@@ -382,12 +382,16 @@ def _spill_gathered(params, modifier_rank=None, local=False):
     for p, sp in held:
         with torch.no_grad():
             p.data = _read_full(p, sp).to(p.dtype)
+    failed = False
     try:
         yield
+    except BaseException:
+        failed = True   # no writes (nor their collectives) after an exception
+        raise
     finally:
         try:
-            if modifier_rank is not None and held:
-                rank, world = _world()
+            if modifier_rank is not None and held and not failed:
+                _, world = _world()
                 for p, sp in held:
                     vals = p.detach().to(torch.float32).contiguous()
                     if world > 1:
@@ -453,7 +457,7 @@ class GatheredParameters:
             return False
         try:
             if self._engine is not None:
-                self._exit_engine()
+                self._exit_engine(write=exc[0] is None)   # after an exception, no writes (nor their collectives)
         finally:
             self._spilled.__exit__(*exc)
         return False
@@ -471,10 +475,10 @@ class GatheredParameters:
             _bcast(flags, self._modifier)
         return flags.tolist()
 
-    def _exit_engine(self):
+    def _exit_engine(self, write):
         e, torch = self._engine, self._engine._torch
         writes = []
-        if self._modifier is not None:
+        if self._modifier is not None and write:
             for p, changed in zip(self._mine, self._changed()):
                 if changed:
                     vals = p.detach().to(torch.float32).contiguous() if e.global_rank == self._modifier else None
