@@ -15,7 +15,8 @@ rank runs the same mode; rank 0 prints the verdict; exit 1 on a mismatch, 77 to 
            rank writing something else) is seen on every rank and by the next steps, which match torch doing
            the same edit; a state_dict() taken inside a stage-3 gather keeps its values after it; an
            embedding resized under zero.Init before initialize (rows copied inside GatheredParameters) gives
-           every rank the new rows.
+           every rank the new rows; with bf16, the edit reaches the fp32 masters and an unchanged parameter
+           gathered with it keeps its master's bits.
   utils    2 ranks, stages 0, 2 and 3: after 5 steps safe_get_full_fp32_param / _optimizer_state("exp_avg",
            "exp_avg_sq") match torch.optim.AdamW's, safe_get_full_grad between backward and step matches
            torch's gradient; safe_set_full_fp32_param changes the next forward as in torch.
@@ -382,10 +383,32 @@ def gather_resize():
     engine.destroy()
 
 
+def gather_bf16():
+    """bf16 at stage 3: rank 0's bf16 edit reaches the fp32 masters; a parameter gathered with it but left
+    unchanged keeps its fp32 master bits (it is not rewritten from its bf16 copy)."""
+    engine = zeroshard.initialize(model=make_net(), config=config(3, extra={"bf16": {"enabled": True}}))[0]
+    for s in range(2):
+        zs_step(engine, s)
+        engine.step()
+    emb, lin = engine.module.emb.weight, engine.module.h[0][1].weight
+    before = utils.safe_get_full_fp32_param(lin)
+    with GatheredParameters([emb, lin], modifier_rank=0):
+        edit_rows(engine.module.emb, engine.global_rank)
+    rows, after = utils.safe_get_full_fp32_param(emb)[2:4], utils.safe_get_full_fp32_param(lin)
+    if not torch.all(rows == 0.25):
+        fail(f"bf16: rank {engine.global_rank}'s fp32 master of the edited rows reads {rows[:, :3]}")
+    if not torch.equal(before, after):
+        fail(f"bf16: an unchanged parameter's fp32 master moved by {(before - after).abs().max().item():.2e} "
+             "through GatheredParameters(modifier_rank=0)")
+    say("torch_zero gather: bf16 stage 3: rank 0's edit in the fp32 masters, an unchanged parameter's master kept")
+    engine.destroy()
+
+
 def mode_gather():
     for stage in (1, 3):
         gather_stage(stage)
     gather_resize()
+    gather_bf16()
 
 
 # ---------------------------------------------------------------------------- utils
