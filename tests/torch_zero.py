@@ -9,7 +9,7 @@ rank runs the same mode; rank 0 prints the verdict; exit 1 on a mismatch, 77 to 
            (without Init the module alone would add the whole model); the spill file is closed after set-up.
   parity   2 ranks: a model built under zero.Init holds no values (zero-stride stand-ins with the right
            shapes) and gives, gathered and after set-up at stages 0 and 3, the bits of the same model built
-           without Init; trained 10 steps it matches single-process torch.optim.AdamW within PARAM_ATOL. With
+           without Init; a write to part of a spilled parameter and a cast before initialize are refused; trained 10 steps it matches single-process torch.optim.AdamW within PARAM_ATOL. With
            transformers: a GPT-2 (GPT2Config, tied head, post_init's weight init) likewise, bit for bit.
   gather   2 ranks, stages 1 and 3: GatheredParameters(modifier_rank=0) changing embedding rows (the other
            rank writing something else) is seen on every rank and by the next steps, which match torch doing
@@ -292,8 +292,35 @@ def parity_gpt2():
     engine.destroy()
 
 
+def expect_error(what, fn, needle):
+    try:
+        fn()
+    except (RuntimeError, ValueError) as e:
+        if needle not in str(e):
+            fail(f"{what}: the error does not say '{needle}': {e}")
+        return
+    fail(f"{what}: not refused")
+
+
+def parity_refusals():
+    """What zero.Init cannot trace is refused naming the parameter: a write to part of one through a view
+    inside the context, and a cast of the model (which copies the stand-ins) before initialize."""
+    def partial_write():
+        with zero.Init():
+            m = Net()
+            m.h[0][1].weight.data[:2].zero_()
+
+    def cast_then_initialize():
+        with zero.Init():
+            m = Net()
+        zeroshard.initialize(model=m.half(), config=config(0))
+    expect_error("a write to part of a spilled parameter", partial_write, "on part of parameter 'Linear.weight'")
+    expect_error("model.half() after zero.Init", cast_then_initialize, "'Embedding.weight' was cast to torch.float16")
+
+
 def mode_parity():
     global RANK
+    parity_refusals()
     for stage in (0, 3):
         ref, model = make_net(), make_net(under_init=True)
         check_stand_ins(model, ref, f"stage {stage}")

@@ -126,6 +126,11 @@ def _init_source(p):
     dst) writing elements [first, first + count) of its fp32 initial values to the float* dst."""
     sp = _spill_of(p)
     if sp is None:
+        rec = getattr(p, "ds_spill", None)
+        if rec is not None and rec.store.fd >= 0 and p.dtype != rec.stand_in.dtype and not p.data.any():
+            raise ValueError(f"zeroshard.zero.Init: parameter '{rec.name}' was cast to {p.dtype} after zero.Init "
+                             "built it (model.half(), model.to(dtype)): the cast copied its stand-in, not its "
+                             "values; leave the model in its dtype (the config's bf16/fp16 sets the training one)")
         return None
 
     def fill(first, count, dst):
