@@ -97,3 +97,4 @@ def init_distributed(dist_backend="gloo", auto_mpi_discovery=True, distributed_p
 
 from . import comm  # noqa: E402  (deepspeed.comm's calls a training script makes)
 from . import checkpointing  # noqa: E402  (deepspeed.checkpointing.checkpoint)
+from . import utils  # noqa: E402  (deepspeed.utils: safe_get_full_* / safe_set_full_*)

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# torch_zero.sh MODE LIBDIR - zeroshard.zero (Init, GatheredParameters) and zeroshard.utils checks
+# (tests/torch_zero.py MODE) under mpirun, with the package from python/ and libzeroshard from LIBDIR (the
+# build tree). torch_zero.py exits 77 (skip), saying so, when torch cannot be imported.
+set -u
+MODE=$1 LIBDIR=$2
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+case $MODE in
+  memory) np=4 ;;
+  parity|gather|utils) np=2 ;;
+  *) echo "torch_zero.sh: unknown mode $MODE"; exit 2 ;;
+esac
+# zero.Init's spill files go to lib.sh's scratch dir (on the disk under test, not in memory)
+PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so ZEROSHARD_SPILL_DIR=$tmp \
+  mpirun --oversubscribe -np $np -x PYTHONPATH -x ZEROSHARD_LIB -x ZEROSHARD_SPILL_DIR python3 "$here/torch_zero.py" "$MODE"
