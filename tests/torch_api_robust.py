@@ -4,7 +4,9 @@ torch_api.sh runs it under mpirun (2 ranks).
   robust     the library search takes build/ before build-asan/ and never an ASan build unasked; the libmpi
              promoted to RTLD_GLOBAL is the one libzeroshard maps; zs_init_opts' MPI_Comm slot as wide as
              zs_mpi_comm_bytes says; zeroshard.device "cuda" refused from Python; an exception inside a
-             stage-3 forward releases what it fetched (the next step trains, parameters empty after it); a
+             stage-3 forward releases what it fetched (the next step trains, parameters stand-ins after it);
+             stage 3 with raw features into the first block (its weights' gradients need no weight) equals
+             stage 0; a
              dropped engine is finalised (collective: every rank drops it) and another one trains; a
              save_16bit_model whose file rank 0 cannot write raises on every rank, naming the file, with no
              hang; misuse errors (an optimizer class ZeroShard does not run, a parameter in two groups, a
@@ -143,7 +145,8 @@ def check_forward_exception():
     held = [u.name for u in engine.units if u.refs]
     model.explode = False
     one_step(engine)
-    empty = all(p.numel() == 0 for p in engine.module.parameters())
+    stand = engine._stand.untyped_storage().data_ptr()   # a released parameter's zero-stride stand-in
+    empty = all(p.untyped_storage().data_ptr() == stand for p in engine.module.parameters())
     say(f"stage 3, exception in block 1's forward: units still fetched after it {held}; next step trained, "
         f"parameters empty after it: {empty}")
     if held or not empty:
@@ -153,6 +156,39 @@ def check_forward_exception():
     if sizes != want:
         T.fail(f"stage 3: ds_shape/ds_numel {sizes[:3]}..., expected {want[:3]}...")
     engine.destroy()
+
+
+class Raw(nn.Module):
+    """Blocks whose first one takes raw features (no requires_grad): its weights' gradients need no weight in
+    backward, so nothing fetches its unit again before autograd accumulates them."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(6)
+        self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(16, 16), nn.ReLU()) for _ in range(3)])
+        self.head = nn.Linear(16, 1)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.head(x).pow(2).mean()
+
+
+def check_raw_input():
+    got = {}
+    for stage in (0, 3):
+        engine, _, _, _ = zeroshard.initialize(model=Raw(), config=T.config(stage))
+        g = torch.Generator().manual_seed(7)
+        for s in range(3):
+            x = torch.randn(4, 16, generator=g)[engine.global_rank * 2:engine.global_rank * 2 + 2]
+            engine.backward(engine(x))
+            engine.step()
+        got[stage] = T.params_of(engine)
+        engine.destroy()
+    say("stage 3, raw features into the first block (no input gradient): trains, parameters equal stage 0's: "
+        f"{T.bits_equal(got[3], got[0])}")
+    if not T.bits_equal(got[3], got[0]):
+        T.fail("stage 3 with raw input features differs from stage 0")
 
 
 def check_dropped():
@@ -224,6 +260,7 @@ def mode_robust():
     check_module()
     check_misuse()
     check_forward_exception()
+    check_raw_input()
     check_dropped()
     check_export_failure()
 

@@ -8,7 +8,8 @@ How the module maps onto the C API (include/zeroshard.h):
 - parameters are views of the unit's buffer in ZeroShard (torch.frombuffer over the pointer zs_unit_fetch
   returns), in the training dtype. Stages 0-2 keep every unit whole, so the views are made once. At stage 3
   forward pre-/post-hooks fetch and release the units a module uses, and a released unit's parameters are
-  empty tensors (no storage).
+  zero-stride stand-ins of their shape (no storage of their own): autograd checks a gradient's shape against
+  its parameter's, and a first layer on raw features accumulates its weights' gradients with the unit released.
 - backward at stage 3: the tensors autograd saves from a parameter's storage (the weight, or a view such as
   weight.t()) are saved as (unit, size, stride, offset) through saved_tensors_hooks and rebuilt from the
   unit, fetched again on first use in backward; without this, autograd would keep the gathered buffer alive
@@ -183,6 +184,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         self._blocks = blocks
         self._live = {}   # buffer address -> unit, for the units fetched now (stage 3's saved tensors)
         self._empty = torch.empty(0, dtype=self.dtype)
+        self._stand = torch.zeros(1, dtype=self.dtype)   # a released parameter's zero-stride stand-in
         for u in self.units:   # torch's own copies go; the parameters become views of ZeroShard's buffers
             for p, *_ in u.params:
                 p.data = self._empty
@@ -269,8 +271,8 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         if self.stage == 3:   # a released unit holds no storage in torch; the next fetch rebinds
             self._live.pop(u.ptr, None)
             u.ptr, u.flat = None, None
-            for p, *_ in u.params:
-                p.data = self._empty
+            for p, _, _, shape in u.params:
+                p.data = self._stand.expand(shape)
 
     def _add_forward_hooks(self, model, nn):
         """Stage 3: a block fetches its units (trainable and frozen, and any unit of a parameter it shares)
