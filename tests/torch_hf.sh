@@ -23,5 +23,21 @@ case $MODE in
     trap 'rm -rf "$tmp"' EXIT
     $run 2 $py "$MODE-save" "$tmp" && $run 3 $py "$MODE-load" "$tmp" ;;
   misuse) $py misuse ;;   # no mpirun: a world of one
+  finetune)
+    # the example, briefly: 6 steps at 2 ranks (stage 3), saved under its tag; resumed to 10 at 3 ranks
+    # (stage 2), with the same global batch (2 x 6 = 3 x 4)
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    ex="python3 $here/../examples/pytorch/finetune.py --layers 2 --dim 64 --ctx 32 --save-dir $tmp/ck --metrics $tmp/m.jsonl"
+    $run 2 $ex --steps 6 --stage 3 --micro-batch 6 && $run 3 $ex --steps 10 --stage 2 --micro-batch 4 --resume &&
+    python3 - "$tmp/m.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r["step"] for r in rows]
+assert steps == list(range(1, 11)), f"torch_hf finetune: steps {steps}, expected 1..10 (resumed after 6)"
+assert rows[-1]["loss"] < rows[0]["loss"], f"torch_hf finetune: loss {rows[0]['loss']} -> {rows[-1]['loss']}"
+print(f"torch_hf finetune: passed (loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}, resumed after step 6)")
+PY
+    ;;
   *) echo "torch_hf.sh: unknown mode $MODE"; exit 2 ;;
 esac
