@@ -34,12 +34,22 @@ struct zs_param_rec {
     void *init_arg;
     int32_t ndim;          /* 0: [numel] */
     int64_t shape[8];
+    int32_t group;         /* its parameter group (0: the config's optimizer.params) */
+    bool frozen;           /* no gradient, no optimizer state, never updated */
+};
+
+/* A parameter group: the fields in opts.set are its own, the rest the config's (runtime/groups.c). */
+struct zs_group {
+    zs_group_opts opts;
+    double lr_used;              /* the lr the last optimizer step used (after the schedule) */
+    bool stepped;                /* lr_used is set */
 };
 
 struct zs_unit {
     char *name;
     int32_t first_param, nparams;
     int64_t numel;               /* last parameter's end, alignment gaps included */
+    bool frozen;                 /* every parameter frozen: no gradients, no optimizer state, never stepped */
     struct zs_partition part;
     bool sharded;                /* stage 3 and not kept whole by the persistence threshold */
     /* Parameter and gradient buffers hold ctx->pdt elements (grad_shard: ctx->cdt); zs_at() indexes. */
@@ -103,6 +113,8 @@ struct zs_ctx {
     int32_t nparams, cap_params;
     struct zs_unit *units;
     int32_t nunits, cap_units;
+    struct zs_group *groups;         /* [0] the config's optimizer.params, then zs_group_add's (NULL: only [0]) */
+    int32_t ngroups;                 /* groups' entries (0 until the first zs_group_add or zs_group_set) */
     uint64_t numel, numel_padded;
     struct zs_plan plan;             /* what this rank allocates, and where (set-up fills it) */
 

@@ -49,7 +49,7 @@ static enum zs_home offload_home(enum zs_offload_device d, enum zs_home otherwis
 /* Adam keeps m and v; SGD a momentum buffer when it has momentum; Lion m; Adagrad the squared sum. With the
  * optimizer on NVMe they (and the fp32 masters of 16-bit parameters) live in the swap file, and so does a
  * stage-3 shard with offload_param nvme, as fp32. */
-int zs_plan_unit(const struct zs_plan *p, int64_t numel, struct zs_plan_unit *u)
+int zs_plan_unit(const struct zs_plan *p, int64_t numel, bool frozen, struct zs_plan_unit *u)
 {
     int stage = p->pl.stage;
     enum zs_home opt_home = offload_home(p->pl.opt, ZS_HOME_DEV);
@@ -66,6 +66,8 @@ int zs_plan_unit(const struct zs_plan *p, int64_t numel, struct zs_plan_unit *u)
         put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, offload_home(p->pl.param, ZS_HOME_DEV), u->part.shard, p->psz);
     else
         put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, stage == 0 ? ZS_HOME_DEV : ZS_HOME_COMM, u->part.padded, p->psz);
+    if (frozen) /* no gradients, no masters, no optimizer state */
+        return 0;
     if (stage <= 1)
         put(u, ZS_SLOT_GRAD, ZS_MEM_GRADS, ZS_HOME_COMM, u->part.padded, p->psz);
     else
@@ -81,16 +83,17 @@ int zs_plan_unit(const struct zs_plan *p, int64_t numel, struct zs_plan_unit *u)
 
 static uint64_t page(uint64_t b) { return (b + 4095) / 4096 * 4096; }
 
-int zs_plan_add(struct zs_plan *p, int64_t numel)
+int zs_plan_add(struct zs_plan *p, int64_t numel, bool frozen)
 {
     struct zs_plan_unit u;
     uint64_t pad;
 
-    if (zs_plan_unit(p, numel, &u))
+    if (zs_plan_unit(p, numel, frozen, &u))
         return -EINVAL;
     pad = (uint64_t)u.part.padded;
     p->nunits++;
     p->numel += (uint64_t)numel;
+    p->numel_trained += frozen ? 0 : (uint64_t)numel;
     p->numel_padded += pad;
     p->largest = pad > p->largest ? pad : p->largest;
     if (u.sharded) {
@@ -106,7 +109,7 @@ int zs_plan_add(struct zs_plan *p, int64_t numel)
         if (b->home == ZS_HOME_HOST)
             p->host_pool += page(b->bytes);
     }
-    if (p->exact) /* stages 2-3: the program's whole buffer instead of a bucket slot (sharding/exact.c) */
+    if (p->exact && !frozen) /* stages 2-3: the program's whole buffer instead of a bucket slot (sharding/exact.c) */
         p->exact_bytes += (p->pl.stage >= 2 ? p->psz * pad : 0) + ZS_EXACT_ELEM_BYTES * pad;
     return 0;
 }

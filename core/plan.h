@@ -71,6 +71,7 @@ struct zs_plan {
 
     /* the units */
     uint64_t numel, numel_padded; /* real and padded elements of all units */
+    uint64_t numel_trained;       /* real elements of the units that are not frozen */
     uint64_t largest;             /* the largest unit's padded elements */
     int32_t gathered;             /* stage 3: the sharded units, their padded elements, the largest of them */
     uint64_t gathered_padded, gathered_largest;
@@ -96,10 +97,11 @@ static inline int64_t zs_plan_opt_elems(int stage, const struct zs_partition *pa
 struct zs_placement zs_placement_of(const struct zs_config *cfg);
 
 void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_placement pl, int32_t world);
-/* One unit's buffers under p's inputs (nothing added up); 0, or -EINVAL when it cannot be partitioned. */
-int zs_plan_unit(const struct zs_plan *p, int64_t numel, struct zs_plan_unit *out);
+/* One unit's buffers under p's inputs (nothing added up); a frozen unit keeps only its parameters. 0, or
+ * -EINVAL when it cannot be partitioned. */
+int zs_plan_unit(const struct zs_plan *p, int64_t numel, bool frozen, struct zs_plan_unit *out);
 /* Adds a unit of `numel` elements; 0, or -EINVAL when it cannot be partitioned. */
-int zs_plan_add(struct zs_plan *p, int64_t numel);
+int zs_plan_add(struct zs_plan *p, int64_t numel, bool frozen);
 void zs_plan_finish(struct zs_plan *p);
 
 /* Device bytes as the budget check weighs a placement: the units' device and comm-heap buffers, the bucket's

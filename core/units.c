@@ -56,3 +56,47 @@ struct zs_optim_launch zs_unit_launch(const struct zs_ctx *ctx, const struct zs_
     return (struct zs_optim_launch){ .opt = ctx->kopt, .pdt = ctx->pdt, .gdt = ctx->gdt,
                                      .step = s, .t = t, .count = count };
 }
+
+/* t's buffers moved k elements on. */
+static void tensor_advance(const struct zs_ctx *ctx, struct zs_optim_tensor *t, int64_t k)
+{
+    t->bufs.param = zs_at(t->bufs.param, k, ctx->psz);
+    t->bufs.grad = zs_at((void *)t->bufs.grad, k, zs_dtype_bytes(ctx->gdt));
+    t->bufs.master = t->bufs.master ? t->bufs.master + k : NULL;
+    t->bufs.s1 = t->bufs.s1 ? t->bufs.s1 + k : NULL;
+    t->bufs.s2 = t->bufs.s2 ? t->bufs.s2 + k : NULL;
+}
+
+static void split_piece(const struct zs_ctx *ctx, const struct zs_optim_tensor *t, int64_t from, int64_t to,
+                        const struct zs_optim_step *s, struct zs_optim_tensor *out)
+{
+    *out = *t;
+    tensor_advance(ctx, out, from);
+    out->n = to - from;
+    out->step = s;
+    if (ctx->kopt == ZS_KOPT_SGD && s->momentum == 0.0f)
+        out->bufs.s1 = NULL;
+}
+
+int32_t zs_unit_split(const struct zs_ctx *ctx, int32_t u, const struct zs_optim_tensor *t, int64_t begin,
+                      const struct zs_optim_step *steps, struct zs_optim_tensor *out)
+{
+    const struct zs_unit *un = &ctx->units[u];
+    const struct zs_param_rec *pr = &ctx->params[un->first_param];
+    int64_t origin = ctx->cfg.zero.stage == 0 ? 0 : zs_partition_begin(&un->part, ctx->rank);
+    int64_t a = origin + begin, b = a + t->n, from = a;
+    int32_t p = 0, n = 0, g;
+
+    while (p + 1 < un->nparams && pr[p + 1].offset <= a)
+        p++;
+    g = pr[p].group;
+    for (p++; p < un->nparams && pr[p].offset < b; p++) {
+        if (pr[p].group == g)
+            continue;
+        split_piece(ctx, t, from - a, pr[p].offset - a, &steps[g], &out[n++]);
+        from = pr[p].offset;
+        g = pr[p].group;
+    }
+    split_piece(ctx, t, from - a, b - a, &steps[g], &out[n++]);
+    return n;
+}

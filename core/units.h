@@ -58,6 +58,19 @@ void *zs_unit_grad_shard(struct zs_ctx *ctx, int32_t u);
  * the unit's element 0, disk_p at its fp32 masters when they were paged in from NVMe (else NULL). */
 void zs_unit_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin, int64_t end,
                     struct zs_optim_tensor *t);
+/* What the optimizer steps with: each parameter group's scalars, and room for a unit split by group (as many
+ * tensors as the unit with the most parameters has). */
+struct zs_optim_groups {
+    const struct zs_optim_step *steps; /* [group] */
+    struct zs_optim_tensor *t;
+};
+/* Splits t (elements [begin, begin + t->n) of what this rank owns of unit u, as zs_unit_tensor makes them,
+ * buffers possibly moved to staging) where its parameters' group changes, each piece with its group's step
+ * (an alignment gap goes with the parameter before it); an SGD piece whose group has no momentum goes
+ * without the momentum buffer, as torch's. Writes at most the unit's parameter count into out; returns how
+ * many. */
+int32_t zs_unit_split(const struct zs_ctx *ctx, int32_t u, const struct zs_optim_tensor *t, int64_t begin,
+                      const struct zs_optim_step *steps, struct zs_optim_tensor *out);
 /* A launch of the config's optimizer over count such tensors. */
 struct zs_optim_launch zs_unit_launch(const struct zs_ctx *ctx, const struct zs_optim_step *s,
                                       const struct zs_optim_tensor *t, int32_t count);

@@ -118,6 +118,7 @@ static zs_status cpu_optim(struct zs_device *d, const struct zs_optim_launch *l,
                        zs_kpath_name(d->kpath), zs_kopt_name(l->opt), zs_dtype_name(l->pdt), zs_dtype_name(l->gdt));
     for (int32_t i = 0; i < l->count; i++) {
         job.bufs = &l->t[i].bufs;
+        job.step = l->t[i].step ? l->t[i].step : l->step;
         zs_pool_run(d->pool, optim_chunk, &job, l->t[i].n);
     }
     return ZS_OK;

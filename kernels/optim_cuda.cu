@@ -116,7 +116,8 @@ static kernel_fn pick(int opt, int pdt, int gdt)
     return NULL;
 }
 
-/* Empty tensors are left out; a list longer than ZS_CUDA_TENSORS goes in several kernels on the stream. */
+/* Empty tensors are left out; a list longer than ZS_CUDA_TENSORS, or whose tensors change step (parameter
+ * groups), goes in several kernels on the stream. */
 extern "C" int zs_cuda_optim_launch(const struct zs_optim_launch *l, void *stream)
 {
     kernel_fn fn = pick(l->opt, l->pdt, l->gdt);
@@ -125,14 +126,17 @@ extern "C" int zs_cuda_optim_launch(const struct zs_optim_launch *l, void *strea
 
     if (!fn)
         return (int)cudaErrorInvalidValue;
-    a.s = *l->step;
     while (i < l->count) {
+        const struct zs_optim_step *s = NULL; /* one kernel per run of tensors with the same step */
         int64_t blocks = 0;
         a.count = 0;
         for (; i < l->count && a.count < ZS_CUDA_TENSORS; i++) {
             const struct zs_optim_tensor *t = &l->t[i];
             if (t->n <= 0)
                 continue;
+            if (s && s != (t->step ? t->step : l->step))
+                break;
+            s = t->step ? t->step : l->step;
             a.t[a.count] = (struct tensor_arg){ t->bufs.param, t->bufs.grad, t->bufs.master, t->bufs.s1, t->bufs.s2,
                                                 t->n, blocks };
             blocks += (t->n + BLOCK_ELEMS - 1) / BLOCK_ELEMS;
@@ -142,6 +146,7 @@ extern "C" int zs_cuda_optim_launch(const struct zs_optim_launch *l, void *strea
             break;
         if (blocks > 0x7fffffff)
             return (int)cudaErrorInvalidConfiguration;
+        a.s = *s;
         ZS_LAUNCH(fn, (unsigned)blocks, THREADS, (cudaStream_t)stream)(a);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess)

@@ -12,14 +12,16 @@
 extern "C" {
 #endif
 
-/* One tensor of a multi-tensor optimizer launch: n elements of each array in bufs. */
+/* One tensor of a multi-tensor optimizer launch: n elements of each array in bufs, stepped with `step`
+ * (a parameter group's scalars) or, when NULL, the launch's. */
 struct zs_optim_tensor {
     struct zs_optim_bufs bufs;
     int64_t n;
+    const struct zs_optim_step *step;
 };
 
-/* Every tensor gets the same optimizer, dtypes and step scalars; the tensors are independent, so the
- * order the device visits them in never changes a bit. */
+/* Every tensor gets the same optimizer and dtypes, and the launch's step scalars unless it has its own; the
+ * tensors are independent, so the order the device visits them in never changes a bit. */
 struct zs_optim_launch {
     enum zs_kopt opt;
     zs_dtype pdt, gdt;

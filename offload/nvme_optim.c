@@ -53,7 +53,7 @@ static bool params_on_disk(const struct zs_ctx *ctx)
  * masters of 16-bit parameters, which stay with the optimizer state they are updated with. */
 static bool master_on_disk(const struct zs_ctx *ctx, const struct zs_unit *un)
 {
-    return (params_on_disk(ctx) && zs_unit_is_sharded(ctx, un)) || ctx->cfg.param_dtype != ZS_DTYPE_FP32;
+    return (params_on_disk(ctx) && zs_unit_is_sharded(ctx, un)) || (ctx->cfg.param_dtype != ZS_DTYPE_FP32 && !un->frozen);
 }
 
 zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, size_t *pool_bytes)
@@ -82,7 +82,8 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
         int64_t sh = ctx->units[u].part.shard;
         if (master_on_disk(ctx, &ctx->units[u]))
             n->unit_param[u] = align_up((uint64_t)sh * 4, block);
-        uint64_t region = n->unit_param[u] + align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)k, block);
+        int arrays = ctx->units[u].frozen ? 0 : k; /* a frozen unit has no optimizer state */
+        uint64_t region = n->unit_param[u] + align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)arrays, block);
         if (u == 0 || group_elems + (uint64_t)sh > (uint64_t)limit) {
             n->first[n->ngroups] = u;
             n->group_off[n->ngroups] = off;
@@ -90,7 +91,7 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
             group_elems = 0;
         }
         n->unit_off[u] = off;
-        n->unit_state[u] = align_up((uint64_t)sh * 4, 4096);
+        n->unit_state[u] = arrays ? align_up((uint64_t)sh * 4, 4096) : 0;
         n->group_bytes[n->ngroups - 1] += region;
         group_elems += (uint64_t)sh;
         off += region;
@@ -270,7 +271,7 @@ static int run_group(void *arg, int32_t g, char *base)
         float *p = n->unit_param[u] ? (float *)region : NULL;
         float *s1 = (float *)(region + n->unit_param[u]);
         float *s2 = (float *)((char *)s1 + n->unit_state[u]);
-        int64_t len = j->ctx->units[u].part.shard;
+        int64_t len = j->ctx->units[u].frozen ? 0 : j->ctx->units[u].part.shard;
         for (int64_t b = 0; b < len; b += ZS_STEP_CHUNK) {
             j->fn(j->ctx, u, p, s1, s2, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, j->arg);
             int rc = zs_swap_progress(n->swap);

@@ -31,7 +31,7 @@ static uint64_t device_need(const struct zs_ctx *ctx, struct placement pl)
 
     zs_plan_init(&p, &ctx->cfg, zp, ctx->world);
     for (int32_t u = 0; u < ctx->nunits; u++)
-        zs_plan_add(&p, ctx->units[u].numel); /* partitioned by set-up: cannot fail */
+        zs_plan_add(&p, ctx->units[u].numel, ctx->units[u].frozen); /* partitioned by set-up: cannot fail */
     zs_plan_finish(&p);
     return zs_plan_device_need(&p);
 }

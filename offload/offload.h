@@ -5,7 +5,8 @@
 
 #include <stdint.h>
 
-#include "core/ctx.h" /* defines: struct zs_ctx */
+#include "core/ctx.h"   /* defines: struct zs_ctx */
+#include "core/units.h" /* defines: struct zs_optim_groups */
 
 /* offload/offload.c: where offloaded state lives, and the device memory budget of the CPU backend */
 zs_status zs_offload_setup(struct zs_ctx *ctx);     /* sizes and creates the host pool; checks the budget */
@@ -26,8 +27,8 @@ void *zs_offdev_slot(struct zs_ctx *ctx, int32_t k);            /* parameter slo
 
 
 /* offload/offload_step.c: the optimizer step from such a device, with the state in the host pool (cpu) or
- * paged in from NVMe; s: the step's scalars. */
-zs_status zs_offload_step_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s);
-zs_status zs_offload_step_nvme_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s);
+ * paged in from NVMe; gr: each parameter group's scalars and room to split a unit by group. */
+zs_status zs_offload_step_from_device(struct zs_ctx *ctx, const struct zs_optim_groups *gr);
+zs_status zs_offload_step_nvme_from_device(struct zs_ctx *ctx, const struct zs_optim_groups *gr);
 
 #endif /* ZS_OFFLOAD_H */

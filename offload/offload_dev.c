@@ -40,7 +40,7 @@ zs_status zs_offdev_setup(struct zs_ctx *ctx)
     if (!o->grad_at || !o->grad_down)
         return zs_fail(ZS_ERR_NOMEM, "zs_setup: out of memory");
     for (int32_t u = 0; u < ctx->nunits; u++) {
-        int64_t n = zs_plan_opt_elems(ctx->cfg.zero.stage, &ctx->units[u].part);
+        int64_t n = ctx->units[u].frozen ? 0 : zs_plan_opt_elems(ctx->cfg.zero.stage, &ctx->units[u].part);
         size_t p = round64((uint64_t)n * ctx->psz);
         slot = p > slot ? p : slot;
         o->grad_at[u] = grads;

@@ -17,6 +17,7 @@
 static void optim_paged_dev(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
                             int64_t end, void *arg)
 {
+    const struct zs_optim_groups *gr = arg;
     struct zs_device *d = &ctx->dev;
     struct zs_offdev *o = ctx->off;
     struct zs_optim_tensor t;
@@ -30,13 +31,14 @@ static void optim_paged_dev(struct zs_ctx *ctx, int32_t u, float *disk_p, float 
         return;
     zs_unit_tensor(ctx, u, disk_p, s1, s2, begin, end, &t);
     t.bufs.grad = zs_at(zs_offdev_grads(ctx, u), begin, zs_dtype_bytes(ctx->gdt));
-    l = zs_unit_launch(ctx, arg, &t, 1);
-    if (zs_params_on_host(ctx, &ctx->units[u])) { /* a stage-3 shard with offload_param cpu: stepped in place */
+    param = t.bufs.param;
+    if (!zs_params_on_host(ctx, &ctx->units[u])) /* else a stage-3 shard with offload_param cpu: stepped in place */
+        t.bufs.param = zs_offdev_slot(ctx, k);
+    l = zs_unit_launch(ctx, &gr->steps[0], gr->t, zs_unit_split(ctx, u, &t, begin, gr->steps, gr->t));
+    if (t.bufs.param == param) {
         st = ctx->host_dev.ops->optim(&ctx->host_dev, &l, NULL);
         goto out;
     }
-    param = t.bufs.param;
-    t.bufs.param = zs_offdev_slot(ctx, k);
     st = d->ops->stream_wait(d, o->down, o->ev_up[k & 1]);
     if (!st)
         st = d->ops->copy(d, t.bufs.param, param, bytes, ZS_COPY_D2H, o->down);
@@ -78,7 +80,7 @@ static int32_t next_staged(struct zs_ctx *ctx, int32_t u)
 
     for (u++; u < ctx->nunits; u++) {
         zs_unit_master(ctx, u, &n);
-        if (n > 0 && !zs_params_on_host(ctx, &ctx->units[u]))
+        if (n > 0 && !ctx->units[u].frozen && !zs_params_on_host(ctx, &ctx->units[u]))
             break;
     }
     return u;
@@ -93,7 +95,8 @@ static zs_status offdev_step_begin(struct zs_ctx *ctx)
     zs_status st = ZS_OK;
 
     for (int32_t v = 0; v < ctx->nunits && !st; v++)
-        st = zs_offdev_grads_final(ctx, v, zs_unit_grad_shard(ctx, v));
+        if (!ctx->units[v].frozen)
+            st = zs_offdev_grads_final(ctx, v, zs_unit_grad_shard(ctx, v));
     if (!st)
         st = d->ops->event_record(d, ctx->off->ev_grad, d->compute);
     return st ? st : d->ops->stream_wait(d, ctx->off->down, ctx->off->ev_grad);
@@ -113,7 +116,7 @@ static zs_status offdev_step_end(struct zs_ctx *ctx)
  * pinned slots: while the CPU kernels step unit k against the masters and moments in the host pool, unit k+1's
  * parameters come down on one copy stream and unit k-1's go up on the other. The compute stream waits for the
  * last copy up. */
-zs_status zs_offload_step_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s)
+zs_status zs_offload_step_from_device(struct zs_ctx *ctx, const struct zs_optim_groups *gr)
 {
     struct zs_device *d = &ctx->dev;
     struct zs_offdev *o = ctx->off;
@@ -129,7 +132,7 @@ zs_status zs_offload_step_from_device(struct zs_ctx *ctx, const struct zs_optim_
         int64_t n;
         bool staged = v == u;
         zs_unit_master(ctx, v, &n);
-        if (!n)
+        if (!n || un->frozen)
             continue;
         zs_unit_tensor(ctx, v, NULL, un->m, un->v, 0, n, &t);
         void *param = t.bufs.param;
@@ -141,7 +144,7 @@ zs_status zs_offload_step_from_device(struct zs_ctx *ctx, const struct zs_optim_
             t.bufs.param = zs_offdev_slot(ctx, k);
         }
         t.bufs.grad = zs_offdev_grads(ctx, v);
-        l = zs_unit_launch(ctx, s, &t, 1);
+        l = zs_unit_launch(ctx, &gr->steps[0], gr->t, zs_unit_split(ctx, v, &t, 0, gr->steps, gr->t));
         if (!st)
             st = ctx->host_dev.ops->optim(&ctx->host_dev, &l, NULL);
         if (!st && staged)
@@ -157,7 +160,7 @@ zs_status zs_offload_step_from_device(struct zs_ctx *ctx, const struct zs_optim_
 /* The optimizer state on NVMe from a device the host cannot read in place: the gradients down and waited for
  * (with everything the compute stream did before them), then nvme_optim.c's pipeline with optim_paged_dev per
  * slice; the compute stream waits for the last copy up. */
-zs_status zs_offload_step_nvme_from_device(struct zs_ctx *ctx, const struct zs_optim_step *s)
+zs_status zs_offload_step_nvme_from_device(struct zs_ctx *ctx, const struct zs_optim_groups *gr)
 {
     struct zs_device *d = &ctx->dev;
     struct zs_offdev *o = ctx->off;
@@ -169,7 +172,7 @@ zs_status zs_offload_step_nvme_from_device(struct zs_ctx *ctx, const struct zs_o
         return st;
     o->st = ZS_OK;
     o->k = 0;
-    st = zs_nvme_optim_step(ctx, ctx->nvme, optim_paged_dev, (void *)s);
+    st = zs_nvme_optim_step(ctx, ctx->nvme, optim_paged_dev, (void *)gr);
     if (!st)
         st = o->st;
     return st ? st : offdev_step_end(ctx);

@@ -369,6 +369,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         free(ctx->params[p].name);
     zs_grads_free(ctx);
     free(ctx->params);
+    free(ctx->groups);
     free(ctx->config_text);
     free(ctx->units);
     /* after a swap timeout the kernel may still write into the pool's slots: leaking it on this fatal
@@ -460,6 +461,8 @@ static zs_status param_add(zs_ctx *ctx, int32_t unit, const char *name, int64_t 
     pr->init_fn = fn;
     pr->init_arg = arg;
     pr->ndim = 0;
+    pr->group = 0;
+    pr->frozen = false;
     un->numel = pr->offset + numel;
     un->nparams++;
     *param = ctx->nparams++;

@@ -15,16 +15,16 @@
 #include "sharding/sharding.h"
 #include "runtime.h"
 
-/* The formulas, per category, for psi parameters at n ranks. */
-static void expect(const struct zs_config *cfg, uint64_t psi, uint64_t n, zs_memory_report *out)
+/* The formulas, per category, for psi parameters (of them `trained` not frozen) at n ranks. */
+static void expect(const struct zs_config *cfg, uint64_t psi, uint64_t trained, uint64_t n, zs_memory_report *out)
 {
     uint64_t p = zs_dtype_bytes(cfg->param_dtype), c = zs_dtype_bytes(cfg->comm_dtype);
     uint64_t k = zs_config_state_bytes(cfg);
     int stage = cfg->zero.stage;
 
     out->expect_params = stage == 3 ? p * psi / n : p * psi;
-    out->expect_grads = stage <= 1 ? p * psi : c * psi / n;
-    out->expect_optimizer = stage == 0 ? k * psi : k * psi / n;
+    out->expect_grads = stage <= 1 ? p * trained : c * trained / n;
+    out->expect_optimizer = stage == 0 ? k * trained : k * trained / n;
     out->formula = out->expect_params + out->expect_grads + out->expect_optimizer;
 }
 
@@ -54,7 +54,7 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->numel = ctx->numel;
     out->numel_padded = ctx->numel_padded;
     out->nvme = zs_nvme_optim_file_bytes(ctx->nvme);
-    expect(&ctx->cfg, ctx->numel, (uint64_t)ctx->world, out);
+    expect(&ctx->cfg, ctx->numel, ctx->plan.numel_trained, (uint64_t)ctx->world, out);
     return ZS_OK;
 }
 
@@ -113,7 +113,7 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
         return zs_fail(ZS_ERR_CONFIG, "%s", err);
     zs_plan_init(&p, &cfg, zs_placement_of(&cfg), world);
     for (int32_t u = 0; u < nunits; u++)
-        if (zs_plan_add(&p, unit_numel[u]))
+        if (zs_plan_add(&p, unit_numel[u], false))
             return zs_fail(ZS_ERR_INVALID, "zs_estimate_memory: unit %d: bad size %lld", u, (long long)unit_numel[u]);
     zs_plan_finish(&p);
     memset(out, 0, sizeof(*out));
@@ -130,6 +130,6 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     out->nvme = p.home[ZS_HOME_NVME];
     out->numel = p.numel;
     out->numel_padded = p.numel_padded;
-    expect(&cfg, p.numel, (uint64_t)world, out);
+    expect(&cfg, p.numel, p.numel, (uint64_t)world, out);
     return ZS_OK;
 }

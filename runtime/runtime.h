@@ -14,6 +14,15 @@ zs_status zs_dev_nccl_open(struct zs_ctx *ctx);
  * Collective over the node. */
 zs_status zs_dev_place(struct zs_ctx *ctx);
 
+/* runtime/groups.c */
+/* Group g's values: its own fields over the config's optimizer.params (out->set: the fields it set). */
+void zs_group_values(const struct zs_ctx *ctx, int32_t group, zs_group_opts *out);
+/* Group g's lr at a step whose schedule gives sched_lr for the config's lr; recorded for zs_group_get. */
+double zs_group_lr(struct zs_ctx *ctx, int32_t group, double sched_lr);
+/* Collective, in zs_setup after the registration check: every rank holds the same groups, group ids and
+ * frozen flags (an error names the parameter); marks frozen units and refuses a unit that mixes. */
+zs_status zs_groups_setup(struct zs_ctx *ctx);
+
 /* runtime/memory.c */
 void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (unless quiet) */
 

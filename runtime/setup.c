@@ -82,7 +82,7 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
 {
     struct zs_plan_unit pu;
 
-    zs_plan_unit(&ctx->plan, un->numel, &pu); /* partitioned already: cannot fail */
+    zs_plan_unit(&ctx->plan, un->numel, un->frozen, &pu); /* partitioned already: cannot fail */
     un->sharded = pu.sharded;
     for (int32_t i = 0; i < pu.nbufs; i++) {
         const struct zs_plan_buf *b = &pu.buf[i];
@@ -219,7 +219,7 @@ static void arena_plan(struct zs_ctx *ctx, uint64_t plan[ZS_MEM_NCAT])
     memset(plan, 0, ZS_MEM_NCAT * sizeof(plan[0]));
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_plan_unit pu;
-        zs_plan_unit(p, ctx->units[u].numel, &pu);
+        zs_plan_unit(p, ctx->units[u].numel, ctx->units[u].frozen, &pu);
         for (int32_t i = 0; i < pu.nbufs; i++)
             if (pu.buf[i].home == ZS_HOME_DEV || pu.buf[i].home == ZS_HOME_COMM)
                 plan[pu.buf[i].cat] += arena_block(pu.buf[i].bytes);
@@ -270,6 +270,8 @@ zs_status zs_setup(zs_ctx *ctx)
     if (ctx->set_up)
         return zs_fail(ZS_ERR_INVALID, "zs_setup: called twice");
     st = agree_on_registration(ctx);
+    if (!st)
+        st = zs_groups_setup(ctx);
     if (st)
         return st;
     if (ctx->nunits == 0)
@@ -288,7 +290,7 @@ zs_status zs_setup(zs_ctx *ctx)
         ctx->numel += (uint64_t)ctx->params[p].numel;
     zs_plan_init(&ctx->plan, &ctx->cfg, zs_placement_of(&ctx->cfg), ctx->world);
     for (int32_t u = 0; u < ctx->nunits; u++)
-        zs_plan_add(&ctx->plan, ctx->units[u].numel); /* partitioned above: cannot fail */
+        zs_plan_add(&ctx->plan, ctx->units[u].numel, ctx->units[u].frozen); /* partitioned above: cannot fail */
     zs_plan_finish(&ctx->plan);
     if (!ctx->bucket && (st = zs_grads_setup(ctx)))
         return st;

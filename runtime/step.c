@@ -66,13 +66,16 @@ static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm, bool *overfl
     const void **x = malloc((size_t)ctx->nunits * sizeof(*x));
     int64_t *n = malloc((size_t)ctx->nunits * sizeof(*n));
     st = all && x && n ? ZS_OK : zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
+    int32_t k = 0; /* the trainable units: a frozen one has no gradients */
     for (int32_t u = 0; !st && u < ctx->nunits; u++) {
-        x[u] = zs_unit_grad_shard(ctx, u);
-        n[u] = ctx->units[u].part.shard;
+        if (ctx->units[u].frozen)
+            continue;
+        x[k] = zs_unit_grad_shard(ctx, u);
+        n[k++] = ctx->units[u].part.shard;
     }
-    if (!st)
-        st = ctx->dev.ops->sumsq(&ctx->dev, x, n, ctx->nunits, ctx->gdt, all, ctx->dev.compute);
-    for (int32_t u = 0; !st && u < ctx->nunits; u++)
+    if (!st && k)
+        st = ctx->dev.ops->sumsq(&ctx->dev, x, n, k, ctx->gdt, all, ctx->dev.compute);
+    for (int32_t u = 0; !st && u < k; u++)
         mine += all[u];
     free(x);
     free(n);
@@ -141,74 +144,120 @@ void zs_scaler_init(struct zs_ctx *ctx)
     ctx->stats.loss_scale = ctx->scaler.scale;
 }
 
-/* The per-step scalars of the configured optimizer, in double and rounded once to float. */
-static void step_scalars(const struct zs_ctx *ctx, double lr, float coef, struct zs_optim_step *s)
+/* The per-step scalars of the configured optimizer for a group's values v, in double and rounded once to
+ * float. Adam's bias correction and SGD's first step count the engine's steps, whatever the group. */
+static void step_scalars(const struct zs_ctx *ctx, const zs_group_opts *v, double lr, float coef,
+                         struct zs_optim_step *s)
 {
     const struct zs_optim_config *o = &ctx->cfg.optim;
     double t = (double)(ctx->global_step - ctx->skipped_steps + 1); /* steps the optimizer has taken */
     bool adam = o->type == ZS_OPTIM_ADAM || o->type == ZS_OPTIM_ADAMW;
-    double bc1 = adam && o->bias_correction ? 1.0 - pow(o->beta1, t) : 1.0;
-    double bc2 = adam && o->bias_correction ? 1.0 - pow(o->beta2, t) : 1.0;
+    double bc1 = adam && o->bias_correction ? 1.0 - pow(v->beta1, t) : 1.0;
+    double bc2 = adam && o->bias_correction ? 1.0 - pow(v->beta2, t) : 1.0;
 
     memset(s, 0, sizeof(*s));
     s->lr = (float)lr;
-    s->beta1 = (float)o->beta1;
-    s->beta2 = (float)o->beta2;
-    s->one_minus_beta1 = (float)(1.0 - o->beta1);
-    s->one_minus_beta2 = (float)(1.0 - o->beta2);
-    s->eps = (float)o->eps;
-    s->weight_decay = (float)o->weight_decay;
+    s->beta1 = (float)v->beta1;
+    s->beta2 = (float)v->beta2;
+    s->one_minus_beta1 = (float)(1.0 - v->beta1);
+    s->one_minus_beta2 = (float)(1.0 - v->beta2);
+    s->eps = (float)v->eps;
+    s->weight_decay = (float)v->weight_decay;
     s->step_size = (float)(lr / bc1);
     s->inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    s->decay = (float)(lr * o->weight_decay);
+    s->decay = (float)(lr * v->weight_decay);
     s->grad_scale = coef;
-    s->momentum = (float)o->momentum;
-    s->dampening_c = (float)(1.0 - o->dampening);
-    s->nesterov = o->nesterov;
+    s->momentum = (float)v->momentum;
+    s->dampening_c = (float)(1.0 - v->dampening);
+    s->nesterov = v->nesterov;
     s->first = ctx->global_step - ctx->skipped_steps == 0;
 }
 
-/* A sub-group's slice of one unit, its state paged in from NVMe: a launch of one tensor. A failure can only
- * be a kernel missing, which set-up already ruled out (choose_kernel). */
+/* A sub-group's slice of one unit, its state paged in from NVMe: a launch of its groups' pieces. A failure
+ * can only be a kernel missing, which set-up already ruled out (choose_kernel). */
 static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
                         int64_t end, void *arg)
 {
+    const struct zs_optim_groups *gr = arg;
     struct zs_optim_tensor t;
     struct zs_optim_launch l;
+    int32_t n;
 
     zs_unit_tensor(ctx, u, disk_p, s1, s2, begin, end, &t);
-    l = zs_unit_launch(ctx, arg, &t, 1);
+    n = zs_unit_split(ctx, u, &t, begin, gr->steps, gr->t);
+    l = zs_unit_launch(ctx, &gr->steps[0], gr->t, n);
     ctx->dev.ops->optim(&ctx->dev, &l, ctx->dev.compute);
 }
 
-/* Every unit's owned range in one launch on the device. The kernel is elementwise, so neither the thread
- * count, the path nor the device's order of the tensors changes a bit of the result. With the state on
- * NVMe the units come in sub-groups, their state paged in and out around the kernel. */
-static zs_status run_optimizer(struct zs_ctx *ctx, double lr, float coef)
+/* Every trainable unit's owned range in one launch on the device, split where the parameter group changes.
+ * The kernel is elementwise, so neither the thread count, the path nor the device's order of the tensors
+ * changes a bit of the result. With the state on NVMe the units come in sub-groups, their state paged in
+ * and out around the kernel. */
+static zs_status launch_all(struct zs_ctx *ctx, const struct zs_optim_groups *gr)
 {
-    struct zs_optim_step s;
-    struct zs_optim_tensor *t;
+    struct zs_optim_tensor *t, one;
     struct zs_optim_launch l;
+    int32_t count = 0;
     zs_status st;
 
-    step_scalars(ctx, lr, coef, &s);
-    if (ctx->nvme && !ctx->dev.host_access)
-        return zs_offload_step_nvme_from_device(ctx, &s);
-    if (ctx->nvme)
-        return zs_nvme_optim_step(ctx, ctx->nvme, optim_paged, &s);
-    if (!ctx->dev.host_access && zs_offload_optimizer_on_host(ctx)) /* state on the host, the rest on the device */
-        return zs_offload_step_from_device(ctx, &s);
-    t = malloc((size_t)(ctx->nunits ? ctx->nunits : 1) * sizeof(*t));
+    t = malloc((size_t)(ctx->nparams ? ctx->nparams : 1) * sizeof(*t));
     if (!t)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
     for (int32_t u = 0; u < ctx->nunits; u++) {
         int64_t n;
+        if (ctx->units[u].frozen)
+            continue;
         zs_unit_master(ctx, u, &n);
-        zs_unit_tensor(ctx, u, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &t[u]);
+        zs_unit_tensor(ctx, u, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &one);
+        count += zs_unit_split(ctx, u, &one, 0, gr->steps, t + count);
     }
-    l = zs_unit_launch(ctx, &s, t, ctx->nunits);
+    l = zs_unit_launch(ctx, &gr->steps[0], t, count);
     st = ctx->dev.ops->optim(&ctx->dev, &l, ctx->dev.compute);
     free(t);
+    return st;
+}
+
+/* The unit with the most parameters: how many pieces a split may make. */
+static int32_t most_params(const struct zs_ctx *ctx)
+{
+    int32_t most = 1;
+
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        most = ctx->units[u].nparams > most ? ctx->units[u].nparams : most;
+    return most;
+}
+
+/* Each group's scalars (its lr from the schedule's), then the launch on whichever path holds the state. */
+static zs_status run_optimizer(struct zs_ctx *ctx, double sched_lr, float coef, double *lr0)
+{
+    int32_t ng = zs_group_count(ctx);
+    struct zs_optim_step *steps = malloc((size_t)ng * sizeof(*steps));
+    struct zs_optim_groups gr = { steps, malloc((size_t)most_params(ctx) * sizeof(*gr.t)) };
+    zs_status st;
+
+    if (!steps || !gr.t) {
+        st = zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
+        goto out_free;
+    }
+    for (int32_t g = 0; g < ng; g++) {
+        zs_group_opts v;
+        double lr = zs_group_lr(ctx, g, sched_lr);
+        zs_group_values(ctx, g, &v);
+        step_scalars(ctx, &v, lr, coef, &steps[g]);
+        if (g == 0)
+            *lr0 = lr;
+    }
+    if (ctx->nvme && !ctx->dev.host_access)
+        st = zs_offload_step_nvme_from_device(ctx, &gr);
+    else if (ctx->nvme)
+        st = zs_nvme_optim_step(ctx, ctx->nvme, optim_paged, &gr);
+    else if (!ctx->dev.host_access && zs_offload_optimizer_on_host(ctx)) /* state on the host, the rest on the device */
+        st = zs_offload_step_from_device(ctx, &gr);
+    else
+        st = launch_all(ctx, &gr);
+out_free:
+    free(gr.t);
+    free(steps);
     return st;
 }
 
@@ -224,7 +273,7 @@ static zs_status gather_updated(struct zs_ctx *ctx)
     if (!reqs)
         return zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
     for (int32_t u = 0; u < ctx->nunits && !st; u++) {
-        if (ctx->units[u].sharded)
+        if (ctx->units[u].sharded || ctx->units[u].frozen) /* a frozen unit never changes */
             continue;
         zs_label(ctx, ZS_PURPOSE_GATHER, u);
         st = zs_coll_all_gather(&ctx->coll, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
@@ -298,8 +347,8 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
             coef = (float)c;
     }
     lr = zs_schedule_lr(&ctx->cfg.sched, ctx->cfg.optim.lr, ctx->global_step - ctx->skipped_steps + 1);
-    /* one factor for the kernel: unscale and clip (DeepSpeed's combined scale) */
-    st = run_optimizer(ctx, lr, scale == 1.0 ? coef : (float)((double)coef / scale));
+    /* one factor for the kernel: unscale and clip (DeepSpeed's combined scale); stats report group 0's lr */
+    st = run_optimizer(ctx, lr, scale == 1.0 ? coef : (float)((double)coef / scale), &lr);
     if (st)
         return st;
     st = scaler_update(ctx, false);
@@ -358,7 +407,7 @@ zs_status zs_step(zs_ctx *ctx)
     if (ctx->broken)
         return zs_fail(ZS_ERR_INVALID, "zs_step: refused: %s; the context cannot continue", ctx->broken_why);
     for (int32_t u = 0; u < ctx->nunits; u++)
-        if (ctx->units[u].ready_micro != ctx->micro_step)
+        if (ctx->units[u].ready_micro != ctx->micro_step && !ctx->units[u].frozen)
             return zs_fail(ZS_ERR_INVALID,
                            "zs_step: unit '%s' had no zs_grad_ready in this micro-batch (every unit needs one)",
                            ctx->units[u].name);

@@ -276,6 +276,8 @@ zs_status zs_exact_setup(struct zs_ctx *ctx)
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         ctx->exact->units[u].off = off;
+        if (un->frozen) /* no gradients to sum */
+            continue;
         off += un->part.padded; /* a multiple of ZS_SHARD_ALIGN (even): the folded int64 sums stay aligned */
         if (ctx->cfg.zero.stage >= 2) { /* the program's buffer: persistent and whole, no bucket */
             un->grad = zs_mem_alloc(ctx, ZS_MEM_GRADS, (uint64_t)un->part.padded * ctx->psz);
@@ -302,7 +304,7 @@ void zs_exact_free(struct zs_ctx *ctx)
     int fin = 0;
 
     if (ctx->cfg.zs.deterministic && ctx->cfg.zero.stage >= 2) /* grads_get hands out none in this mode */
-        for (int32_t u = 0; u < ctx->nunits; u++)
+        for (int32_t u = 0; u < ctx->nunits; u++) /* NULL for a frozen unit */
             zs_mem_free(ctx, ZS_MEM_GRADS, ctx->units[u].grad, (uint64_t)ctx->units[u].part.padded * ctx->psz);
     if (!ctx->exact)
         return;
@@ -332,10 +334,10 @@ uint64_t zs_exact_scratch_bytes(const struct zs_ctx *ctx)
 
 zs_status zs_grad_deposit(zs_ctx *ctx, int32_t unit)
 {
-    if (!ctx || !ctx->set_up)
-        return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: call zs_setup first");
-    if (unit < 0 || unit >= ctx->nunits)
-        return zs_fail(ZS_ERR_INVALID, "zs_grad_deposit: no unit %d", unit);
+    zs_status st = zs_grad_unit_check(ctx, unit, "zs_grad_deposit");
+
+    if (st)
+        return st;
     if (!ctx->cfg.zs.deterministic) /* the buffer keeps summing, as it always has */
         return ZS_OK;
     return zs_exact_deposit(ctx, unit);

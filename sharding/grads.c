@@ -286,7 +286,7 @@ zs_status zs_grads_zero(struct zs_ctx *ctx)
     ctx->bucket->arena_used = 0; /* called after the step flushed every reduction */
     for (int32_t u = 0; u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
-        if (ctx->cfg.zero.stage < 2 && !st) /* deterministic mode: the deposits left the stage 2-3 buffers zero */
+        if (ctx->cfg.zero.stage < 2 && !st && !un->frozen) /* deterministic mode: the deposits left the stage 2-3 buffers zero */
             st = ctx->dev.ops->zero(&ctx->dev, un->grad, (size_t)un->part.padded * ctx->psz, ctx->dev.compute);
         un->accumulated = 0;
     }
@@ -298,15 +298,27 @@ zs_status zs_grads_zero(struct zs_ctx *ctx)
 
 /* ---------------------------------------------------------------- public API */
 
+zs_status zs_grad_unit_check(const struct zs_ctx *ctx, int32_t unit, const char *fn)
+{
+    if (!ctx || !ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "%s: call zs_setup first", fn);
+    if (unit < 0 || unit >= ctx->nunits)
+        return zs_fail(ZS_ERR_INVALID, "%s: no unit %d", fn, unit);
+    if (ctx->units[unit].frozen)
+        return zs_fail(ZS_ERR_INVALID, "%s: unit '%s' is frozen: it has no gradients (skip it in backward)", fn,
+                       ctx->units[unit].name);
+    return ZS_OK;
+}
+
 zs_status zs_grad_buffer(zs_ctx *ctx, int32_t unit, void **grad)
 {
     zs_status st;
 
-    if (!ctx || !ctx->set_up || !grad)
-        return zs_fail(ZS_ERR_INVALID, "zs_grad_buffer: call zs_setup first");
-    if (unit < 0 || unit >= ctx->nunits)
-        return zs_fail(ZS_ERR_INVALID, "zs_grad_buffer: no unit %d", unit);
-    st = zs_grads_progress(ctx);
+    if (!grad)
+        return zs_fail(ZS_ERR_INVALID, "zs_grad_buffer: NULL argument");
+    st = zs_grad_unit_check(ctx, unit, "zs_grad_buffer");
+    if (!st)
+        st = zs_grads_progress(ctx);
     return st ? st : zs_grads_open(ctx, unit, grad);
 }
 
@@ -320,9 +332,7 @@ zs_status zs_grad_get(zs_ctx *ctx, int32_t unit, float **grad)
 
 zs_status zs_grad_ready(zs_ctx *ctx, int32_t unit)
 {
-    if (!ctx || !ctx->set_up)
-        return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: call zs_setup first");
-    if (unit < 0 || unit >= ctx->nunits)
-        return zs_fail(ZS_ERR_INVALID, "zs_grad_ready: no unit %d", unit);
-    return zs_grads_submit(ctx, unit);
+    zs_status st = zs_grad_unit_check(ctx, unit, "zs_grad_ready");
+
+    return st ? st : zs_grads_submit(ctx, unit);
 }

@@ -22,6 +22,8 @@ zs_status zs_grads_bucket_open(struct zs_ctx *ctx, int64_t bytes, int64_t elems)
 void zs_grads_free(struct zs_ctx *ctx);
 zs_status zs_grads_open(struct zs_ctx *ctx, int32_t u, void **grad);
 zs_status zs_grads_submit(struct zs_ctx *ctx, int32_t u);
+/* The public gradient calls' check: set up, a unit that exists and is not frozen (the error names the call). */
+zs_status zs_grad_unit_check(const struct zs_ctx *ctx, int32_t unit, const char *fn);
 zs_status zs_grads_progress(struct zs_ctx *ctx);
 zs_status zs_grads_flush(struct zs_ctx *ctx);      /* waits for every reduction in flight */
 zs_status zs_grads_zero(struct zs_ctx *ctx);       /* starts a new accumulation window */

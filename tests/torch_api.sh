@@ -27,6 +27,11 @@ case $MODE in
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     $run 2 python3 "$here/torch_api.py" export "$tmp" ;;
+  client|frozen|accum|dist) $run 2 python3 "$here/torch_api_surface.py" "$MODE" ;;
+  tags)
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    $run 2 python3 "$here/torch_api_surface.py" tags "$tmp/ck" ;;
   misuse) python3 "$here/torch_api.py" misuse ;;   # no mpirun: a world of one
   boundary) python3 "$here/torch_api.py" boundary ;;
   install)

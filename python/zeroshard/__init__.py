@@ -9,29 +9,11 @@ from ._lib import ZsError
 from . import zero
 
 __version__ = "0.1.0"
-__all__ = ["initialize", "init_distributed", "ZsError", "zero", "comm"]
-
-
-class _Optimizer:
-    """What initialize returns as the optimizer: the optimizer runs inside ZeroShard (the config's
-    `optimizer` section); this object reports its learning rate the way torch optimizers do."""
-
-    def __init__(self, engine):
-        self._engine = engine
-        self.param_groups = [{"params": list(engine.module.parameters()), "lr": 0.0}]
-
-    def _sync(self):
-        self.param_groups[0]["lr"] = self._engine.get_lr()[0]
-
-    def zero_grad(self, set_to_none=True):
-        """Gradients are ZeroShard's and cleared by the step."""
-
-    def step(self, closure=None):
-        raise RuntimeError("zeroshard: call engine.step(), not optimizer.step() (as with DeepSpeed)")
+__all__ = ["initialize", "init_distributed", "ZsError", "zero", "comm", "checkpointing"]
 
 
 class _Scheduler:
-    """The config's `scheduler` section runs inside ZeroShard's step; this reports its learning rate."""
+    """The config's `scheduler` section runs inside ZeroShard's step; this reports its learning rates."""
 
     def __init__(self, engine):
         self._engine = engine
@@ -44,12 +26,26 @@ class _Scheduler:
 
     get_last_lr = get_lr
 
+    def state_dict(self):
+        return {}   # the schedule's position is in ZeroShard's checkpoints
+
+    def load_state_dict(self, state_dict):
+        """The schedule's position comes back with the checkpoint."""
+
 
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None,
                lr_scheduler=None, mpu=None, dist_init_required=None, collate_fn=None, config=None,
                config_params=None):
-    """deepspeed.initialize's signature; returns (engine, optimizer, dataloader, lr_scheduler)."""
-    from .engine import ZeroShardEngine, _torch
+    """deepspeed.initialize's signature; returns (engine, optimizer, dataloader, lr_scheduler).
+
+    optimizer: a torch.optim Adam / AdamW / SGD / Adagrad (or DeepSpeed's FusedAdam / DeepSpeedCPUAdam)
+    instance, whose class and defaults become the config's `optimizer` section and whose param_groups become
+    ZeroShard's groups, or a callable building one from model_parameters. model_parameters: tensors (the
+    model's other parameters are left alone: frozen) or torch-style group dicts. lr_scheduler: a torch
+    scheduler or a callable(optimizer) making one; engine.step() steps it at each applied boundary.
+    """
+    from .engine import ZeroShardEngine, _torch, load_config
+    from .optim import resolve
 
     torch = _torch()
     if config is None:
@@ -58,30 +54,43 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         raise ValueError("zeroshard.initialize: no config (pass config=path_or_dict)")
     if model is None:
         raise ValueError("zeroshard.initialize: model= is required")
-    for name, val in (("optimizer", optimizer), ("lr_scheduler", lr_scheduler), ("mpu", mpu)):
-        if val is not None:
-            raise NotImplementedError(f"zeroshard.initialize: {name}= is not supported: the optimizer and "
-                                      "scheduler come from the config's 'optimizer' and 'scheduler' sections")
-    if model_parameters is not None:
-        given = {id(p) for p in model_parameters}
-        missing = [n for n, p in model.named_parameters() if id(p) not in given]
-        if missing:
-            raise NotImplementedError("zeroshard.initialize: model_parameters must list every parameter of the "
-                                      f"model (missing '{missing[0]}')")
-    engine = ZeroShardEngine(model, config)
+    if mpu is not None:
+        raise NotImplementedError("zeroshard.initialize: mpu= is not supported (no model parallelism)")
+    cfg = load_config(config)
+    if lr_scheduler is not None and "scheduler" in cfg:
+        raise ValueError("zeroshard.initialize: both a client scheduler (lr_scheduler=) and the config's "
+                         "'scheduler' section; pass one of them (DeepSpeed refuses both too)")
+    groups, bridge = resolve(torch, model, cfg, optimizer, model_parameters)
+    if dist_init_required is not False:
+        from .comm import init_distributed as init
+        init(required=False)
+    engine = ZeroShardEngine(model, cfg, groups=groups, bridge=bridge)
     loader = None
     if training_data is not None:
         sampler = torch.utils.data.distributed.DistributedSampler(training_data, num_replicas=engine.world_size,
                                                                   rank=engine.global_rank)
         loader = torch.utils.data.DataLoader(training_data, batch_size=engine.train_micro_batch_size_per_gpu(),
                                              sampler=sampler, collate_fn=collate_fn)
-    opt = _Optimizer(engine)
-    sched = _Scheduler(engine) if "scheduler" in engine.config else None
-    return engine, opt, loader, sched
+    sched = None
+    if lr_scheduler is not None:
+        is_sched = hasattr(lr_scheduler, "step") and hasattr(lr_scheduler, "state_dict")
+        sched = lr_scheduler if is_sched else lr_scheduler(engine.optimizer)
+        engine._client_scheduler = True
+    elif "scheduler" in engine.config:
+        sched = _Scheduler(engine)
+    engine.lr_scheduler = sched
+    return engine, engine.optimizer, loader, sched
 
 
-def init_distributed(*args, **kwargs):
-    """MPI is initialised by the library at initialize(); nothing to do here."""
+def init_distributed(dist_backend="gloo", auto_mpi_discovery=True, distributed_port=None, verbose=True,
+                     timeout=None, init_method=None, dist_init_required=None, config=None, rank=-1,
+                     world_size=-1):
+    """deepspeed.init_distributed: a torch.distributed process group over the MPI world (gloo: the front end
+    is CPU-only), unless one exists. zeroshard.comm has the details."""
+    from .comm import init_distributed as init
+    return init(dist_backend=dist_backend, distributed_port=distributed_port, timeout=timeout,
+                init_method=init_method)
 
 
-from . import comm  # noqa: E402  (deepspeed.comm's few calls a training script makes)
+from . import comm  # noqa: E402  (deepspeed.comm's calls a training script makes)
+from . import checkpointing  # noqa: E402  (deepspeed.checkpointing.checkpoint)

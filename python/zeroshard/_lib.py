@@ -25,12 +25,29 @@ class AutoValues(ctypes.Structure):
                 ("weight_decay", ctypes.c_double)]
 
 
-class InitOpts(ctypes.Structure):
-    # MPI_Comm is a pointer in Open MPI and an int in MPICH: a pointer-sized slot covers both; zero (with
-    # use_comm 0) means MPI_COMM_WORLD.
-    _fields_ = [("config_path", ctypes.c_char_p), ("config_json", ctypes.c_char_p),
-                ("comm", ctypes.c_void_p), ("use_comm", ctypes.c_int), ("auto_values", AutoValues),
-                ("quiet", ctypes.c_int)]
+def _init_opts_class(comm_bytes):
+    """zs_init_opts with its MPI_Comm field as wide as the library's MPI has it (zs_mpi_comm_bytes: a pointer
+    in Open MPI, an int in MPICH), so the fields after it sit where the library reads them."""
+    comm = ctypes.c_int32 if comm_bytes == 4 else ctypes.c_void_p
+
+    class InitOpts(ctypes.Structure):
+        _fields_ = [("config_path", ctypes.c_char_p), ("config_json", ctypes.c_char_p),
+                    ("comm", comm), ("use_comm", ctypes.c_int), ("auto_values", AutoValues),
+                    ("quiet", ctypes.c_int)]
+    return InitOpts
+
+
+InitOpts = _init_opts_class(ctypes.sizeof(ctypes.c_void_p))   # the layout before the library is loaded
+
+
+def init_opts(**fields):
+    """A zs_init_opts laid out for the loaded library's MPI (zero comm with use_comm 0: MPI_COMM_WORLD)."""
+    global InitOpts
+    f = getattr(lib(), "zs_mpi_comm_bytes", None)
+    width = f() if f is not None else ctypes.sizeof(ctypes.c_void_p)
+    if ctypes.sizeof(InitOpts._fields_[2][1]) != (4 if width == 4 else ctypes.sizeof(ctypes.c_void_p)):
+        InitOpts = _init_opts_class(width)
+    return InitOpts(**fields)
 
 
 class StepStats(ctypes.Structure):
@@ -65,7 +82,26 @@ INIT_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
                            ctypes.POINTER(ctypes.c_float))
 
 
-def _candidates():
+def _is_asan(path):
+    """A build with AddressSanitizer cannot be loaded into an uninstrumented python (its runtime must come
+    first in the process): such a build is only taken when ZEROSHARD_LIB names it."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return b"libasan.so" in data or b"__asan_init" in data
+
+
+def _build_trees(src):
+    """The source checkout's build trees, build/ first, then the others by name, without ASan builds."""
+    found = sorted(glob.glob(os.path.join(src, "build*", "libzeroshard.so")))
+    plain = os.path.join(src, "build", "libzeroshard.so")
+    found.sort(key=lambda p: p != plain)
+    return [p for p in found if not _is_asan(p)]
+
+
+def _candidates(src=None):
     env = os.environ.get("ZEROSHARD_LIB")
     if env:
         yield os.path.join(env, "libzeroshard.so") if os.path.isdir(env) else env
@@ -73,8 +109,8 @@ def _candidates():
     if prefix:
         yield from sorted(glob.glob(os.path.join(prefix, "lib*", "libzeroshard.so*")))
         yield from sorted(glob.glob(os.path.join(prefix, "lib", "*", "libzeroshard.so*")))
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    yield from sorted(glob.glob(os.path.join(src, "build*", "libzeroshard.so")))
+    src = src or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    yield from _build_trees(src)
     found = ctypes.util.find_library("zeroshard")
     if found:
         yield found
@@ -83,21 +119,33 @@ def _candidates():
         yield from sorted(glob.glob(os.path.join(p, "lib", "*", "libzeroshard.so*")))
 
 
+def _mapped_mpi():
+    """The path of the libmpi mapped into this process (the one libzeroshard was linked with), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split(None, 5)[-1].strip() if line.count(" ") >= 5 else ""
+                base = os.path.basename(path)
+                if base.startswith(("libmpi.so", "libmpich.so")):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
 def _load_mpi_global():
     """Open MPI loads its components (mca_*.so) with dlopen, and they resolve MPI's symbols from the global
     namespace. ctypes loads libraries RTLD_LOCAL, so libmpi pulled in as libzeroshard's dependency would be
-    invisible to them and MPI_Init fails ("undefined symbol: ompi_..."). Loading libmpi first with
-    RTLD_GLOBAL puts its symbols there. Harmless for MPICH."""
-    names = ["libmpi.so.40", "libmpi.so.12", "libmpi.so"]
-    found = ctypes.util.find_library("mpi")
-    if found:
-        names.insert(0, found)
-    for n in names:
-        try:
-            return ctypes.CDLL(n, mode=ctypes.RTLD_GLOBAL)
-        except OSError:
-            continue
-    return None  # the library's own dependency will bring whatever MPI it was linked with
+    invisible to them and MPI_Init fails ("undefined symbol: ompi_..."). Opening the very libmpi that
+    libzeroshard linked (found in the process's mappings once it is loaded) again with RTLD_GLOBAL promotes
+    its symbols there; a libmpi opened by name could be another MPI. Harmless for MPICH."""
+    path = _mapped_mpi()
+    if path is None:
+        return None  # linked statically or not at all: nothing to promote
+    try:
+        return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        return None
 
 
 def _declare(lib):
@@ -134,6 +182,7 @@ def _declare(lib):
         "zs_world_info": [c.POINTER(c.c_int32)] * 4,
         "zs_world_bcast": [P, c.c_int64, c.c_int32],
         "zs_memory": [P, P],
+        "zs_allreduce_sum": [P, c.POINTER(c.c_double), c.c_int32],
     }
     for name, args in sigs.items():
         f = getattr(lib, name, None)
@@ -175,12 +224,12 @@ def lib():
         if os.path.sep in path and not os.path.exists(path):
             tried.append(path + " (missing)")
             continue
-        _mpi = _load_mpi_global()
         try:
             handle = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         except OSError as e:
             tried.append(f"{path} ({e})")
             continue
+        _mpi = _load_mpi_global()
         _declare(handle)
         _lib = handle
         return _lib
@@ -208,6 +257,25 @@ def init_mpi():
     if _mpi.MPI_Init_thread(None, None, ctypes.c_int(1), ctypes.byref(provided)) != 0:  # MPI_THREAD_FUNNELED
         raise ZsError("zeroshard: MPI_Init_thread failed")
     _own_mpi = True
+
+
+def world_info():
+    """(rank, world, local_rank, local_size) in MPI_COMM_WORLD, MPI initialised on demand (zs_world_info);
+    a library without it: the launcher's variables (Open MPI, MPICH / Slurm, torchrun)."""
+    init_mpi()
+    f = getattr(_lib, "zs_world_info", None)
+    if f is not None:
+        v = [ctypes.c_int32() for _ in range(4)]
+        check(f(*[ctypes.byref(x) for x in v]), "zs_world_info")
+        return tuple(x.value for x in v)
+    env = os.environ
+
+    def first(*names, default="0"):
+        return int(next((env[n] for n in names if n in env), default))
+    return (first("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"),
+            first("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE", default="1"),
+            first("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"),
+            first("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE", default="1"))
 
 
 def finalize_mpi():

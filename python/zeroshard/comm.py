@@ -1,4 +1,57 @@
-"""zeroshard.comm: the few deepspeed.comm calls a training script makes, answered from the engine."""
+"""zeroshard.comm: deepspeed.comm's calls a training script makes, over a torch.distributed gloo group that
+init_distributed creates on the MPI world (ZeroShard's own traffic goes through the library, not this)."""
+import ctypes
+import datetime
+import os
+import socket
+
+from . import _lib as L
+
+_ADDR_BYTES = 256
+
+
+def _dist():
+    import torch.distributed as dist
+    return dist
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def _rendezvous(rank, distributed_port):
+    """rank 0's address and a free port (MASTER_ADDR / MASTER_PORT when set), sent to every rank over MPI."""
+    buf = ctypes.create_string_buffer(_ADDR_BYTES)
+    if rank == 0:
+        addr = os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
+        port = os.environ.get("MASTER_PORT") or distributed_port or _free_port()
+        buf.value = f"{addr}:{port}".encode()
+    if not hasattr(L.lib(), "zs_world_bcast"):
+        raise L.ZsError("zeroshard: init_distributed needs zs_world_bcast, which this libzeroshard lacks")
+    L.check(L.lib().zs_world_bcast(buf, _ADDR_BYTES, 0), "init_distributed")
+    return buf.value.decode()
+
+
+def init_distributed(dist_backend="gloo", distributed_port=None, timeout=None, init_method=None, required=True):
+    """A gloo process group over the MPI world, unless torch.distributed is initialised already. Collective
+    over MPI_COMM_WORLD (every rank calls it; initialize() does, with required=False: a library without
+    zs_world_bcast then leaves torch.distributed alone)."""
+    dist = _dist()
+    if not dist.is_available() or dist.is_initialized():
+        return
+    if not required and not hasattr(L.lib(), "zs_world_bcast"):
+        return
+    if dist_backend not in (None, "gloo"):
+        raise ValueError(f"zeroshard.init_distributed: backend '{dist_backend}': the front end is CPU-only, "
+                         "so torch.distributed runs over gloo")
+    rank, world, local_rank, local_size = L.world_info()
+    where = init_method or "tcp://" + _rendezvous(rank, distributed_port)
+    kw = {"timeout": timeout if isinstance(timeout, datetime.timedelta) else datetime.timedelta(seconds=timeout)} \
+        if timeout else {}
+    dist.init_process_group("gloo", init_method=where, rank=rank, world_size=world, **kw)
+    os.environ.setdefault("LOCAL_RANK", str(local_rank))
 
 
 def _engine():
@@ -8,16 +61,55 @@ def _engine():
     return None
 
 
-def get_rank():
-    e = _engine()
-    return e.global_rank if e else 0
+def is_initialized():
+    return _dist().is_initialized()
 
 
-def get_world_size():
+def get_rank(group=None):
+    dist = _dist()
+    if dist.is_initialized():
+        return dist.get_rank(group)
     e = _engine()
-    return e.world_size if e else 1
+    return e.global_rank if e else L.world_info()[0]
+
+
+def get_world_size(group=None):
+    dist = _dist()
+    if dist.is_initialized():
+        return dist.get_world_size(group)
+    e = _engine()
+    return e.world_size if e else L.world_info()[1]
 
 
 def get_local_rank():
-    e = _engine()
-    return e.local_rank if e else 0
+    return L.world_info()[2]
+
+
+def _need():
+    dist = _dist()
+    if not dist.is_initialized():
+        init_distributed()
+    return dist
+
+
+def barrier(group=None):
+    return _need().barrier(group=group)
+
+
+def all_reduce(tensor, op=None, group=None, async_op=False):
+    dist = _need()
+    return dist.all_reduce(tensor, op=op if op is not None else dist.ReduceOp.SUM, group=group, async_op=async_op)
+
+
+def broadcast(tensor, src, group=None, async_op=False):
+    return _need().broadcast(tensor, src, group=group, async_op=async_op)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    return _need().all_gather(tensor_list, tensor, group=group, async_op=async_op)
+
+
+def __getattr__(name):
+    if name == "ReduceOp":   # deepspeed.comm.ReduceOp: torch.distributed's
+        return _dist().ReduceOp
+    raise AttributeError(f"module 'zeroshard.comm' has no attribute '{name}'")

@@ -19,22 +19,26 @@ How the module maps onto the C API (include/zeroshard.h):
   Units with a parameter that got no gradient are handed over (zeros for it) when loss.backward() returns.
 """
 import atexit
+import contextlib
 import ctypes
 import json
 import os
 import weakref
 
 from . import _lib as L
+from . import optim as O
+from ._ckpt import CheckpointMixin
+
+try:
+    import torch
+except ImportError as e:  # the package imports without torch (e.g. for the library look-up); the engine not
+    raise ImportError(f"zeroshard: PyTorch is required for zeroshard.initialize ({e})") from e
 
 _TORCH_DTYPES = None
 _engines = weakref.WeakSet()
 
 
 def _torch():
-    try:
-        import torch
-    except ImportError as e:  # the package itself imports without torch (e.g. for the library look-up)
-        raise ImportError(f"zeroshard: PyTorch is required for zeroshard.initialize ({e})") from e
     return torch
 
 
@@ -61,11 +65,14 @@ class _Unit:
         self.gptr = None        # the gradient buffer's address, its view, and the parameters' views of it
         self.gflat = None
         self.gviews = []
-        self.bw_held = False    # fetched by backward (a saved tensor needed it)
+        self.bw_held = False    # fetched by backward (a saved tensor or a recomputed forward needed it)
+        self.frozen = False     # requires_grad=False (or left out of the optimizer): no gradient, no update
 
 
-def _unit_plan(module, nn):
-    """[(unit name, [parameter]), ...] in registration order, and the block modules."""
+def _unit_plan(module, nn, trainable):
+    """[(unit name, [parameter], frozen), ...] in registration order, the parameters' names and the block
+    modules. A block with both trainable and frozen parameters is two units, "<block>" and "<block>.frozen"
+    (the library keeps a unit all one or the other); an all-frozen block is one frozen unit."""
     blocks = []
 
     def visit(prefix, m):
@@ -82,17 +89,19 @@ def _unit_plan(module, nn):
     for i, (_, b) in enumerate(blocks):
         for p in b.parameters():
             owner.setdefault(id(p), i + 1)
-    units = [("rest", [])] + [(n, []) for n, _ in blocks]
+    parts = [("rest", [], [])] + [(n, [], []) for n, _ in blocks]
     names = {}
     for name, p in module.named_parameters():   # each parameter once (tied ones under their first name)
         names[id(p)] = name
-        units[owner.get(id(p), 0)][1].append(p)
-    if not units[0][1]:
-        units.pop(0)
-        blocks_off = 0
-    else:
-        blocks_off = 1
-    return units, names, blocks, blocks_off
+        part = parts[owner.get(id(p), 0)]
+        (part[1] if id(p) in trainable else part[2]).append(p)
+    units = []
+    for name, live, frozen in parts:
+        if live:
+            units.append((name, live, False))
+        if frozen:
+            units.append((name + ".frozen" if live else name, frozen, True))
+    return units, names, [b for _, b in blocks]
 
 
 def _stage_of(cfg):
@@ -104,25 +113,71 @@ def _stage_of(cfg):
     return 0
 
 
-class ZeroShardEngine:
-    def __init__(self, model, config, auto_values=None):
-        torch = _torch()
+
+def load_config(config):
+    """The config as a dict, from a path or a dict (a copy: initialize adds the client optimizer's section)."""
+    if isinstance(config, (str, os.PathLike)):
+        with open(config) as f:
+            return json.load(f)
+    if isinstance(config, dict):
+        return json.loads(json.dumps(config))
+    raise TypeError("zeroshard.initialize: config must be a path or a dict, got " + type(config).__name__)
+
+
+def _check_device(cfg):
+    dev = cfg.get("zeroshard", {}).get("device") if isinstance(cfg.get("zeroshard"), dict) else None
+    if dev not in (None, "cpu"):
+        raise ValueError(f"zeroshard.initialize: zeroshard.device \"{dev}\": the PyTorch front end trains on the "
+                         "CPU only (its parameters are views of ZeroShard's host buffers); remove the key or set "
+                         "\"cpu\"")
+
+
+def _weak(obj, name):
+    """A hook calling obj.name through a weak reference, so the model's hooks do not keep a dropped engine
+    alive (it is finalised when the script lets go of it)."""
+    ref = weakref.ref(obj)
+
+    def call(*args):
+        e = ref()
+        return getattr(e, name)(*args) if e is not None else None
+    return call
+
+
+def _finalize(lib, ctx, hooks, params, empty):
+    """The engine's end, as weakref.finalize runs it: holds no reference to the engine itself."""
+    if not ctx:
+        return
+    for h in hooks:
+        h.remove()
+    hooks.clear()
+    for p in params:   # the views would dangle once the library frees its buffers
+        p.data = empty
+    L.check(lib.zs_finalize(ctx), "zs_finalize")
+    ctx.value = None
+
+
+class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
+    """DeepSpeed's engine over libzeroshard; an nn.Module whose submodule `module` is the model.
+
+    Internal interface for zeroshard.zero and zeroshard.utils: `_pinfo[p]` the _Unit holding parameter p,
+    `_pid[p]` its C parameter id, `_punit_offset[p]` (offset, numel) of p in its unit's buffer (elements),
+    `_acquire(u)` / `_release(u)` fetch and release a unit (counted), `_refresh_all()` rebinds every
+    parameter after the library changed them (a load, a write).
+    """
+
+    def __init__(self, model, config, auto_values=None, groups=None, bridge=None):
+        super().__init__()
         nn = torch.nn
         self._torch = torch
         self.lib = L.lib()
-        if isinstance(config, (str, os.PathLike)):
-            with open(config) as f:
-                text = f.read()
-        elif isinstance(config, dict):
-            text = json.dumps(config)
-        else:
-            raise TypeError("zeroshard.initialize: config must be a path or a dict, got " + type(config).__name__)
-        self.config = json.loads(text)
+        self.config = load_config(config) if not isinstance(config, dict) else config
+        _check_device(self.config)
+        text = json.dumps(self.config)
         self.stage = _stage_of(self.config)
         self.module = model
         self.ctx = ctypes.c_void_p()
         L.init_mpi()
-        opts = L.InitOpts(config_json=text.encode(), quiet=0)
+        opts = L.init_opts(config_json=text.encode(), quiet=0)
         if auto_values:
             for k, v in auto_values.items():
                 setattr(opts.auto_values, k, v)
@@ -130,55 +185,74 @@ class ZeroShardEngine:
         _engines.add(self)
         self.global_rank = self.lib.zs_rank(self.ctx)
         self.world_size = self.lib.zs_world_size(self.ctx)
-        self.local_rank = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+        self.local_rank = L.world_info()[2]
         self.device = torch.device("cpu")
         # zs_init bound this thread to the rank's share of the node's cores; torch's intra-op threads,
         # started later, inherit that binding, so more of them than the share would only contend.
         share = len(os.sched_getaffinity(0))
         if torch.get_num_threads() > share:
             torch.set_num_threads(share)
-        self._register(model, nn)
-        self._micro_backward = False
-        self._direct = self.stage < 2   # autograd accumulates into the gradient buffer itself (_preset_grads)
+        if groups is None:
+            groups, bridge = O.default_groups(model, self.config)
+        self._bridge = bridge
+        trainable = {id(p) for g in groups for p in g["params"]}
         self._hooks = []
+        self._fin = None
+        self._register(model, nn, trainable, groups)
+        self._fin = weakref.finalize(self, _finalize, self.lib, self.ctx, self._hooks,
+                                     [p for u in self.units for p, *_ in u.params], self._empty)
+        self._micro_backward = False
+        self._in_backward = False
+        self._no_sync = False
+        self._direct = self.stage < 2   # autograd accumulates into the gradient buffer itself (_preset_grads)
+        self.skipped_steps = 0
+        self.lr_scheduler = None
+        self._client_scheduler = False
+        self._cast_buffers(model)
         if self.stage == 3:
             self._add_forward_hooks(model, nn)
         for u in self.units:
             for p, *_ in u.params:
-                if p.requires_grad:
-                    self._hooks.append(p.register_post_accumulate_grad_hook(self._grad_hook))
+                if not u.frozen:
+                    self._hooks.append(p.register_post_accumulate_grad_hook(_weak(self, "_grad_hook")))
+                elif p.requires_grad:   # left out of the optimizer: its gradient is not kept
+                    self._hooks.append(p.register_post_accumulate_grad_hook(_drop_grad))
+        bridge.fill(self.lib, self.ctx, groups, self.config)
+        self.optimizer = O.make_optimizer_class(torch)(self, groups, bridge.torch_defaults(groups))
 
     # ------------------------------------------------------------------ set-up
-    def _register(self, model, nn):
-        torch = self._torch
-        plan, names, blocks, first_block = _unit_plan(model, nn)
+    def _register(self, model, nn, trainable, groups):
+        plan, names, blocks = _unit_plan(model, nn, trainable)
         if not plan:
             raise ValueError("zeroshard.initialize: the model has no parameters")
-        self.units, self._pinfo, self._poff = [], {}, {}
-        keep = []   # the fp32 initial values must outlive zs_setup, which reads them
+        self.units, self._pinfo, self._poff, self._pid = [], {}, {}, {}
+        self._punit_offset = self._poff
+        keep = []   # the fp32 initial values (and init callbacks) must outlive zs_setup, which reads them
         lib, ctx = self.lib, self.ctx
-        for name, params in plan:
+        self._init_errors = []
+        for name, params, frozen in plan:
             uid = ctypes.c_int32()
             L.check(lib.zs_unit_add(ctx, name.encode(), ctypes.byref(uid)), f"unit '{name}'")
             unit = _Unit(uid.value, name)
+            unit.frozen = frozen
             for p in params:
-                if not p.requires_grad:
-                    raise NotImplementedError(f"zeroshard: parameter '{names[id(p)]}' has requires_grad=False; "
-                                              "frozen parameters are not supported yet (the optimizer would "
-                                              "decay them)")
-                init = p.detach().to("cpu", torch.float32).contiguous()
-                keep.append(init)
-                pid = ctypes.c_int32()
-                L.check(lib.zs_param_add(ctx, uid, names[id(p)].encode(), init.numel(),
-                                         ctypes.c_void_p(init.data_ptr()), ctypes.byref(pid)),
-                        f"parameter '{names[id(p)]}'")
-                dims = (ctypes.c_int64 * max(p.dim(), 1))(*(p.shape or (1,)))
-                L.check(lib.zs_param_shape(ctx, pid, max(p.dim(), 1), dims), f"shape of '{names[id(p)]}'")
-                unit.params.append((p, pid.value, p.numel(), tuple(p.shape)))
+                pid, shape = self._add_param(unit.idx, p, names[id(p)], keep)
+                if frozen:
+                    if not hasattr(lib, "zs_param_freeze"):
+                        raise L.ZsError(f"zeroshard: parameter '{names[id(p)]}' is frozen, and this libzeroshard "
+                                        "lacks zs_param_freeze")
+                    L.check(lib.zs_param_freeze(ctx, pid), f"parameter '{names[id(p)]}'")
+                else:
+                    unit.nreq += 1
+                unit.params.append((p, pid, _numel(shape), shape))
                 self._pinfo[p] = unit
-                unit.nreq += 1
+                self._pid[p] = pid
             self.units.append(unit)
-        L.check(lib.zs_setup(ctx), "zs_setup")
+        self._bridge.register(lib, ctx, groups, lambda p: self._pid[p])
+        status = lib.zs_setup(ctx)
+        if self._init_errors:
+            raise self._init_errors[0]
+        L.check(status, "zs_setup")
         for unit in self.units:   # where each parameter sits in its unit's buffer (the library aligns them)
             for i, (p, pid, n, shape) in enumerate(unit.params):
                 off = ctypes.c_int64()
@@ -190,13 +264,54 @@ class ZeroShardEngine:
         self.dtype = {0: torch.float32, 1: torch.bfloat16, 2: torch.float16}[lib.zs_param_dtype(ctx)]
         self._esize = torch.empty(0, dtype=self.dtype).element_size()
         self._names = names
-        self._blocks = [(b, self.units[i + first_block].idx) for i, (_, b) in enumerate(blocks)]
+        self._blocks = blocks
         self._live = {}   # buffer address -> unit, for the units fetched now (stage 3's saved tensors)
         self._empty = torch.empty(0, dtype=self.dtype)
         for u in self.units:   # torch's own copies go; the parameters become views of ZeroShard's buffers
             for p, *_ in u.params:
                 p.data = self._empty
         self._refresh_all()
+
+    def _add_param(self, uid, p, name, keep):
+        """Registers p: from zeroshard.zero's fill callback when zero.Init built it straight into shards,
+        else from an fp32 copy of its values. Returns (C parameter id, shape)."""
+        from . import zero
+        source = getattr(zero, "_init_source", None)
+        fill = source(p) if source is not None else None
+        shape = tuple(getattr(p, "ds_shape", None) or p.shape)
+        pid = ctypes.c_int32()
+        if fill is not None:
+            cb = L.INIT_FN(self._init_callback(fill, name))
+            keep.append(cb)
+            L.check(self.lib.zs_param_add_init(self.ctx, uid, name.encode(), _numel(shape), cb, None,
+                                               ctypes.byref(pid)), f"parameter '{name}'")
+        else:
+            init = p.detach().to("cpu", torch.float32).contiguous()
+            keep.append(init)
+            L.check(self.lib.zs_param_add(self.ctx, uid, name.encode(), init.numel(),
+                                          ctypes.c_void_p(init.data_ptr()), ctypes.byref(pid)), f"parameter '{name}'")
+        dims = (ctypes.c_int64 * max(len(shape), 1))(*(shape or (1,)))
+        L.check(self.lib.zs_param_shape(self.ctx, pid, max(len(shape), 1), dims), f"shape of '{name}'")
+        return pid.value, shape
+
+    def _init_callback(self, fill, name):
+        """An exception cannot cross the C call: it is kept and raised once zs_setup returns."""
+        def call(_arg, _param, first, count, dst):
+            try:
+                fill(first, count, ctypes.cast(dst, ctypes.c_void_p).value)
+            except BaseException as e:   # noqa: BLE001 (re-raised after zs_setup)
+                self._init_errors.append(RuntimeError(f"zeroshard: initialising parameter '{name}': {e!r}"))
+        return call
+
+    def _cast_buffers(self, model):
+        """As DeepSpeed casts the whole module: floating-point buffers take the training dtype too, so a
+        buffer meets bf16/fp16 activations in its own dtype (integer and bool buffers stay)."""
+        if self.dtype == torch.float32:
+            return
+        for m in model.modules():
+            for k, b in m._buffers.items():
+                if b is not None and b.is_floating_point() and b.dtype != self.dtype:
+                    m._buffers[k] = b.to(self.dtype)
 
     def _refresh_all(self):
         """(Re)binds every parameter: after set-up and after a checkpoint load."""
@@ -208,7 +323,7 @@ class ZeroShardEngine:
     def _view(self, ptr, numel, dtype=None):
         dtype = dtype or self.dtype
         buf = (ctypes.c_char * (numel * self._esize)).from_address(ptr)
-        return self._torch.frombuffer(buf, dtype=dtype, count=numel)
+        return torch.frombuffer(buf, dtype=dtype, count=numel)
 
     def _acquire(self, u):
         if u.refs == 0:
@@ -233,34 +348,36 @@ class ZeroShardEngine:
                 p.data = self._empty
 
     def _add_forward_hooks(self, model, nn):
-        """Stage 3: a block fetches its unit (and any unit of a parameter it shares) around its forward;
-        outside blocks, each module fetches the units of its own parameters."""
+        """Stage 3: a block fetches its units (trainable and frozen, and any unit of a parameter it shares)
+        around its forward; outside blocks, each module fetches the units of its own parameters."""
         inside = set()
-        for b, _ in self._blocks:
+        for b in self._blocks:
             inside.update(id(m) for m in b.modules())
-        targets = [(b, {self._pinfo[p] for p in b.parameters()}) for b, _ in self._blocks]
+        targets = [(b, {self._pinfo[p] for p in b.parameters()}) for b in self._blocks]
         for m in model.modules():
             if id(m) in inside:
                 continue
             own = {self._pinfo[p] for p in m.parameters(recurse=False) if p in self._pinfo}
             if own:
                 targets.append((m, own))
+        ref = weakref.ref(self)
         for m, units in targets:
             units = sorted(units, key=lambda x: x.idx)
-            self._hooks.append(m.register_forward_pre_hook(self._pre_hook(units)))
-            self._hooks.append(m.register_forward_hook(self._post_hook(units)))
+            self._hooks.append(m.register_forward_pre_hook(_pre_hook(ref, units)))
+            self._hooks.append(m.register_forward_hook(_post_hook(ref, units)))
 
-    def _pre_hook(self, units):
-        def pre(_m, _args):   # returns None: a value would replace the module's inputs
-            for u in units:
-                self._acquire(u)
-        return pre
+    def _fetch_for_forward(self, units):
+        for u in units:
+            self._acquire(u)
 
-    def _post_hook(self, units):
-        def post(_m, _args, _out):
-            for u in reversed(units):
+    def _release_after_forward(self, units):
+        """A forward run again inside backward (activation checkpointing) keeps its units until their
+        gradients are handed over: the recomputed activations it saved point into the gathered buffers."""
+        for u in reversed(units):
+            if self._in_backward and not u.bw_held:
+                u.bw_held = True
+            else:
                 self._release(u)
-        return post
 
     # ------------------------------------------------------------------ stage-3 saved tensors
     def _pack(self, t):
@@ -310,6 +427,8 @@ class ZeroShardEngine:
         a unit's buffer in the reduction bucket when the unit is opened, and a slot held open from the start
         of backward would pin the bucket, so there the gradient is added when the unit's last one is in."""
         for u in self.units:
+            if u.frozen:
+                continue
             self._grad_view(u)
             for (p, *_), g in zip(u.params, u.gviews):
                 p.grad = g
@@ -331,33 +450,51 @@ class ZeroShardEngine:
             self._release(u)
 
     # ------------------------------------------------------------------ DeepSpeed's engine API
-    def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
-
     def forward(self, *args, **kwargs):
-        if self.stage == 3 and self._torch.is_grad_enabled():
-            with self._torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
-                return self.module(*args, **kwargs)
-        return self.module(*args, **kwargs)
+        """The module's forward. Stage 3: if it raises, the units it fetched are released (the hooks after
+        the failing module never ran), so the next forward starts clean."""
+        if self.stage != 3:
+            return self.module(*args, **kwargs)
+        refs = [u.refs for u in self.units]
+        try:
+            if torch.is_grad_enabled():
+                with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
+                    return self.module(*args, **kwargs)
+            return self.module(*args, **kwargs)
+        except BaseException:
+            for u, before in zip(self.units, refs):
+                while u.refs > before:
+                    self._release(u)
+            raise
 
-    def backward(self, loss, retain_graph=False):
+    def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
+        """DeepSpeed's: with scale_wrt_gas the loss is divided by gradient_accumulation_steps (ZeroShard
+        averages the micro-batches' gradients, which is that); with scale_wrt_gas=False the caller divided it
+        already (Hugging Face Trainer), so the gradient is the sum of the micro-batches' and is multiplied back
+        by the steps here. fp16: the loss is scaled in fp32 (.float() first), as DeepSpeed does."""
         if self._micro_backward:
             raise RuntimeError("zeroshard: engine.backward() called twice in one micro-batch; call engine.step() "
                                "after each engine.backward() (it steps the optimizer at the accumulation boundary)")
-        scale = self.loss_scale()
+        factor = self.loss_scale() * (1 if scale_wrt_gas else self.gradient_accumulation_steps())
         if self._direct:
             self._preset_grads()
+        scaled = loss.float() if loss.dtype in (torch.float16, torch.bfloat16) else loss
+        if factor != 1.0:
+            scaled = scaled * factor
+        self._in_backward = True
         try:
-            (loss * scale if scale != 1.0 else loss).backward(retain_graph=retain_graph)
+            scaled.backward(retain_graph=retain_graph)
         finally:
+            self._in_backward = False
             self._micro_backward = True
             if self._direct:   # torch's .grad goes, as with the add after backward: the buffer is the library's
                 for u in self.units:
                     for p, *_ in u.params:
-                        p.grad = None
+                        if not u.frozen:
+                            p.grad = None
         # Units with a parameter that got no gradient this time: handed over now, in one order on every rank
         for u in reversed(self.units):
-            if not u.handed:
+            if not u.handed and not u.frozen:
                 self._hand(u)
         for u in self.units:   # a saved tensor unpacked after its unit was handed over fetched it again
             if u.bw_held:
@@ -365,13 +502,61 @@ class ZeroShardEngine:
                 self._release(u)
         return loss
 
-    def step(self):
+    def step(self, lr_kwargs=None):
+        """zs_step; at a boundary the param_groups' changed values go to the library first, and after an
+        applied step the client scheduler steps (not after one skipped for fp16 overflow), as DeepSpeed."""
         if not self._micro_backward:
             raise RuntimeError("zeroshard: engine.step() called without engine.backward() in this micro-batch")
+        boundary = self.is_gradient_accumulation_boundary()
+        if boundary and self._no_sync:
+            raise RuntimeError("zeroshard: engine.step() at an accumulation boundary inside engine.no_sync(): "
+                               "the boundary reduces the gradients; leave no_sync before it")
+        if boundary:
+            self._bridge.hand(self.lib, self.ctx, self.optimizer.param_groups)
         L.check(self.lib.zs_step(self.ctx), "zs_step")
         self._micro_backward = False
         for u in self.units:
             u.handed, u.ngot, u.pending = False, 0, []
+        s = self.stats()
+        if not s.stepped:
+            return
+        self.optimizer.overflow = bool(s.skipped)
+        if s.skipped:
+            self.skipped_steps += 1
+            return
+        if not self._client_scheduler:
+            self._bridge.sync_scheduled(self.lib, self.ctx, self.optimizer.param_groups)
+        elif self.lr_scheduler is not None:
+            self.lr_scheduler.optimizer._opt_called = True   # torch warns of a scheduler stepped first otherwise
+            self.lr_scheduler.step(**(lr_kwargs or {}))
+
+    def set_gradient_accumulation_boundary(self, is_boundary):
+        """Accelerate drives the boundary itself. ZeroShard's step applies the optimizer every
+        gradient_accumulation_steps micro-batches, so a call must agree with that count: one that does not is
+        refused (set the config's gradient_accumulation_steps to Accelerate's)."""
+        want = self.is_gradient_accumulation_boundary()
+        if bool(is_boundary) != want:
+            s = self.stats()
+            raise RuntimeError(f"zeroshard: set_gradient_accumulation_boundary({bool(is_boundary)}) at micro-batch "
+                               f"{s.micro_step + 1}: with gradient_accumulation_steps "
+                               f"{self.gradient_accumulation_steps()} this micro-batch is "
+                               f"{'' if want else 'not '}a boundary; the config's gradient_accumulation_steps must "
+                               "match the caller's accumulation")
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """DeepSpeed's: allowed at stages 0-1, where ZeroShard reduces only at the boundary anyway (so it
+        changes nothing); refused at 2-3, whose gradients are partitioned as they come."""
+        if self.stage >= 2:
+            raise AssertionError(f"zeroshard: no_sync context manager is incompatible with gradient partitioning "
+                                 f"logic of ZeRO stage {self.stage}")
+        if self._no_sync:
+            raise AssertionError("zeroshard: no_sync context manager reentry is unsupported")
+        self._no_sync = True
+        try:
+            yield
+        finally:
+            self._no_sync = False
 
     def stats(self):
         s = L.StepStats()
@@ -379,10 +564,13 @@ class ZeroShardEngine:
         return s
 
     def loss_scale(self):
-        return self.stats().loss_scale if self.dtype == self._torch.float16 else 1.0
+        return self.stats().loss_scale if self.dtype == torch.float16 else 1.0
 
     def get_lr(self):
-        return [self.stats().lr]
+        """Each param_group's learning rate as the last optimizer step used it (before the first: the
+        group's starting rate)."""
+        lrs = self._bridge.lrs(self.lib, self.ctx)
+        return lrs if lrs is not None else [self.stats().lr]
 
     def get_global_grad_norm(self):
         return self.stats().grad_norm
@@ -390,6 +578,10 @@ class ZeroShardEngine:
     @property
     def global_steps(self):
         return self.stats().global_step
+
+    @property
+    def global_samples(self):
+        return self.global_steps * self.train_batch_size()
 
     def was_step_applied(self):
         return not self.stats().skipped
@@ -407,114 +599,59 @@ class ZeroShardEngine:
     def train_batch_size(self):
         return self.train_micro_batch_size_per_gpu() * self.gradient_accumulation_steps() * self.world_size
 
-    def train(self, mode=True):
-        self.module.train(mode)
+    def zero_optimization_stage(self):
+        return self.stage
+
+    def to(self, *args, **kwargs):
+        """CPU only: the parameters are views of ZeroShard's host buffers, in the config's training dtype."""
+        device, dtype, *_ = torch._C._nn._parse_to(*args, **kwargs)
+        if device is not None and torch.device(device).type != "cpu":
+            raise RuntimeError(f"zeroshard: engine.to({device}): the PyTorch front end trains on the CPU (the "
+                               "parameters are ZeroShard's host buffers); there is nothing to move")
+        if dtype is not None and dtype != self.dtype:
+            raise RuntimeError(f"zeroshard: engine.to({dtype}): the training dtype is the config's ({self.dtype}: "
+                               "fp16 / bf16 sections)")
         return self
 
-    def eval(self):
-        return self.train(False)
-
-    def parameters(self, recurse=True):
-        return self.module.parameters(recurse)
-
-    def named_parameters(self, *a, **k):
-        return self.module.named_parameters(*a, **k)
+    def cuda(self, device=None):
+        return self.to("cuda")
 
     def zero_grad(self, *a, **k):
         """Gradients live in ZeroShard's buffers and are cleared by the step; nothing to do."""
 
-    # ------------------------------------------------------------------ checkpoints
-    def save_checkpoint(self, save_dir, tag=None, client_state=None, save_latest=True, exclude_frozen_parameters=False):
-        step = self.stats().global_step
-        if tag is not None and str(tag) != f"global_step{step}":
-            raise NotImplementedError(f"zeroshard: save_checkpoint tag '{tag}': checkpoints are named "
-                                      f"global_step<N> (here global_step{step}); pass tag=None")
-        if not save_latest:
-            raise NotImplementedError("zeroshard: save_checkpoint save_latest=False: 'latest' is always updated")
-        if self._micro_backward:
-            raise RuntimeError("zeroshard: save_checkpoint between engine.backward() and engine.step()")
-        L.check(self.lib.zs_checkpoint_save(self.ctx, os.fspath(save_dir).encode()), f"checkpoint save to '{save_dir}'")
-        if client_state and self.global_rank == 0:
-            # written after the checkpoint itself is in place (so not atomic with it); read back on load
-            self._torch.save(client_state, os.path.join(save_dir, f"global_step{step}", "client_state.pt"))
-        return True
-
-    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_optimizer_states=True,
-                        load_lr_scheduler_states=True, load_module_only=False):
-        if not load_optimizer_states or not load_lr_scheduler_states or load_module_only:
-            raise NotImplementedError("zeroshard: load_checkpoint loads the whole state; load_optimizer_states, "
-                                      "load_lr_scheduler_states and load_module_only must keep their defaults")
-        path = os.path.join(load_dir, tag) if tag is not None else os.fspath(load_dir)
-        if not os.path.exists(path):
-            return None, {}
-        L.check(self.lib.zs_checkpoint_load(self.ctx, path.encode()), f"checkpoint load from '{path}'")
-        self._refresh_all()
-        step = self.stats().global_step
-        cs = os.path.join(load_dir, tag or f"global_step{step}", "client_state.pt")
-        client = self._torch.load(cs, weights_only=False) if os.path.exists(cs) else {}
-        return os.path.join(load_dir, tag or f"global_step{step}"), client
-
-    def save_16bit_model(self, save_dir, save_filename="model.safetensors", exclude_frozen_parameters=False):
-        """DeepSpeed's name: the full parameters in the training dtype, each under its first name (a tied
-        one once), as safetensors written by rank 0. Collective: at stage 3 every rank gathers one unit at a
-        time, so no rank ever holds more than one gathered unit beyond its shards."""
-        if not str(save_filename).endswith(".safetensors"):
-            raise NotImplementedError(f"zeroshard: save_16bit_model '{save_filename}': only .safetensors is "
-                                      "written (zs-ckpt export converts checkpoints too)")
-        if self._micro_backward:
-            raise RuntimeError("zeroshard: save_16bit_model between engine.backward() and engine.step()")
-        tag = {self._torch.float32: "F32", self._torch.bfloat16: "BF16", self._torch.float16: "F16"}[self.dtype]
-        header, pos = {}, 0
-        for u in self.units:
-            for p, _, n, shape in u.params:
-                header[self._names[id(p)]] = {"dtype": tag, "shape": list(shape),
-                                              "data_offsets": [pos, pos + n * self._esize]}
-                pos += n * self._esize
-        text = json.dumps(header, separators=(",", ":")).encode()
-        text += b" " * (-len(text) % 8)   # the data starts 8-byte aligned
-        path = os.path.join(save_dir, save_filename)
-        f = None
-        if self.global_rank == 0:
-            os.makedirs(save_dir, exist_ok=True)
-            f = open(path + ".tmp", "wb")
-            f.write(len(text).to_bytes(8, "little") + text)
-        try:
-            for u in self.units:
-                self._acquire(u)
-                try:
-                    if f:
-                        for p, off, n, _ in u.params:
-                            f.write(memoryview(u.flat[off:off + n].view(self._torch.uint8).numpy()))
-                finally:
-                    self._release(u)
-            if f:
-                f.flush()
-                os.fsync(f.fileno())
-                f.close()
-                f = None
-                os.replace(path + ".tmp", path)
-        finally:
-            if f:
-                f.close()
-        return True
-
-    def load_safetensors(self, path):
-        """Sets the parameters from a safetensors file (before training), names as in the module."""
-        L.check(self.lib.zs_import_safetensors(self.ctx, os.fspath(path).encode()), f"import of '{path}'")
-        self._refresh_all()
-
     # ------------------------------------------------------------------ end
     def destroy(self):
-        if not self.ctx:
-            return
-        for h in self._hooks:
-            h.remove()
-        self._hooks = []
-        for u in self.units:
-            for p, *_ in u.params:
-                p.data = self._empty
-        L.check(self.lib.zs_finalize(self.ctx), "zs_finalize")
-        self.ctx = ctypes.c_void_p()
+        """Collective (zs_finalize): every rank destroys its engine, or drops it (the same finaliser runs
+        when the engine is garbage collected, so every rank must let go of it at the same point)."""
+        if self._fin is not None:
+            self._fin()
+
+
+def _pre_hook(ref, units):
+    def pre(_m, _args):   # returns None: a value would replace the module's inputs
+        e = ref()
+        if e is not None:
+            e._fetch_for_forward(units)
+    return pre
+
+
+def _post_hook(ref, units):
+    def post(_m, _args, _out):
+        e = ref()
+        if e is not None:
+            e._release_after_forward(units)
+    return post
+
+
+def _drop_grad(p):
+    p.grad = None
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
 
 
 @atexit.register
