@@ -205,17 +205,17 @@ def run_torch(build, data, global_n, client=False, steps=STEPS, activation_ckpt=
     return {n: p.detach().float().clone() for n, p in model.named_parameters()}
 
 
-def compare(name, got, ref, init=None):
-    """TOL against PyTorch; frozen tensors (init given) must keep their initial bits"""
+def compare(name, got, ref, init=None, against="PyTorch"):
+    """TOL against the reference; frozen tensors (init given) must keep their initial bits"""
     if set(got) != set(ref):
-        fail(f"{name}: parameter names differ from PyTorch's: {sorted(set(got) ^ set(ref))[:4]}")
+        fail(f"{name}: parameter names differ from {against}'s: {sorted(set(got) ^ set(ref))[:4]}")
         return
     scale = max(t.abs().max().item() for t in ref.values())
     worst = max(((got[n] - ref[n]).abs().max().item(), n) for n in ref)
     rel = worst[0] / scale
-    print(f"{name}: max |param - PyTorch| / max |param| = {rel:.2e} (at '{worst[1]}', limit {TOL:.0e})")
+    print(f"{name}: max |param - {against}| / max |param| = {rel:.2e} (at '{worst[1]}', limit {TOL:.0e})")
     if not rel < TOL:
-        fail(f"{name}: {rel:.2e} from PyTorch at '{worst[1]}' (limit {TOL:.0e})")
+        fail(f"{name}: {rel:.2e} from {against} at '{worst[1]}' (limit {TOL:.0e})")
     for n, t in (init or {}).items():
         if not torch.equal(got[n], t):
             fail(f"{name}: frozen '{n}' changed in training")
@@ -274,12 +274,12 @@ def accum_runs():
 
 
 def mode_trainer(_):
-    sweep("gpt2 decay groups, client AdamW + linear warmup, accumulation 4 (Trainer)", gpt2, lm_batch,
+    sweep("gpt2 groups+client AdamW, accumulation 4, Trainer", gpt2, lm_batch,
           accum_runs(), 16, client=True, way="trainer", accum=4)
 
 
 def mode_accelerate(_):
-    sweep("gpt2 decay groups, client AdamW + linear warmup, accumulation 4 (Accelerate)", gpt2, lm_batch,
+    sweep("gpt2 groups+client AdamW, accumulation 4, Accelerate", gpt2, lm_batch,
           accum_runs(), 16, client=True, way="accelerate", accum=4)
 
 
@@ -368,8 +368,8 @@ def mode_resume_load(args, hf=False):
           f"params-hash {params_hash(out)}")
     build = resume_build(hf)
     frozen = {n: p.detach().float().clone() for n, p in build().named_parameters() if not p.requires_grad}
-    compare("resume: against the uninterrupted 2-rank run", out, full, frozen)
-    compare("resume: against PyTorch", out, run_torch(build, lm_batch, 6, client=hf))
+    compare("resume", out, full, frozen, against="the uninterrupted 2-rank run")
+    compare("resume", out, run_torch(build, lm_batch, 6, client=hf))
 
 
 def expect_error(what, fn, *needles):
