@@ -17,6 +17,7 @@ import json
 import os
 
 import torch
+import transformers
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, get_linear_schedule_with_warmup
 
 if os.environ.get("ZS_BACKEND") == "deepspeed":
@@ -86,8 +87,11 @@ def main():
     ap.add_argument("--resume", action="store_true", help="load --save-dir's checkpoint first")
     ap.add_argument("--metrics", help="rank 0 appends one JSON line per step")
     a = ap.parse_args()
+    transformers.logging.set_verbosity_error()   # a config without the hub's token ids warns per rank
 
     model = build_model(a)
+    n_all = sum(p.numel() for p in model.parameters())   # before initialize: at stage 3 they become shards
+    n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
     zero = {"stage": a.stage}
     if a.offload:
         zero["offload_optimizer"] = {"device": "cpu"}
@@ -100,9 +104,8 @@ def main():
                                                            lr_scheduler=scheduler, config=config)
     rank, world = engine.global_rank, engine.world_size
     if rank == 0:
-        n = sum(p.numel() for p in model.parameters())
-        t = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        print(f"finetune: {n} parameters, {t} trainable ({100 * t / n:.1f}%), stage {a.stage}, {world} ranks")
+        print(f"finetune: {n_all} parameters, {n_train} trainable ({100 * n_train / n_all:.1f}%), stage {a.stage}, "
+              f"{world} ranks")
     if a.resume:
         path, client = engine.load_checkpoint(a.save_dir, tag=TAG)
         if path is None:
