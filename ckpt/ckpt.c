@@ -27,6 +27,7 @@
 #include "runtime/runtime.h"
 #include "ckpt_dir.h"    /* defines: zs_ckpt_begin, zs_ckpt_publish, zs_ckpt_end, zs_ckpt_event */
 #include "ckpt_format.h"
+#include "ckpt_opts.h"   /* defines: struct unit_view, zs_ckpt_save, zs_ckpt_load */
 #include "safetensors.h"
 
 #define CKPT_PATH 4096
@@ -52,20 +53,6 @@ static int64_t slice(const struct zs_ctx *ctx, int32_t u, int32_t r, int64_t *be
 }
 
 /* ---------------------------------------------------------------- where a unit's state lives now */
-
-/* Where this rank's state of unit u lives: p, the fp32 parameters a checkpoint holds (the working
- * parameters with fp32 training, the masters with 16-bit), elements [p_base, p_base + p_count) of the
- * unit; with 16-bit training also the working copy `work`, [w_base, w_base + w_count); and the state
- * arrays from s_base. From the swap file's first slot when the masters or state live on NVMe. */
-struct unit_view {
-    float *p, *s1, *s2;
-    void *work;
-    int64_t p_base, p_count, w_base, w_count, s_base;
-    bool on_disk, p_disk; /* the state, and p, from the swap file */
-    /* a device the host cannot read in place: host copies of the arrays above that live there */
-    struct { void *host, *dev; size_t bytes; } copy[4];
-    int ncopy;
-};
 
 /* The array *p (bytes long), when it is device memory, is replaced by a host copy of it. */
 static zs_status view_down(struct zs_ctx *ctx, struct unit_view *v, void **p, bool on_dev, size_t bytes)
@@ -167,6 +154,12 @@ static void apply_params(struct zs_ctx *ctx, const struct unit_view *v, const fl
     }
     zs_cvt_from_f32(v->work, (int)ctx->pdt, vals, v->w_count);
     memcpy(v->p, vals + (v->p_base - v->w_base), (size_t)v->p_count * sizeof(float));
+}
+
+zs_status zs_ckpt_view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v) { return view_unit(ctx, u, v); }
+zs_status zs_ckpt_view_done(struct zs_ctx *ctx, struct unit_view *v, bool write_back)
+{
+    return view_done(ctx, v, write_back);
 }
 
 /* ---------------------------------------------------------------- save */
@@ -330,13 +323,15 @@ static void manifest_release(struct zs_ckpt_manifest *m)
 
 /* Rank 0: the manifest into the temporary directory, which then becomes the tag, and `latest` names it. */
 static zs_status publish(struct zs_ctx *ctx, const char *dir, const char *tag, const char *tmp, const uint64_t *bytes,
-                         const uint32_t *crc)
+                         const uint32_t *crc, const zs_ckpt_opts *o)
 {
-    struct zs_ckpt_manifest m;
+    struct zs_ckpt_manifest m = {0};
     char path[CKPT_PATH];
     char *text = NULL;
-    zs_status st = build_manifest(ctx, &m, bytes, crc);
+    zs_status st = zs_ckpt_write_extra(tmp, o); /* before the manifest: published with it or not at all */
 
+    if (!st)
+        st = build_manifest(ctx, &m, bytes, crc);
     if (!st && !(text = zs_ckpt_manifest_dump(&m)))
         st = zs_fail(ZS_ERR_NOMEM, "checkpoint: out of memory writing the manifest");
     manifest_release(&m);
@@ -344,26 +339,27 @@ static zs_status publish(struct zs_ctx *ctx, const char *dir, const char *tag, c
     if (!st)
         st = zs_ckpt_write_file(path, text);
     free(text);
-    return st ? st : zs_ckpt_publish(dir, tag);
+    return st ? st : zs_ckpt_publish(dir, tag, o->no_latest);
 }
 
-zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
+zs_status zs_ckpt_save(struct zs_ctx *ctx, const char *dir, const zs_ckpt_opts *o)
 {
-    char tag[64], tmp[CKPT_PATH];
+    char tag[ZS_CKPT_TAG_MAX + 1], tmp[CKPT_PATH];
     uint64_t bytes = 0, *all_bytes = NULL;
     uint32_t crc = 0, *all_crc = NULL;
     int lock_fd = -1;
     zs_status st = ZS_OK;
 
-    if (!ctx || !dir)
-        return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: NULL argument");
     if (!ctx->set_up)
         return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: call zs_setup first");
     if (ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
         return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: in the middle of an accumulation window (micro-step "
                        "%lld); save after the step", (long long)ctx->micro_step);
-    snprintf(tag, sizeof(tag), "global_step%lld", (long long)ctx->global_step);
-    if (strlen(dir) + 64 > CKPT_PATH)
+    if (o->tag)
+        snprintf(tag, sizeof(tag), "%s", o->tag);
+    else
+        snprintf(tag, sizeof(tag), "global_step%lld", (long long)ctx->global_step);
+    if (strlen(dir) + sizeof(tag) + 64 > CKPT_PATH)
         return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: path %s too long", dir);
     zs_ckpt_hook_rank(ctx->rank);
     /* A half-applied step would be written with valid checksums, over a good checkpoint of the same tag. */
@@ -372,7 +368,7 @@ zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
     st = zs_agree(ctx, st);
     if (st)
         return st;
-    char name[96];
+    char name[sizeof(tag) + 8];
     snprintf(name, sizeof(name), "%s.tmp", tag);
     join(tmp, dir, name);
     if (ctx->rank == 0)
@@ -387,13 +383,15 @@ zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir)
     if (!st && !(st = zs_comm_allgather_bytes(ctx->comm, &bytes, all_bytes, (int32_t)sizeof(bytes))) &&
         !(st = zs_comm_allgather_bytes(ctx->comm, &crc, all_crc, (int32_t)sizeof(crc)))) {
         if (ctx->rank == 0)
-            st = publish(ctx, dir, tag, tmp, all_bytes, all_crc);
+            st = publish(ctx, dir, tag, tmp, all_bytes, all_crc, o);
         st = zs_agree(ctx, st);
     }
     free(all_bytes);
     free(all_crc);
     if (ctx->rank == 0) /* after every rank has stopped writing: a failed save leaves no <tag>.tmp */
         zs_ckpt_end(dir, tag, lock_fd, st != ZS_OK);
+    if (!st)
+        snprintf(ctx->ckpt_tag, sizeof(ctx->ckpt_tag), "%s", tag);
     if (!st && ctx->rank == 0 && !ctx->quiet)
         zs_log("checkpoint: saved %s/%s", dir, tag);
     return st;
@@ -443,7 +441,7 @@ static zs_status read_into(struct zs_ckpt_reader *rd, int32_t u, int kind, int64
     return ZS_OK;
 }
 
-static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_t u)
+static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_t u, const zs_ckpt_opts *o)
 {
     struct zs_unit *un = &ctx->units[u];
     struct unit_view v;
@@ -462,6 +460,10 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
     if (!st)
         apply_params(ctx, &v, vals);
     free(vals);
+    for (int i = 1; !st && o->no_optimizer && !o->module_only && i <= k; i++) /* fresh moments */
+        memset(i == 1 ? v.s1 : v.s2, 0, (size_t)sn * sizeof(float));
+    if (o->module_only || o->no_optimizer)
+        k = 0; /* the moments are not read: kept (module_only) or zero */
     if (!st && k >= 1)
         st = read_into(rd, u, ZS_CKPT_EXP_AVG, v.s_base, sn, v.s1, un->numel);
     if (!st && k >= 2)
@@ -474,21 +476,40 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
     return st;
 }
 
-zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir)
+/* The step counts, the loss scale and the schedule's position from the manifest, as the flags say. */
+static void load_counters(struct zs_ctx *ctx, const struct zs_ckpt_manifest *m, int64_t micro, const zs_ckpt_opts *o)
+{
+    int64_t updates = m->global_step - m->scaler.skipped_steps;
+
+    if (o->module_only)
+        return;
+    ctx->global_step = m->global_step;
+    ctx->skipped_steps = m->scaler.skipped_steps;
+    ctx->micro_step = micro;
+    ctx->optim_steps = o->no_optimizer ? 0 : updates; /* fresh moments start Adam's count again */
+    if (!o->no_scheduler)
+        ctx->sched_steps = updates;
+    if (ctx->scaler.dynamic && !strcmp(m->param_dtype, "fp16")) { /* the dynamic scale carries on */
+        ctx->scaler.scale = m->scaler.scale;
+        ctx->scaler.cur_hysteresis = m->scaler.hysteresis;
+        ctx->scaler.last_overflow_iter = m->scaler.last_overflow;
+        ctx->scaler.cur_iter = m->scaler.iter;
+        ctx->stats.loss_scale = m->scaler.scale;
+    }
+    ctx->stats.global_step = ctx->global_step;
+    ctx->stats.micro_step = ctx->micro_step;
+}
+
+zs_status zs_ckpt_load(struct zs_ctx *ctx, const char *tag, const zs_ckpt_opts *o)
 {
     struct zs_ckpt_manifest m;
     struct zs_ckpt_reader *rd = NULL;
-    char tag[CKPT_PATH], err[1024];
+    char err[1024];
     int64_t micro = 0;
     zs_status st = ZS_OK;
 
-    if (!ctx || !dir)
-        return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_load: NULL argument");
-    if (!ctx->set_up || ctx->micro_step != 0)
-        return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_load: call it after zs_setup and before training");
     memset(&m, 0, sizeof(m));
-    if (zs_ckpt_resolve(dir, tag, sizeof(tag), err, sizeof(err)) ||
-        zs_ckpt_manifest_load(&m, tag, err, sizeof(err)))
+    if (zs_ckpt_manifest_load(&m, tag, err, sizeof(err)))
         st = zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
     if (!st)
         st = match_model(ctx, &m, tag);
@@ -508,25 +529,14 @@ zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir)
     if (zs_ckpt_reader_open(&rd, &m, tag, err, sizeof(err)))
         st = zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
     for (int32_t u = 0; !st && u < ctx->nunits; u++)
-        st = load_unit(ctx, rd, u);
+        st = load_unit(ctx, rd, u, o);
     zs_ckpt_reader_close(rd);
     st = zs_agree(ctx, st);
     if (st) { /* some units hold the checkpoint's state and others not: unusable until a load succeeds */
         zs_ctx_break(ctx, "checkpoint load from %s failed part-way (%s)", tag, zs_last_error());
     } else {
         ctx->broken = false;
-        ctx->global_step = m.global_step;
-        ctx->skipped_steps = m.scaler.skipped_steps;
-        ctx->micro_step = micro;
-        if (ctx->scaler.dynamic && !strcmp(m.param_dtype, "fp16")) { /* the dynamic scale carries on */
-            ctx->scaler.scale = m.scaler.scale;
-            ctx->scaler.cur_hysteresis = m.scaler.hysteresis;
-            ctx->scaler.last_overflow_iter = m.scaler.last_overflow;
-            ctx->scaler.cur_iter = m.scaler.iter;
-            ctx->stats.loss_scale = m.scaler.scale;
-        }
-        ctx->stats.global_step = ctx->global_step;
-        ctx->stats.micro_step = ctx->micro_step;
+        load_counters(ctx, &m, micro, o);
         if (ctx->rank == 0 && !ctx->quiet)
             zs_log("checkpoint: loaded %s (step %lld, saved by %d ranks at stage %d)", tag, (long long)m.global_step,
                    m.world_size, m.stage);

@@ -273,7 +273,7 @@ static zs_status take_lock(const char *dir, int *lock_fd)
  * moves aside to <tag>.old, the tag is rebuilt from hard links to the temporary directory's files, and
  * only then does `latest` name it again. A crash at any point leaves `latest` naming a complete
  * directory; the next save finishes the job (zs_ckpt_begin). This is the part after the move aside. */
-static zs_status relink_tag(const char *dir, const char *tag)
+static zs_status relink_tag(const char *dir, const char *tag, const char *then_latest)
 {
     char tmp[PATH_MAX], final[PATH_MAX], from[PATH_MAX], to[PATH_MAX], old[PATH_MAX];
     struct dirent *e;
@@ -311,7 +311,7 @@ static zs_status relink_tag(const char *dir, const char *tag)
     if (!st)
         st = fsync_dir(dir);
     if (!st)
-        st = set_latest(dir, tag);
+        st = then_latest ? set_latest(dir, then_latest) : set_latest(dir, tag);
     if (st)
         return st;
     remove_tree(old);
@@ -319,11 +319,20 @@ static zs_status relink_tag(const char *dir, const char *tag)
     return ZS_OK;
 }
 
+static void remove_latest(const char *dir)
+{
+    char path[PATH_MAX];
+
+    join(path, dir, ZS_CKPT_LATEST);
+    if (!zs_ckpt_event("remove", path, NULL))
+        unlink(path);
+}
+
 /* Undoes replace_by_links after a failure, keeping `latest` on a complete directory throughout: it names
  * the temporary directory while the old tag moves back, then what it named before. */
 static void unreplace(const char *dir, const char *tag, const char *prev, bool moved)
 {
-    char tmpname[NAME_MAX + 1], final[PATH_MAX], old[PATH_MAX], path[PATH_MAX];
+    char tmpname[NAME_MAX + 1], final[PATH_MAX], old[PATH_MAX];
 
     snprintf(tmpname, sizeof(tmpname), "%s.tmp", tag);
     tag_path(final, dir, tag, "");
@@ -335,16 +344,13 @@ static void unreplace(const char *dir, const char *tag, const char *prev, bool m
         if (move(old, final, false, NULL) || fsync_dir(dir))
             return;
     }
-    if (prev[0]) {
+    if (prev[0])
         set_latest(dir, prev);
-    } else {
-        join(path, dir, ZS_CKPT_LATEST);
-        if (!zs_ckpt_event("remove", path, NULL))
-            unlink(path);
-    }
+    else
+        remove_latest(dir);
 }
 
-static zs_status replace_by_links(const char *dir, const char *tag)
+static zs_status replace_by_links(const char *dir, const char *tag, bool no_latest)
 {
     char tmpname[NAME_MAX + 1], prev[NAME_MAX + 2] = "", err[256], final[PATH_MAX], old[PATH_MAX];
     char first[1024];
@@ -361,8 +367,11 @@ static zs_status replace_by_links(const char *dir, const char *tag)
         moved = true;
         st = fsync_dir(dir);
     }
+    /* no_latest: `latest` goes back to what it named (a crash before that leaves it on this tag) */
     if (!st)
-        st = relink_tag(dir, tag);
+        st = relink_tag(dir, tag, no_latest && prev[0] ? prev : NULL);
+    if (!st && no_latest && !prev[0])
+        remove_latest(dir);
     if (st) {
         snprintf(first, sizeof(first), "%s", zs_last_error()); /* the cause, not a roll-back step's */
         unreplace(dir, tag, prev, moved);
@@ -371,7 +380,7 @@ static zs_status replace_by_links(const char *dir, const char *tag)
     return st;
 }
 
-zs_status zs_ckpt_publish(const char *dir, const char *tag)
+zs_status zs_ckpt_publish(const char *dir, const char *tag, bool no_latest)
 {
     char tmp[PATH_MAX], final[PATH_MAX];
     const char *force = getenv(ZS_TEST_HOOK_CKPT_NO_EXCHANGE); /* test hook: the fallback where exchange works */
@@ -387,17 +396,17 @@ zs_status zs_ckpt_publish(const char *dir, const char *tag)
     if (fstatat(AT_FDCWD, final, &sb, AT_SYMLINK_NOFOLLOW) && errno == ENOENT) {
         st = move(tmp, final, false, NULL); /* a new tag: one atomic rename */
     } else if (force && *force) {
-        return replace_by_links(dir, tag);
+        return replace_by_links(dir, tag, no_latest);
     } else {
         /* Saving a tag again: the two directories swap names in one step, so the tag is the old or the new
          * checkpoint at every instant, never missing; the old one is then removed under the temporary name. */
         st = move(tmp, final, true, &rc);
         if (st && (rc == -EINVAL || rc == -ENOSYS || rc == -EOPNOTSUPP))
-            return replace_by_links(dir, tag);
+            return replace_by_links(dir, tag, no_latest);
     }
     if (!st)
         st = fsync_dir(dir); /* the tag's rename is durable before `latest` can name it */
-    if (!st)
+    if (!st && !no_latest)
         st = set_latest(dir, tag);
     if (!st)
         remove_tree(tmp); /* after an exchange: the previous checkpoint of this tag */
@@ -428,7 +437,7 @@ zs_status zs_ckpt_begin(const char *dir, const char *tag, int *lock_fd)
     if (!zs_ckpt_read_latest(dir, name, sizeof(name), err, sizeof(err)) && (n = strlen(name)) > 4 &&
         !strcmp(name + n - 4, ".tmp")) {
         name[n - 4] = '\0';
-        st = relink_tag(dir, name);
+        st = relink_tag(dir, name, NULL);
         if (st)
             return st;
     }

@@ -22,8 +22,8 @@ zs_status zs_ckpt_begin(const char *dir, const char *tag, int *lock_fd);
 /* Writes text to path (created, fsynced). */
 zs_status zs_ckpt_write_file(const char *path, const char *text);
 /* The temporary directory is complete (files and manifest fsynced): makes it the tag and points `latest`
- * at it. `latest` names a complete checkpoint at every instant; a failure rolls back. */
-zs_status zs_ckpt_publish(const char *dir, const char *tag);
+ * at it (unless no_latest). `latest` names a complete checkpoint at every instant; a failure rolls back. */
+zs_status zs_ckpt_publish(const char *dir, const char *tag, bool no_latest);
 /* Save end: when the save failed, removes the temporary directory (unless `latest` names it: see the
  * fallback in ckpt_dir.c); releases the lock. */
 void zs_ckpt_end(const char *dir, const char *tag, int lock_fd, bool failed);

@@ -119,6 +119,10 @@ struct zs_ctx {
     struct zs_plan plan;             /* what this rank allocates, and where (set-up fills it) */
 
     int64_t micro_step, global_step;
+    /* Updates since the optimizer's moments started (Adam's step count less one) and since the learning-rate
+     * schedule started: global_step less skipped steps, unless a load kept one of them (zs_ckpt_opts). */
+    int64_t optim_steps, sched_steps;
+    char ckpt_tag[256];              /* the tag the last checkpoint save or load used */
     float pre_scale, post_scale;
     zs_step_stats stats;
     double t_reduce, t_optim, t_gather; /* wall_clock_breakdown, seconds since last print */

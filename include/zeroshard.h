@@ -192,35 +192,43 @@ zs_status zs_setup(zs_ctx *ctx);
  * temporary directory, is fsynced and renamed into place, and dir/latest is updated last, so a crash at
  * any moment leaves the previous checkpoint loadable. */
 zs_status zs_checkpoint_save(zs_ctx *ctx, const char *dir);
-/* After zs_setup, before training: loads dir/latest (or dir itself when it is a tag directory) saved at
- * any world size and stage. Each rank reads just the byte ranges of its own new shards. The registered
- * units and parameters must match the checkpoint's names and sizes. */
+/* After zs_setup, at any step boundary (as zs_checkpoint_load_opts): loads dir/latest (or dir itself when it
+ * is a tag directory) saved at any world size and stage; a directory without either is an error. Each rank
+ * reads just the byte ranges of its own new shards. The registered units and parameters must match the
+ * checkpoint's names and sizes. */
 zs_status zs_checkpoint_load(zs_ctx *ctx, const char *dir);
 /* What zs_checkpoint_save_opts and zs_checkpoint_load_opts take (zero-initialised: zs_checkpoint_save's and
  * zs_checkpoint_load's behaviour). */
 typedef struct zs_ckpt_opts {
     const char *tag;           /* NULL: global_step<N> (save), dir/latest (load); else a safe file name: not
-                                * empty, no '/', not "." or "..", not "latest", at most 200 bytes */
+                                * empty, no '/' or control characters, not "." or "..", not "latest" or
+                                * "save.lock", not ending in ".tmp" or ".old" (a save's own names), at most
+                                * 200 bytes */
     int32_t no_latest;         /* save: leave dir/latest as it was (DeepSpeed's save_latest=False) */
     int32_t module_only;       /* load: parameters only; optimizer state, step counts and schedule stay the
                                 * running engine's (DeepSpeed's load_module_only) */
-    int32_t no_optimizer;      /* load: parameters, step counts and schedule; optimizer moments start at zero */
+    int32_t no_optimizer;      /* load: parameters, step counts and schedule; optimizer moments start at zero
+                                * and the optimizer's own step count (Adam's bias correction) at 0 */
     int32_t no_scheduler;      /* load: the learning-rate schedule keeps the running engine's position */
     /* save: a file rank 0 writes into the tag directory before it is published (the front end's client
-     * state), so it is saved atomically with the rest; load: read back with zs_checkpoint_extra. */
-    const char *extra_name;    /* a safe file name, or NULL */
+     * state), so it is saved atomically with the rest: its failure fails the save on every rank and leaves
+     * `latest` as it was; load: read back with zs_checkpoint_extra. */
+    const char *extra_name;    /* a safe file name (as tag; not manifest.json or rank<N>.bin), or NULL */
     const void *extra_data;
     size_t extra_bytes;
 } zs_ckpt_opts;
 /* Collective. zs_checkpoint_save with a tag, save_latest and an extra file. */
 zs_status zs_checkpoint_save_opts(zs_ctx *ctx, const char *dir, const zs_ckpt_opts *opts);
-/* Collective. At any step boundary (before training or between zs_step's boundary and the next micro-batch):
- * loads dir/<tag> (dir/latest without a tag) with the flags above; *loaded (may be NULL) is 1, or 0 when no
- * tag was given and dir has no `latest` (nothing loaded, ZS_OK: DeepSpeed returns (None, None) then). A
- * missing tag directory is an error naming it. */
+/* Collective. At any step boundary (before training or between zs_step's boundary and the next micro-batch's
+ * first zs_grad_buffer, with no unit fetched): loads dir/<tag> (dir/latest without a tag) with the flags
+ * above; *loaded (may be NULL) is 1, or 0 when no tag was given and dir has no `latest` (nothing loaded,
+ * ZS_OK: DeepSpeed returns (None, None) then). A missing tag directory is an error naming it; a load inside
+ * an accumulation window is an error naming the micro-step. Stage 3's gathered and prefetched copies are
+ * dropped and gradients zeroed, so the next fetch and step see the loaded state. */
 zs_status zs_checkpoint_load_opts(zs_ctx *ctx, const char *dir, const zs_ckpt_opts *opts, int *loaded);
-/* After a load: the extra file's bytes. With buf NULL, *bytes receives its size (0 when the checkpoint has
- * none); else up to *bytes are copied. Not collective (each rank reads it). */
+/* After a load: the extra file's bytes, from dir/<tag> (tag NULL: the tag this context last loaded or saved,
+ * else dir/latest's). With buf NULL, *bytes receives its size (0 when the checkpoint has none); else up to
+ * *bytes are copied and *bytes is the count copied. Not collective (each rank reads it). */
 zs_status zs_checkpoint_extra(zs_ctx *ctx, const char *dir, const char *tag, const char *name, void *buf,
                               size_t *bytes);
 /* The tag the last load or save used (empty before any). */
@@ -259,19 +267,25 @@ zs_status zs_step(zs_ctx *ctx);
 enum zs_state {
     ZS_STATE_PARAM = 0,      /* the fp32 master (the parameter itself with fp32 training) */
     ZS_STATE_GRAD = 1,       /* the reduced gradient the next optimizer step will use (mean over ranks and
-                              * micro-batches, before clipping and unscaled): valid after the boundary
-                              * micro-batch's zs_grad_ready calls and before its zs_step */
+                              * micro-batches, before clipping, divided by fp16's loss scale): readable only
+                              * in the window's last micro-batch, after every unit's zs_grad_ready and
+                              * before its zs_step (stages 0-1 reduce the full buffers at those
+                              * zs_grad_ready calls; stages 2-3 have folded every micro-batch into the
+                              * gradient shards by then). Read-only; ZS_ERR_UNSUPPORTED with
+                              * zeroshard.deterministic, whose exact sums exist only inside zs_step. */
     ZS_STATE_EXP_AVG = 2,    /* Adam's m, SGD's momentum buffer, Lion's m, Adagrad's sum */
     ZS_STATE_EXP_AVG_SQ = 3, /* Adam's v */
 };
 /* Every rank receives parameter `param`'s whole `which` in out[0..numel) as fp32 (deepspeed.utils'
- * safe_get_full_fp32_param, safe_get_full_grad, safe_get_full_optimizer_state). A frozen parameter has
- * only ZS_STATE_PARAM. */
+ * safe_get_full_fp32_param, safe_get_full_grad, safe_get_full_optimizer_state): what a checkpoint saved now
+ * would hold for it. A frozen parameter has only ZS_STATE_PARAM; a state the optimizer lacks (SGD without
+ * momentum has no EXP_AVG_SQ) is ZS_ERR_INVALID naming it. */
 zs_status zs_param_read(zs_ctx *ctx, int32_t param, enum zs_state which, float *out);
 /* Rank root's in[0..numel) becomes parameter `param`'s `which` on every rank (other ranks' in is not read
  * and may be NULL). ZS_STATE_PARAM sets the master and the working parameter (its training-dtype copy), so
- * the next fetch sees it (GatheredParameters(modifier_rank=root), safe_set_full_fp32_param). At a step
- * boundary, with the parameter's unit not fetched. */
+ * the next fetch sees it (GatheredParameters(modifier_rank=root), safe_set_full_fp32_param); the moments
+ * likewise (safe_set_full_optimizer_state); ZS_STATE_GRAD is ZS_ERR_UNSUPPORTED. At a step boundary, with
+ * the parameter's unit not fetched. */
 zs_status zs_param_write(zs_ctx *ctx, int32_t param, enum zs_state which, const float *in, int32_t root);
 
 /* ---------------------------------------------------------------- faults and preemption */

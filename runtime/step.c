@@ -150,7 +150,7 @@ static void step_scalars(const struct zs_ctx *ctx, const zs_group_opts *v, doubl
                          struct zs_optim_step *s)
 {
     const struct zs_optim_config *o = &ctx->cfg.optim;
-    double t = (double)(ctx->global_step - ctx->skipped_steps + 1); /* steps the optimizer has taken */
+    double t = (double)(ctx->optim_steps + 1); /* steps the optimizer has taken */
     bool adam = o->type == ZS_OPTIM_ADAM || o->type == ZS_OPTIM_ADAMW;
     double bc1 = adam && o->bias_correction ? 1.0 - pow(v->beta1, t) : 1.0;
     double bc2 = adam && o->bias_correction ? 1.0 - pow(v->beta2, t) : 1.0;
@@ -170,7 +170,7 @@ static void step_scalars(const struct zs_ctx *ctx, const zs_group_opts *v, doubl
     s->momentum = (float)v->momentum;
     s->dampening_c = (float)(1.0 - v->dampening);
     s->nesterov = v->nesterov;
-    s->first = ctx->global_step - ctx->skipped_steps == 0;
+    s->first = ctx->optim_steps == 0;
 }
 
 /* A sub-group's slice of one unit, its state paged in from NVMe: a launch of its groups' pieces. A failure
@@ -346,7 +346,7 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
         if (c < 1.0)
             coef = (float)c;
     }
-    lr = zs_schedule_lr(&ctx->cfg.sched, ctx->cfg.optim.lr, ctx->global_step - ctx->skipped_steps + 1);
+    lr = zs_schedule_lr(&ctx->cfg.sched, ctx->cfg.optim.lr, ctx->sched_steps + 1);
     /* one factor for the kernel: unscale and clip (DeepSpeed's combined scale); stats report group 0's lr */
     st = run_optimizer(ctx, lr, scale == 1.0 ? coef : (float)((double)coef / scale), &lr);
     if (st)
@@ -355,6 +355,8 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     if (st)
         return st;
     t2 = zs_now_s();
+    ctx->optim_steps++;
+    ctx->sched_steps++;
     st = gather_updated(ctx);
     if (!st)
         st = end_window(ctx);

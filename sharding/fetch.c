@@ -306,6 +306,29 @@ zs_status zs_fetch_step_end(struct zs_ctx *ctx)
     return st;
 }
 
+/* The parameters of unit u (every unit when u < 0) changed outside a step (a checkpoint load, a write of one
+ * parameter): gathered copies are stale and dropped. For every unit the window being recorded restarts; the
+ * learned order stays, since the program's order has not changed. */
+zs_status zs_fetch_invalidate(struct zs_ctx *ctx, int32_t u, const char *who)
+{
+    zs_status st = ZS_OK;
+
+    for (int32_t i = u < 0 ? 0 : u; i < (u < 0 ? ctx->nunits : u + 1); i++)
+        if (ctx->units[i].fetched > 0)
+            return zs_fail(ZS_ERR_INVALID, "%s: unit '%s' is fetched; release it first", who, ctx->units[i].name);
+    for (int32_t i = u < 0 ? 0 : u; i < (u < 0 ? ctx->nunits : u + 1); i++) {
+        zs_status s = ctx->units[i].gather != ZS_GATHER_NONE ? gather_drop(ctx, &ctx->units[i]) : ZS_OK;
+        if (s && !st)
+            st = s;
+    }
+    if (u < 0) {
+        ctx->fetch->rec_len = 0;
+        ctx->fetch->trace_pos = 0;
+        ctx->fetch->trace_broken = false;
+    }
+    return st;
+}
+
 /* ---------------------------------------------------------------- public API */
 
 zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data)

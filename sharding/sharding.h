@@ -14,6 +14,9 @@ zs_status zs_fetch_acquire(struct zs_ctx *ctx, int32_t u, void **data);
 zs_status zs_fetch_unref(struct zs_ctx *ctx, int32_t u);
 zs_status zs_fetch_step_end(struct zs_ctx *ctx);  /* drops stale gathered copies, closes the trace window */
 void zs_fetch_free_all(struct zs_ctx *ctx);
+/* Drops unit u's (u < 0: every unit's) stale gathered copies after its parameters changed outside a step;
+ * refuses, naming `who`, a unit the program holds fetched. */
+zs_status zs_fetch_invalidate(struct zs_ctx *ctx, int32_t u, const char *who);
 
 /* sharding/grads.c */
 zs_status zs_grads_setup(struct zs_ctx *ctx);      /* the queue of reductions in flight (zs_grads_free frees) */

@@ -179,6 +179,10 @@ def fail(msg):
     print("torch_api: FAIL: " + msg, flush=True)
 
 
+def names_of(model):
+    return [n for n, _ in model.named_parameters()]
+
+
 def maxdiff(a, b):
     return max((x - y).abs().max().item() for x, y in zip(a, b))
 
@@ -365,6 +369,14 @@ def mode_boundary():
                  f"expected {want}")
 
 
+def finish(mode):
+    """Exit 1 after a failure; rank 0 prints the verdict (every torch_api*.py mode ends here)."""
+    if FAILED:
+        sys.exit(1)
+    if RANK == 0:
+        print(f"torch_api {mode}: passed")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "stages":
@@ -383,10 +395,7 @@ def main():
         mode_boundary()
     else:
         sys.exit(f"torch_api: unknown mode {mode}")
-    if FAILED:
-        sys.exit(1)
-    if RANK == 0:
-        print(f"torch_api {mode}: passed")
+    finish(mode)
 
 
 if __name__ == "__main__":

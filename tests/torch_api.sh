@@ -28,6 +28,8 @@ case $MODE in
     trap 'rm -rf "$tmp"' EXIT
     $run 2 python3 "$here/torch_api.py" export "$tmp" ;;
   client|frozen|accum|dist) $run 2 python3 "$here/torch_api_surface.py" "$MODE" ;;
+  # ZS_TIMEOUT: a rank left waiting in a collective ends in seconds rather than the default 600
+  robust|precision|checkpointing) $run 2 -x ZS_TIMEOUT=30 python3 "$here/torch_api_robust.py" "$MODE" ;;
   tags)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT

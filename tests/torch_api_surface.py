@@ -3,8 +3,9 @@ and schedulers, parameter groups, frozen parameters, accumulation driven by the 
 load flags, torch.distributed. torch_api.sh runs it under mpirun (torch_api.sh MODE with the modes below).
 
   client    2 ranks: a client torch.optim.AdamW with two groups (no weight decay for biases and LayerNorm) and a
-            torch LambdaLR; a client SGD with momentum and nesterov; a callable building the optimizer; each
-            at stages 0 and 3, against the same optimizer and scheduler in one process.
+            torch LambdaLR; a client SGD with momentum and nesterov; each at stages 0 and 3, and a client
+            Adagrad at stage 0, against the same optimizer and scheduler in one process; DeepSpeed's
+            FusedAdam recognised by name (adam_w_mode); a callable building the optimizer.
   frozen    2 ranks: a frozen embedding and a block with a frozen Linear beside trainable LayerNorm (a mixed
             unit, registered as two), and model_parameters listing a subset, at stages 0 and 3.
   accum     2 ranks, accumulation 2: backward(scale_wrt_gas=False) with the loss divided by the script,
@@ -13,7 +14,8 @@ load flags, torch.distributed. torch_api.sh runs it under mpirun (torch_api.sh M
   tags      2 ranks: save_checkpoint(tag="checkpoint") mid-training with client_state and a client scheduler,
             train on, load it mid-training (step, parameters, scheduler and client_state back), then train to
             the end equal to the uninterrupted run; load_checkpoint on a directory without `latest` is
-            (None, None); load_module_only keeps the running step.
+            (None, None); load_module_only keeps the running step; engine.state_dict() / load_state_dict
+            with full values at stage 3.
   dist      2 ranks: comm.get_rank() before initialize; initialize creates a gloo group: dist.all_reduce and
             zeroshard.comm's calls work; engine.local_rank from MPI's node-local split.
 
@@ -138,6 +140,29 @@ def mode_client():
             T.fail(f"stage {st}: get_lr() after the first step {lrs[0]}, torch used {want_lrs[0]}")
         got, _ = run_zs(base_config(st), sgd)
         compare(f"stage {st}: client SGD momentum 0.9 nesterov", got, want_sgd)
+    def adagrad(m):
+        return torch.optim.Adagrad(m.parameters(), lr=0.05, eps=1e-10, weight_decay=0.01)
+
+    want_ada, _ = run_torch(adagrad)
+    got, _ = run_zs(base_config(0), adagrad)
+    compare("stage 0: client Adagrad", got, want_ada)
+
+    class FusedAdam(torch.optim.Optimizer):   # DeepSpeed's, recognised by its class name
+        def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, adam_w_mode=True):
+            super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
+                                      "bias_correction": True})
+            self.adam_w_mode = adam_w_mode
+
+    for w_mode, want_type in ((True, "AdamW"), (False, "Adam")):
+        model = T.make_model()
+        engine, _, _, _ = zeroshard.initialize(model=model, config=base_config(0),
+                                               optimizer=FusedAdam(model.parameters(), adam_w_mode=w_mode))
+        kind = engine.config["optimizer"]["type"]
+        engine.destroy()
+        if kind != want_type:
+            T.fail(f"FusedAdam(adam_w_mode={w_mode}) ran as {kind}, expected {want_type}")
+        elif T.RANK == 0:
+            print(f"  FusedAdam(adam_w_mode={w_mode}): config optimizer type {kind}")
     # a callable: DeepSpeed calls optimizer(model_parameters)
     model = T.make_model()
     engine, opt, _, _ = zeroshard.initialize(model=model, config=base_config(0), model_parameters=model.parameters(),
@@ -299,7 +324,29 @@ def mode_tags(d):
     if engine.global_steps != step:
         T.fail(f"load_module_only moved the step from {step} to {engine.global_steps}")
     T.expect_error("tag with a slash", lambda: engine.save_checkpoint(d, tag="a/b"), "a/b")
+    check_state_dict(engine)
     engine.destroy()
+
+
+def check_state_dict(engine):
+    """Stage 3: engine.state_dict() holds full copies (gathered unit by unit); load_state_dict of another
+    model's values (the model's own names) sets them, the tied head with the embedding."""
+    sd = engine.state_dict()
+    full = T.params_of(engine)
+    names = T.names_of(engine.module)
+    same = all(torch.equal(sd["module." + n], p) for n, p in zip(names, full)) and "module.head.weight" in sd
+    other = T.make_model()
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(0.5)
+    engine.load_state_dict(other.state_dict())
+    back = T.params_of(engine)
+    loaded = T.bits_equal(back, [p.detach() for p in other.parameters()])
+    if T.RANK == 0:
+        print(f"  stage 3 state_dict: {len(sd)} entries, full values: {same}; load_state_dict of another model's: "
+              f"{loaded}")
+    if not same or not loaded:
+        T.fail(f"state_dict full values {same}, load_state_dict took the values {loaded}")
 
 
 def mode_dist():
@@ -328,8 +375,16 @@ def mode_dist():
     engine.destroy()
 
 
+NEEDS = {"client": "zs_group_add", "frozen": "zs_param_freeze", "tags": "zs_checkpoint_save_opts",
+         "dist": "zs_world_bcast"}
+
+
 def main():
     mode = sys.argv[1]
+    need = NEEDS.get(mode)
+    if need and not hasattr(zeroshard._lib.lib(), need):
+        print(f"torch_api {mode}: skipped: this libzeroshard lacks {need}")
+        sys.exit(77)
     modes = {"client": mode_client, "frozen": mode_frozen, "accum": mode_accum, "dist": mode_dist}
     if mode == "tags":
         mode_tags(sys.argv[2])
@@ -337,10 +392,7 @@ def main():
         modes[mode]()
     else:
         sys.exit(f"torch_api_surface: unknown mode {mode}")
-    if T.FAILED:
-        sys.exit(1)
-    if T.RANK == 0:
-        print(f"torch_api {mode}: passed")
+    T.finish(mode)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@
 
 Launched with `mpirun -np N python train.py`: the library initialises MPI itself.
 """
+import weakref
+
 from ._lib import ZsError
 from . import zero
 
@@ -16,13 +18,13 @@ class _Scheduler:
     """The config's `scheduler` section runs inside ZeroShard's step; this reports its learning rates."""
 
     def __init__(self, engine):
-        self._engine = engine
+        self._engine = weakref.ref(engine)   # no cycle: a dropped engine goes at once, on every rank
 
     def step(self, *a, **k):
         """Stepped by engine.step() at each accumulation boundary, as DeepSpeed does."""
 
     def get_lr(self):
-        return self._engine.get_lr()
+        return self._engine().get_lr()
 
     get_last_lr = get_lr
 
@@ -44,7 +46,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     model's other parameters are left alone: frozen) or torch-style group dicts. lr_scheduler: a torch
     scheduler or a callable(optimizer) making one; engine.step() steps it at each applied boundary.
     """
-    from .engine import ZeroShardEngine, _torch, load_config
+    from .engine import ZeroShardEngine, _torch
+    from ._plan import load_config
     from .optim import resolve
 
     torch = _torch()

@@ -1,8 +1,9 @@
 """ctypes binding of libzeroshard's C API (include/zeroshard.h).
 
 The library is looked for, in order: $ZEROSHARD_LIB (the .so itself or its directory), $ZEROSHARD_PREFIX/lib*,
-the build trees of the source checkout this package sits in (python/zeroshard -> ../../build*), the
-dynamic loader's search path (LD_LIBRARY_PATH, ldconfig), and the usual install prefixes.
+the build trees of the source checkout this package sits in (python/zeroshard -> ../../build, then the
+other ../../build*, never an AddressSanitizer build), the dynamic loader's search path (LD_LIBRARY_PATH,
+ldconfig), and the usual install prefixes.
 """
 import ctypes
 import ctypes.util

@@ -46,7 +46,7 @@ def init_distributed(dist_backend="gloo", distributed_port=None, timeout=None, i
     if dist_backend not in (None, "gloo"):
         raise ValueError(f"zeroshard.init_distributed: backend '{dist_backend}': the front end is CPU-only, "
                          "so torch.distributed runs over gloo")
-    rank, world, local_rank, local_size = L.world_info()
+    rank, world, local_rank, _ = L.world_info()
     where = init_method or "tcp://" + _rendezvous(rank, distributed_port)
     kw = {"timeout": timeout if isinstance(timeout, datetime.timedelta) else datetime.timedelta(seconds=timeout)} \
         if timeout else {}

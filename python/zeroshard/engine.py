@@ -1,8 +1,10 @@
 """ZeroShardEngine: a torch.nn.Module trained by libzeroshard, driven the way DeepSpeed's engine is.
 
 How the module maps onto the C API (include/zeroshard.h):
-- units: each block of a repeated nn.ModuleList / nn.Sequential (two or more children of one class that
-  hold parameters) is one unit; every other parameter goes to one unit, "rest", registered first.
+- units (_plan.py): each block of a repeated nn.ModuleList / nn.Sequential (two or more children of one class
+  that hold parameters) is one unit; every other parameter goes to one unit, "rest", registered first. A
+  block holding frozen and trainable parameters is two units, "<block>" and "<block>.frozen" (zs_param_freeze;
+  the library keeps a unit all one or the other), fetched together by the block's hooks.
 - parameters are views of the unit's buffer in ZeroShard (torch.frombuffer over the pointer zs_unit_fetch
   returns), in the training dtype. Stages 0-2 keep every unit whole, so the views are made once. At stage 3
   forward pre-/post-hooks fetch and release the units a module uses, and a released unit's parameters are
@@ -10,7 +12,8 @@ How the module maps onto the C API (include/zeroshard.h):
 - backward at stage 3: the tensors autograd saves from a parameter's storage (the weight, or a view such as
   weight.t()) are saved as (unit, size, stride, offset) through saved_tensors_hooks and rebuilt from the
   unit, fetched again on first use in backward; without this, autograd would keep the gathered buffer alive
-  (or read a freed one).
+  (or read a freed one). A forward recomputed inside backward (activation checkpointing) takes its units
+  until their gradients are handed over.
 - gradients: at stages 0-1 each parameter's .grad is its view of the unit's gradient buffer (zs_grad_buffer)
   before backward, so autograd accumulates into it in place. At stages 2-3 (the buffer is a bucket slot,
   placed when the unit is opened) a post-accumulate-grad hook per parameter takes torch's gradient (and drops
@@ -28,108 +31,18 @@ import weakref
 from . import _lib as L
 from . import optim as O
 from ._ckpt import CheckpointMixin
+from ._plan import _Ref, _Unit, _unit_plan, _stage_of, load_config, _check_device
 
 try:
     import torch
 except ImportError as e:  # the package imports without torch (e.g. for the library look-up); the engine not
     raise ImportError(f"zeroshard: PyTorch is required for zeroshard.initialize ({e})") from e
 
-_TORCH_DTYPES = None
 _engines = weakref.WeakSet()
 
 
 def _torch():
     return torch
-
-
-class _Ref:
-    """A saved tensor that lives in a unit's buffer: rebuilt from the unit when backward needs it."""
-    __slots__ = ("unit", "size", "stride", "offset")
-
-    def __init__(self, unit, size, stride, offset):
-        self.unit, self.size, self.stride, self.offset = unit, size, stride, offset
-
-
-class _Unit:
-    def __init__(self, idx, name):
-        self.idx, self.name = idx, name
-        self.params = []        # (param, offset, numel, shape)
-        self.numel = 0
-        self.nreq = 0           # parameters that take a gradient
-        self.refs = 0           # forward fetches outstanding (nested modules, tied parameters)
-        self.ptr = None         # the fetched buffer's address while fetched (stage 3) / for good (0-2)
-        self.flat = None
-        self.pending = []       # (parameter, gradient) of this micro-batch, until the unit's last one
-        self.ngot = 0
-        self.handed = False
-        self.gptr = None        # the gradient buffer's address, its view, and the parameters' views of it
-        self.gflat = None
-        self.gviews = []
-        self.bw_held = False    # fetched by backward (a saved tensor or a recomputed forward needed it)
-        self.frozen = False     # requires_grad=False (or left out of the optimizer): no gradient, no update
-
-
-def _unit_plan(module, nn, trainable):
-    """[(unit name, [parameter], frozen), ...] in registration order, the parameters' names and the block
-    modules. A block with both trainable and frozen parameters is two units, "<block>" and "<block>.frozen"
-    (the library keeps a unit all one or the other); an all-frozen block is one frozen unit."""
-    blocks = []
-
-    def visit(prefix, m):
-        if isinstance(m, (nn.ModuleList, nn.Sequential)):
-            kids = [(n, c) for n, c in m.named_children() if next(c.parameters(), None) is not None]
-            if len(kids) >= 2 and len({type(c) for _, c in kids}) == 1:
-                blocks.extend((prefix + n, c) for n, c in kids)
-                return
-        for n, c in m.named_children():
-            visit(prefix + n + ".", c)
-
-    visit("", module)
-    owner = {}
-    for i, (_, b) in enumerate(blocks):
-        for p in b.parameters():
-            owner.setdefault(id(p), i + 1)
-    parts = [("rest", [], [])] + [(n, [], []) for n, _ in blocks]
-    names = {}
-    for name, p in module.named_parameters():   # each parameter once (tied ones under their first name)
-        names[id(p)] = name
-        part = parts[owner.get(id(p), 0)]
-        (part[1] if id(p) in trainable else part[2]).append(p)
-    units = []
-    for name, live, frozen in parts:
-        if live:
-            units.append((name, live, False))
-        if frozen:
-            units.append((name + ".frozen" if live else name, frozen, True))
-    return units, names, [b for _, b in blocks]
-
-
-def _stage_of(cfg):
-    z = cfg.get("zero_optimization", 0)
-    if z is True:
-        return 1
-    if isinstance(z, dict):
-        return int(z.get("stage", 0))
-    return 0
-
-
-
-def load_config(config):
-    """The config as a dict, from a path or a dict (a copy: initialize adds the client optimizer's section)."""
-    if isinstance(config, (str, os.PathLike)):
-        with open(config) as f:
-            return json.load(f)
-    if isinstance(config, dict):
-        return json.loads(json.dumps(config))
-    raise TypeError("zeroshard.initialize: config must be a path or a dict, got " + type(config).__name__)
-
-
-def _check_device(cfg):
-    dev = cfg.get("zeroshard", {}).get("device") if isinstance(cfg.get("zeroshard"), dict) else None
-    if dev not in (None, "cpu"):
-        raise ValueError(f"zeroshard.initialize: zeroshard.device \"{dev}\": the PyTorch front end trains on the "
-                         "CPU only (its parameters are views of ZeroShard's host buffers); remove the key or set "
-                         "\"cpu\"")
 
 
 def _weak(obj, name):
@@ -247,12 +160,15 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
                 unit.params.append((p, pid, _numel(shape), shape))
                 self._pinfo[p] = unit
                 self._pid[p] = pid
+                if self.stage == 3:   # DeepSpeed's: the full size of a parameter that is empty between forwards
+                    p.ds_shape, p.ds_numel = torch.Size(shape), _numel(shape)
             self.units.append(unit)
         self._bridge.register(lib, ctx, groups, lambda p: self._pid[p])
         status = lib.zs_setup(ctx)
         if self._init_errors:
             raise self._init_errors[0]
         L.check(status, "zs_setup")
+        self._init_finished(plan)
         for unit in self.units:   # where each parameter sits in its unit's buffer (the library aligns them)
             for i, (p, pid, n, shape) in enumerate(unit.params):
                 off = ctypes.c_int64()
@@ -294,11 +210,20 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         L.check(self.lib.zs_param_shape(self.ctx, pid, max(len(shape), 1), dims), f"shape of '{name}'")
         return pid.value, shape
 
+    def _init_finished(self, plan):
+        """zeroshard.zero's hook: the library holds the values now, so what zero.Init kept for them can go."""
+        from . import zero
+        done = getattr(zero, "_init_done", None)
+        if done is not None:
+            for _, params, _ in plan:
+                for p in params:
+                    done(p)
+
     def _init_callback(self, fill, name):
         """An exception cannot cross the C call: it is kept and raised once zs_setup returns."""
         def call(_arg, _param, first, count, dst):
             try:
-                fill(first, count, ctypes.cast(dst, ctypes.c_void_p).value)
+                fill(first, count, dst)
             except BaseException as e:   # noqa: BLE001 (re-raised after zs_setup)
                 self._init_errors.append(RuntimeError(f"zeroshard: initialising parameter '{name}': {e!r}"))
         return call
@@ -365,19 +290,32 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
             units = sorted(units, key=lambda x: x.idx)
             self._hooks.append(m.register_forward_pre_hook(_pre_hook(ref, units)))
             self._hooks.append(m.register_forward_hook(_post_hook(ref, units)))
+        # A forward recomputed in backward may call a block's forward() directly, without its hooks
+        # (Hugging Face's gradient checkpointing does): the modules inside blocks fetch their own units then.
+        for b in self._blocks:
+            for m in b.modules():
+                own = {self._pinfo[p] for p in m.parameters(recurse=False) if p in self._pinfo}
+                if own:
+                    units = sorted(own, key=lambda x: x.idx)
+                    self._hooks.append(m.register_forward_pre_hook(_backward_pre_hook(ref, units)))
 
     def _fetch_for_forward(self, units):
+        """A forward run again inside backward (activation checkpointing) takes each unit once for the rest
+        of backward, released when its gradients are handed over: the recomputed activations point into the
+        gathered buffers, and torch may stop a recomputation early (by raising inside it), so the release
+        cannot wait for the module's post-hook."""
         for u in units:
-            self._acquire(u)
+            if not self._in_backward:
+                self._acquire(u)
+            elif not u.bw_held:
+                self._acquire(u)
+                u.bw_held = True
 
     def _release_after_forward(self, units):
-        """A forward run again inside backward (activation checkpointing) keeps its units until their
-        gradients are handed over: the recomputed activations it saved point into the gathered buffers."""
+        if self._in_backward:
+            return
         for u in reversed(units):
-            if self._in_backward and not u.bw_held:
-                u.bw_held = True
-            else:
-                self._release(u)
+            self._release(u)
 
     # ------------------------------------------------------------------ stage-3 saved tensors
     def _pack(self, t):
@@ -631,6 +569,14 @@ def _pre_hook(ref, units):
     def pre(_m, _args):   # returns None: a value would replace the module's inputs
         e = ref()
         if e is not None:
+            e._fetch_for_forward(units)
+    return pre
+
+
+def _backward_pre_hook(ref, units):
+    def pre(_m, _args):
+        e = ref()
+        if e is not None and e._in_backward:
             e._fetch_for_forward(units)
     return pre
 

@@ -3,6 +3,7 @@ config's `optimizer` section plus one parameter group per param_group, and the o
 exposes real param_groups that a torch scheduler (or the script) writes and the engine hands to the library.
 """
 import ctypes
+import weakref
 
 from . import _lib as L
 
@@ -300,7 +301,7 @@ def make_optimizer_class(torch):
 
         def __init__(self, engine, groups, defaults):
             super().__init__(groups, defaults)
-            self._engine = engine
+            self._engine = weakref.ref(engine)   # no cycle: a dropped engine goes at once, on every rank
             self.overflow = False
 
         def zero_grad(self, set_to_none=True):
