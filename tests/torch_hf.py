@@ -18,10 +18,11 @@ Modes (rank 0 prints the verdict; exit 1 on a mismatch, 77 when transformers or 
                resume-hf-save / resume-hf-load: the same with groups, a frozen tensor, a client optimizer
                and scheduler (whose state must come back too).
   misuse       1 rank: an unknown optimizer class, a parameter in two groups, a frozen parameter given to
-               the optimizer, a tag with a slash: each refused with an error naming it.
+               the optimizer, a tag with a slash (after a safe tag is taken): each refused, naming it.
 
 Every run of a sweep must give the same fp32 parameters bit for bit (one params-hash: sha256 of the
-gathered parameters), frozen tensors their initial bits, and the parameters must match PyTorch within TOL,
+gathered parameters; with accumulation one for stages 0-1 and one for 2-3, see sweep), frozen tensors their
+initial bits, and the parameters must match PyTorch within TOL,
 max |diff| / max |param|. Both sides compute in fp32 with different summation orders (the ranks' reduction,
 BLAS blocking); Adam divides by sqrt(v) + eps, which turns that noise in tiny gradients into whole steps:
 two PyTorch runs differing only in the batch's split measured 8e-6 at eps 1e-8 and 3e-7 at eps 1e-6 (lr
