@@ -15,6 +15,7 @@ DeepSpeed (`deepspeed --num_gpus 2 --no_local_rank examples/pytorch/finetune.py 
 import argparse
 import json
 import os
+import warnings
 
 import torch
 import transformers
@@ -38,6 +39,8 @@ def build_model(a):
         model.load_state_dict(load_file(a.init), strict=False)
     if a.lora:
         from peft import LoraConfig, get_peft_model
+        # peft still asks transformers for the name it deprecated; the warning is theirs, once per rank
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=["c_attn"],
                                                 fan_in_fan_out=True))
     model.transformer.wte.requires_grad_(False)
