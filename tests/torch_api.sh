@@ -29,7 +29,16 @@ case $MODE in
     $run 2 python3 "$here/torch_api.py" export "$tmp" ;;
   client|frozen|accum|dist) $run 2 python3 "$here/torch_api_surface.py" "$MODE" ;;
   # ZS_TIMEOUT: a rank left waiting in a collective ends in seconds rather than the default 600
-  robust|precision|checkpointing) $run 2 -x ZS_TIMEOUT=30 python3 "$here/torch_api_robust.py" "$MODE" ;;
+  robust|precision|checkpointing) $run 2 -x ZS_TIMEOUT=30 python3 "$here/torch_api_robust.py" "$MODE" &&
+    if [ "$MODE" = robust ]; then
+      # an uncaught exception on rank 0: the job must end on its notice, not on rank 1's 300 s timeout
+      out=$($run 2 -x ZS_TIMEOUT=300 python3 "$here/torch_api_robust.py" uncaught 2>&1)
+      if grep -q 'exiting without the collective end' <<< "$out" && ! grep -q 'did not complete in' <<< "$out"; then
+        echo "torch_api: uncaught exception on rank 0: the job ended on its notice"
+      else
+        echo "$out" | tail -20; echo "torch_api: FAIL: an uncaught exception on rank 0 did not end the job"; false
+      fi
+    fi ;;
   tags)
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT

@@ -15,6 +15,8 @@ torch_api.sh runs it under mpirun (2 ranks).
              would otherwise promote it to fp32 and fail in the next Linear), bool buffers stay. (fp16's loss
              is scaled after .float(), as DeepSpeed does; the gradients are the same either way, since the
              cast's backward rounds the scaled gradient back to fp16, so there is nothing to hold.)
+  uncaught   rank 0 raises after initialize: its process exits at once (no collective end), so the job
+             ends within seconds instead of rank 1 waiting out zeroshard.timeout_s (torch_api.sh checks).
   checkpointing  stage 3 with torch.utils.checkpoint around each block (use_reentrant False and True,
              zeroshard.checkpointing.checkpoint, and around block.forward itself, whose recomputation runs
              no hook of the block, as Hugging Face's gradient checkpointing) gives stage 0's parameters bit
@@ -346,9 +348,20 @@ def mode_checkpointing():
             T.fail(f"stage 3 with checkpointing ({how}) differs from stage 0 by {T.maxdiff(got, ref):.3g}")
 
 
+# ---------------------------------------------------------------------------------------------- uncaught
+def mode_uncaught():
+    """Rank 0 raises right after initialize and rank 1 goes on to a step: torch_api.sh expects the job to end
+    with rank 0's notice, not with rank 1's timeout (ZS_TIMEOUT is set long there)."""
+    engine, _, _, _ = zeroshard.initialize(model=T.make_model(), config=T.config(3))
+    if engine.global_rank == 0:
+        raise ValueError("torch_api_robust: rank 0 fails on purpose")
+    one_step(engine)
+
+
 def main():
     mode = sys.argv[1]
-    modes = {"robust": mode_robust, "precision": mode_precision, "checkpointing": mode_checkpointing}
+    modes = {"robust": mode_robust, "precision": mode_precision, "checkpointing": mode_checkpointing,
+             "uncaught": mode_uncaught}
     if mode not in modes:
         sys.exit(f"torch_api_robust: unknown mode {mode}")
     modes[mode]()

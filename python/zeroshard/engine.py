@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import json
 import os
+import sys
 import weakref
 
 from . import _lib as L
@@ -97,6 +98,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
                 setattr(opts.auto_values, k, v)
         L.check(self.lib.zs_init(ctypes.byref(self.ctx), ctypes.byref(opts)), "zs_init")
         _engines.add(self)
+        _install_excepthook()
         self.global_rank = self.lib.zs_rank(self.ctx)
         self.world_size = self.lib.zs_world_size(self.ctx)
         self.local_rank = L.world_info()[2]
@@ -613,6 +615,31 @@ def _numel(shape):
     for d in shape:
         n *= int(d)
     return n
+
+
+def _install_excepthook():
+    """An uncaught exception on one rank would leave the others waiting in their next collective, and this
+    rank in the collective end at exit, until zeroshard.timeout_s. With an engine alive, such an exception
+    prints its traceback and the process exits 1 at once, skipping that end, so the launcher (mpirun, srun
+    --kill-on-bad-exit) stops the job within a second. The hook present (Python's, torch.distributed's, the
+    script's) still prints first; ZEROSHARD_EXCEPTHOOK=0 leaves it alone."""
+    prev = sys.excepthook
+    if getattr(prev, "_zeroshard", False) or os.environ.get("ZEROSHARD_EXCEPTHOOK", "1") == "0":
+        return
+
+    def hook(kind, value, tb):
+        prev(kind, value, tb)
+        live = [e for e in list(_engines) if e.ctx]
+        if not live:
+            return
+        print(f"zeroshard: rank {live[0].global_rank}: uncaught {kind.__name__}: exiting without the collective "
+              "end so the launcher stops the other ranks", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(1)
+
+    hook._zeroshard = True
+    sys.excepthook = hook
 
 
 @atexit.register
