@@ -151,13 +151,17 @@ case_flight() {
     check fail "flight: test_hang order failed: $(cat "$tmp/div.log")"
   "$ZS_FLIGHT" "$tmp/div" > "$tmp/v1"
   cat "$tmp/v1"
-  grep -q '^divergence at operation 1: rank 0 issued operation 1: all-gather (fetch of unit 0).*rank 1 issued operation 1: all-gather (fetch of unit 1)' "$tmp/v1" &&
+  # operation numbers count set-up's collectives too, so the test reads them rather than fixing them
+  grep -Eq '^divergence at operation ([0-9]+): rank 0 issued operation \1: all-gather \(fetch of unit 0\).*rank 1 issued operation \1: all-gather \(fetch of unit 1\)' "$tmp/v1" &&
     check ok || check fail "flight: zs-flight did not name the divergence"
   timeout -s KILL 60 mpirun -np 2 -x ZS_TIMEOUT=2 -x ZS_FLIGHT_DIR="$tmp/beh" "$TEST_HANG" behind > "$tmp/beh.log" 2>&1 ||
     check fail "flight: test_hang behind failed: $(cat "$tmp/beh.log")"
   "$ZS_FLIGHT" "$tmp/beh" > "$tmp/v2"
   cat "$tmp/v2"
-  grep -q '^rank 1 is behind: its last operation 5: .*rank 0 went on to operation 6' "$tmp/v2" && check ok ||
+  local last next
+  last=$(sed -nE 's/^rank 1 is behind: its last operation ([0-9]+): .*rank 0 went on to operation ([0-9]+).*/\1/p' "$tmp/v2")
+  next=$(sed -nE 's/^rank 1 is behind: its last operation ([0-9]+): .*rank 0 went on to operation ([0-9]+).*/\2/p' "$tmp/v2")
+  [ -n "$last" ] && [ "$next" = $((last + 1)) ] && check ok ||
     check fail "flight: zs-flight did not name rank 1 as behind"
 }
 
