@@ -22,17 +22,16 @@ How the module maps onto the C API (include/zeroshard.h):
   Either way zs_grad_ready starts the unit's reduction once its last gradient is in, while backward goes on.
   Units with a parameter that got no gradient are handed over (zeros for it) when loss.backward() returns.
 """
-import atexit
 import contextlib
 import ctypes
 import json
 import os
-import sys
 import weakref
 
 from . import _lib as L
 from . import optim as O
 from ._ckpt import CheckpointMixin
+from ._exit import _engines, _finalize, _install_excepthook
 from ._plan import _Ref, _Unit, _unit_plan, _stage_of, load_config, _check_device
 
 try:
@@ -40,7 +39,6 @@ try:
 except ImportError as e:  # the package imports without torch (e.g. for the library look-up); the engine not
     raise ImportError(f"zeroshard: PyTorch is required for zeroshard.initialize ({e})") from e
 
-_engines = weakref.WeakSet()
 
 
 def _torch():
@@ -56,19 +54,6 @@ def _weak(obj, name):
         e = ref()
         return getattr(e, name)(*args) if e is not None else None
     return call
-
-
-def _finalize(lib, ctx, hooks, params, empty):
-    """The engine's end, as weakref.finalize runs it: holds no reference to the engine itself."""
-    if not ctx:
-        return
-    for h in hooks:
-        h.remove()
-    hooks.clear()
-    for p in params:   # the views would dangle once the library frees its buffers
-        p.data = empty
-    L.check(lib.zs_finalize(ctx), "zs_finalize")
-    ctx.value = None
 
 
 class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
@@ -615,38 +600,3 @@ def _numel(shape):
     for d in shape:
         n *= int(d)
     return n
-
-
-def _install_excepthook():
-    """An uncaught exception on one rank would leave the others waiting in their next collective, and this
-    rank in the collective end at exit, until zeroshard.timeout_s. With an engine alive, such an exception
-    prints its traceback and the process exits 1 at once, skipping that end, so the launcher (mpirun, srun
-    --kill-on-bad-exit) stops the job within a second. The hook present (Python's, torch.distributed's, the
-    script's) still prints first; ZEROSHARD_EXCEPTHOOK=0 leaves it alone."""
-    prev = sys.excepthook
-    if getattr(prev, "_zeroshard", False) or os.environ.get("ZEROSHARD_EXCEPTHOOK", "1") == "0":
-        return
-
-    def hook(kind, value, tb):
-        prev(kind, value, tb)
-        live = [e for e in list(_engines) if e.ctx]
-        if not live:
-            return
-        print(f"zeroshard: rank {live[0].global_rank}: uncaught {kind.__name__}: exiting without the collective "
-              "end so the launcher stops the other ranks", file=sys.stderr)
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(1)
-
-    hook._zeroshard = True
-    sys.excepthook = hook
-
-
-@atexit.register
-def _finalize_all():
-    for e in list(_engines):
-        try:
-            e.destroy()
-        except Exception:   # exiting anyway; MPI may already be gone
-            pass
-    L.finalize_mpi()
