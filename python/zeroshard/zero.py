@@ -207,12 +207,12 @@ def _wrap_class(cls):
 
 
 def _subclasses(root):
-    seen, todo = {}, [root]
-    while todo:
-        for c in todo.pop().__subclasses__():
+    seen, pending = {}, [root]
+    while pending:
+        for c in pending.pop().__subclasses__():
             if c not in seen:
                 seen[c] = True
-                todo.append(c)
+                pending.append(c)
     return list(seen)
 
 
