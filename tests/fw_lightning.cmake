@@ -1,0 +1,1 @@
+# fw_lightning.cmake - (tests added by the lane that owns it)

@@ -1,0 +1,1 @@
+# pkg_install.cmake - (tests added by the lane that owns it)
