@@ -27,7 +27,8 @@ fi
 have=$(python3 -c '
 import sys
 from importlib.metadata import version
-print(" ".join(f"{p.split(\"==\")[0]}=={version(p.split(\"==\")[0])}" for p in sys.argv[1:]))' $HF_PINS 2> /dev/null)
+names = [p.split("==")[0] for p in sys.argv[1:]]
+print(" ".join(n + "==" + version(n) for n in names))' $HF_PINS 2> /dev/null)
 if [ "$have" = "$HF_PINS" ]; then
   echo "setup_tests: $HF_PINS present"
   exit 0
