@@ -1,9 +1,10 @@
 """ctypes binding of libzeroshard's C API (include/zeroshard.h).
 
-The library is looked for, in order: $ZEROSHARD_LIB (the .so itself or its directory), $ZEROSHARD_PREFIX/lib*,
-the build trees of the source checkout this package sits in (python/zeroshard -> ../../build, then the
-other ../../build*, never an AddressSanitizer build), the dynamic loader's search path (LD_LIBRARY_PATH,
-ldconfig), and the usual install prefixes.
+The library is looked for, in order: $ZEROSHARD_LIB (the .so itself or its directory); the one shipped in
+this package (zeroshard/libzeroshard.so, which `pip install ./python` builds); $ZEROSHARD_PREFIX/lib*; the
+build trees of the source checkout this package sits in (python/zeroshard -> ../../build, then the other
+../../build*, never an AddressSanitizer build); the dynamic loader's search path (LD_LIBRARY_PATH,
+ldconfig); and the usual install prefixes.
 """
 import ctypes
 import ctypes.util
@@ -106,6 +107,7 @@ def _candidates(src=None):
     env = os.environ.get("ZEROSHARD_LIB")
     if env:
         yield os.path.join(env, "libzeroshard.so") if os.path.isdir(env) else env
+    yield os.path.join(os.path.dirname(os.path.abspath(__file__)), "libzeroshard.so")
     prefix = os.environ.get("ZEROSHARD_PREFIX")
     if prefix:
         yield from sorted(glob.glob(os.path.join(prefix, "lib*", "libzeroshard.so*")))
@@ -234,9 +236,10 @@ def lib():
         _declare(handle)
         _lib = handle
         return _lib
-    raise ZsError("zeroshard: libzeroshard.so not found; build it (bash tools/build.sh build) or install it "
-                  "(cmake --install build --prefix P) and set ZEROSHARD_LIB=/path/to/libzeroshard.so or "
-                  "ZEROSHARD_PREFIX=P" + ("; tried: " + ", ".join(tried) if tried else ""))
+    raise ZsError("zeroshard: libzeroshard.so not found; `pip install ./python` in the source checkout builds it "
+                  "into the package, or build it (bash tools/build.sh build) or install it (cmake --install build "
+                  "--prefix P) and set ZEROSHARD_LIB=/path/to/libzeroshard.so or ZEROSHARD_PREFIX=P"
+                  + ("; tried: " + ", ".join(tried) if tried else ""))
 
 
 _own_mpi = False
