@@ -46,15 +46,15 @@ case $MODE in
   misuse) python3 "$here/torch_api.py" misuse ;;   # no mpirun: a world of one
   boundary) python3 "$here/torch_api.py" boundary ;;
   install)
-    # pip install ./python (into a scratch target) + cmake --install (into a scratch prefix): the installed
-    # package finds the installed library through ZEROSHARD_PREFIX and runs the misuse checks
-    python3 -c 'import setuptools' 2> /dev/null || { echo "torch_api: skipped: no setuptools for pip install"; exit 77; }
+    # pip install ./python without its library (wheel.cmake=false; into a scratch target) + cmake --install
+    # (into a scratch prefix): the installed package finds the installed library through ZEROSHARD_PREFIX and
+    # runs the misuse checks (pkg_install covers the package that ships its library)
+    python3 -c 'import scikit_build_core' 2> /dev/null || { echo "torch_api: skipped: no scikit-build-core for pip install"; exit 77; }
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     cmake --install "$LIBDIR" --prefix "$tmp/prefix" > "$tmp/install.log" &&
-      python3 -m pip install -q --no-build-isolation --target "$tmp/site" "$here/../python" > "$tmp/pip.log" 2>&1 ||
-      { cat "$tmp/install.log" "$tmp/pip.log"; exit 1; }
-    rm -rf "$here/../python/build" "$here/../python/"*.egg-info
+      python3 -m pip install -q --no-build-isolation -C wheel.cmake=false --target "$tmp/site" "$here/../python" \
+        > "$tmp/pip.log" 2>&1 || { cat "$tmp/install.log" "$tmp/pip.log"; exit 1; }
     (cd "$tmp" && unset ZEROSHARD_LIB && PYTHONPATH=$tmp/site ZEROSHARD_PREFIX=$tmp/prefix python3 -c \
       'import zeroshard, zeroshard._lib as L; L.lib(); print("torch_api install: package", zeroshard.__file__, "library", L._lib._name)' &&
       unset ZEROSHARD_LIB && PYTHONPATH=$tmp/site ZEROSHARD_PREFIX=$tmp/prefix python3 "$here/torch_api.py" misuse) ;;
