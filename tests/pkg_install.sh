@@ -35,7 +35,7 @@ echo "pkg_install: pip install ./python into a fresh venv: $((SECONDS - start)) 
 files=$("$venv/bin/python" -m pip show -f zeroshard | sed -n 's/^  //p')
 echo "$files" | grep -qx "zeroshard/libzeroshard.so" || fail "zeroshard/libzeroshard.so not installed: $files"
 other=$(echo "$files" | grep -v -e '^zeroshard/.*\.py$' -e '^zeroshard/libzeroshard\.so$' -e '^zeroshard-[^/]*\.dist-info/' \
-        -e '__pycache__' -e '^\.\./')
+        -e '/__pycache__/')
 [ -z "$other" ] || fail "the wheel holds more than the package and its library: $other"
 
 # the example and its task, copied into a scratch directory; a wrapper reports what each rank loaded
@@ -49,7 +49,8 @@ import atexit, os, runpy, sys
 
 def report():
     import zeroshard
-    libs = {l.split()[-1] for l in open("/proc/self/maps") if l.rstrip().endswith("libzeroshard.so")}
+    paths = {f[5].strip() for f in (l.split(None, 5) for l in open("/proc/self/maps")) if len(f) == 6}
+    libs = {p for p in paths if os.path.basename(p).startswith("libzeroshard.so")}
     with open("loaded." + os.environ["OMPI_COMM_WORLD_RANK"], "w") as f:
         f.write(" ".join([zeroshard.__file__, *sorted(libs)]) + "\n")
 
