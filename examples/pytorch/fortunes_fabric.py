@@ -89,18 +89,22 @@ def full_params(model):
     return [(n, safe_get_full_fp32_param(p)) for n, p in inner.module.named_parameters()]
 
 
-def main():
+def parse(argv=None):
     p = fortunes.parser(__doc__)
     p.add_argument("--strategy", default="zeroshard_stage_2", choices=STRATEGIES)
-    a = p.parse_args()
-    fortunes.mpi_to_torch_env()
+    return p.parse_args(argv)
+
+
+def run(a):
+    """Trains and evaluates as `a` says; returns (the RESULT row on rank 0 else None, the set-up model)."""
     import torch
     train, test, vocab = fortunes.datasets(a)
     fabric = make_fabric(a)
     fabric.launch()
     fabric.seed_everything(a.seed)   # the DistributedSampler's shuffle is seeded by it
-    with fabric.init_module():
-        model = fortunes.build_model(a, len(vocab))
+    # built plainly, not under fabric.init_module(): at stage 3 that is zeroshard.zero.Init, which refuses
+    # transformers' post-init write to part of a built parameter (the embedding's padding row)
+    model = fortunes.build_model(a, len(vocab))
     optimizer = torch.optim.AdamW(fortunes.decay_groups(model, a.weight_decay), lr=a.lr)
     model, optimizer = fabric.setup(model, optimizer)
     scheduler = fortunes.linear_warmup(optimizer, a)
@@ -136,9 +140,17 @@ def main():
     acc = None if a.no_eval else evaluate(fabric, model, test)
     phash = fortunes.params_hash(full_params(model))
     rss = fabric.all_gather(torch.tensor(fortunes.peak_rss_mib())).reshape(-1).tolist()
+    row = None
     if fabric.is_global_zero:
-        fortunes.result(a, "fortunes_fabric.py", a.strategy, fabric.world_size, train_s, acc, rss, phash,
-                        state["losses"])
+        row = fortunes.result(a, "fortunes_fabric.py", a.strategy, fabric.world_size, train_s, acc, rss, phash,
+                              state["losses"])
+    return row, model
+
+
+def main():
+    a = parse()
+    fortunes.mpi_to_torch_env()
+    run(a)
 
 
 if __name__ == "__main__":
