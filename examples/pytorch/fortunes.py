@@ -168,7 +168,9 @@ def mpi_to_torch_env():
     env.setdefault("WORLD_SIZE", env["OMPI_COMM_WORLD_SIZE"])
     env.setdefault("LOCAL_RANK", env["OMPI_COMM_WORLD_LOCAL_RANK"])
     env.setdefault("LOCAL_WORLD_SIZE", env["OMPI_COMM_WORLD_LOCAL_SIZE"])
-    env.setdefault("NODE_RANK", env.get("OMPI_COMM_WORLD_NODE_RANK", "0"))
+    # OMPI_COMM_WORLD_NODE_RANK numbers the processes within a node; the node's index is the rank over the
+    # ranks per node (mpirun fills one node before the next by default)
+    env.setdefault("NODE_RANK", str(int(env["OMPI_COMM_WORLD_RANK"]) // int(env["OMPI_COMM_WORLD_LOCAL_SIZE"])))
     uri = env.get("OMPI_MCA_orte_hnp_uri", "")
     m = re.search(r"tcp://([0-9.]+):", uri)
     env.setdefault("MASTER_ADDR", m.group(1) if m else "127.0.0.1")

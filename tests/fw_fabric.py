@@ -1,0 +1,166 @@
+"""fw_fabric.py MODE DIR - examples/pytorch/fortunes_fabric.py driven in one process per mode (under mpirun, 2 ranks):
+
+  parity  DIR  ddp and ZeroShard stages 0-3, 20 steps: losses within TOL of ddp's, one params-hash over the
+               stages, test accuracy above the majority class; stage 2 at accumulation 2 against ddp's (losses
+               only: stages 0-1 add the micro-batches' gradients before the reduction, 2-3 after it, so the
+               bits differ);
+               stage 3 saves at step SAVE_AT into DIR (its final hash kept in DIR/parity.json)
+  resume  DIR  a fresh process loads DIR's checkpoint and continues: the final hash is the uninterrupted one;
+               then LoRA through Fabric (base bit-identical, adapters moved, loss falls); then misuse, each
+               request ZeroShard does not do raising naming it
+"""
+import json
+import os
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "examples", "pytorch"))
+import fortunes  # noqa: E402
+import fortunes_fabric as ff  # noqa: E402
+
+TINY = ["--steps", "20", "--dim", "64", "--layers", "1", "--seq", "48", "--micro-batch", "16", "--lr", "5e-3",
+        "--warmup", "5", "--vocab", "2048"]
+TOL = 1e-5      # largest |loss - ddp's loss| over the 20 steps allowed (seen: 0 at accumulation 1, ~5e-8 at 2)
+SAVE_AT = 10
+
+
+def train(strategy, *extra):
+    """One run of the example; the ZeroShard engine is destroyed after it (collective), so runs do not pile up."""
+    row, model = ff.run(ff.parse(TINY + ["--strategy", strategy] + list(extra)))
+    inner = model._forward_module
+    if hasattr(inner, "destroy"):
+        inner.destroy()
+    return row
+
+
+def fail(msg):
+    print(f"fw_fabric: FAIL: {msg}", flush=True)
+    os._exit(1)   # not sys.exit: MPI_Finalize at exit would wait for the other rank, which goes on
+
+
+def majority(a):
+    _, test, _ = fortunes.datasets(a)
+    ones = int(test.labels.sum())
+    return max(ones, len(test.labels) - ones) / len(test.labels)
+
+
+def parity(d):
+    rows = {s: train(s) for s in ("ddp", "zeroshard_stage_0", "zeroshard_stage_1", "zeroshard_stage_2")}
+    rows["zeroshard_stage_3"] = train("zeroshard_stage_3", "--save-dir", d, "--save-at", str(SAVE_AT))
+    acc2 = {s: train(s, "--accum", "2", "--steps", "6") for s in ("ddp", "zeroshard_stage_2")}
+    if rows["ddp"] is None:
+        return   # rank 0 checks
+    ref = rows["ddp"]["losses"]
+    worst = 0.0
+    for s, r in list(rows.items()) + [(f"{s} accum 2", r) for s, r in acc2.items()]:
+        base = acc2["ddp"]["losses"] if "accum" in s else ref
+        diff = max(abs(x - y) for x, y in zip(r["losses"], base))
+        worst = max(worst, diff)
+        if len(r["losses"]) != len(base) or diff > TOL:
+            fail(f"{s}: losses differ from ddp's by {diff:.3g} (tolerance {TOL})")
+    hashes = {s: r["params_hash"] for s, r in rows.items() if s != "ddp"}
+    if len(set(hashes.values())) != 1:
+        fail(f"stages 0-3 give different params-hashes: {hashes}")
+    chance = majority(ff.parse(TINY))
+    low = {s: r["test_acc"] for s, r in rows.items() if r["test_acc"] <= chance + 0.02}
+    if low:
+        fail(f"test accuracy not above the majority class ({chance:.3f}): {low}")
+    with open(os.path.join(d, "parity.json"), "w") as f:
+        json.dump(rows["zeroshard_stage_3"], f)
+    print(f"fw_fabric parity: passed (losses within {worst:.3g} of ddp's, one params-hash {hashes['zeroshard_stage_0']} "
+          f"over stages 0-3, accuracy {rows['zeroshard_stage_2']['test_acc']:.3f} > majority {chance:.3f})", flush=True)
+
+
+def resume(d):
+    row = train("zeroshard_stage_3", "--save-dir", d, "--resume")
+    if row is not None:
+        want = json.load(open(os.path.join(d, "parity.json")))
+        if row["params_hash"] != want["params_hash"] or row["losses"] != want["losses"]:
+            fail(f"resumed at step {SAVE_AT}: params-hash {row['params_hash']} (uninterrupted {want['params_hash']}), "
+                 f"losses equal: {row['losses'] == want['losses']}")
+        print(f"fw_fabric resume: passed (saved at step {SAVE_AT}, loaded in a fresh process: params-hash "
+              f"{row['params_hash']} and losses as uninterrupted)", flush=True)
+    lora()
+    misuse()
+
+
+def lora():
+    import torch
+    a = ff.parse(TINY + ["--lora", "--lr", "1e-2"])
+    _, _, vocab = fortunes.datasets(a)
+    built = fortunes.build_model(a, len(vocab))
+    before = {n: p.detach().clone() for n, p in built.named_parameters()}
+    trainable = {n for n, p in built.named_parameters() if p.requires_grad}   # adapters and peft's head copies
+    row, model = ff.run(ff.parse(TINY + ["--lora", "--lr", "1e-2", "--strategy", "zeroshard_stage_2"]))
+    after = dict(ff.full_params(model))
+    model._forward_module.destroy()
+    if row is None:
+        return
+    moved = [n for n in after if not torch.equal(after[n], before[n])]
+    bad = [n for n in moved if n not in trainable]
+    if bad or not any("lora_" in n for n in moved):
+        fail(f"LoRA: changed {bad[:3]} outside the trainable adapters ({len(moved)} tensors changed)")
+    first, last = sum(row["losses"][:5]) / 5, sum(row["losses"][-5:]) / 5
+    if not last < first:
+        fail(f"LoRA: loss did not fall ({first:.4f} -> {last:.4f})")
+    print(f"fw_fabric lora: passed ({len(moved)} of {len(trainable)} trainable tensors moved, the {len(before) - len(trainable)} "
+          f"frozen ones bit-identical, loss {first:.3f} -> {last:.3f})", flush=True)
+
+
+def expect(what, needle, fn):
+    try:
+        fn()
+    except Exception as e:   # noqa: BLE001 - any kind, as long as it names the thing
+        if needle not in str(e):
+            fail(f"misuse {what}: raised {type(e).__name__} without '{needle}': {e}")
+        return
+    fail(f"misuse {what}: did not raise")
+
+
+def misuse():
+    import lightning as L
+    import torch
+    from lightning.fabric.accelerators import CUDAAccelerator
+    from zeroshard.lightning import ZeroShardFabricStrategy as Z
+
+    def fabric(**kw):
+        f = L.Fabric(accelerator="cpu", strategy=Z(**kw))
+        f.launch()
+        return f
+
+    def parts():
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+        return m, torch.optim.AdamW(m.parameters(), lr=1e-3)
+
+    def step(f, model, opt, x=torch.ones(2, 4)):
+        f.backward(model(x).sum())
+        return opt
+
+    def accel():
+        Z().accelerator = CUDAAccelerator()
+    expect("accelerator='cuda'", "accelerator CUDAAccelerator", accel)
+    expect("precision '64-true'", "precision '64-true'", lambda: Z(precision="64-true"))
+    expect("Fabric(precision='16-true')", "precision '16-true'",
+           lambda: L.Fabric(accelerator="cpu", strategy="zeroshard", precision="16-true"))
+    expect("setup without an optimizer", "setup_module", lambda: fabric().setup(parts()[0]))
+    expect("setup_optimizers", "setup_optimizers", lambda: fabric().setup_optimizers(parts()[1]))
+    f = fabric(config={"gradient_clipping": 1.0, "gradient_accumulation_steps": 2})
+    model, opt = f.setup(*parts())
+    expect("clip_val", "clip_val", lambda: f.clip_gradients(model, step(f, model, opt), clip_val=0.5))
+    expect("max_norm other than the config's", "gradient_clipping",
+           lambda: f.clip_gradients(model, opt, max_norm=2.0))
+    expect("step before the boundary", "gradient_accumulation_steps", lambda: opt.step())
+    step(f, model, opt)
+    opt.step()
+    expect("save with filter", "filter", lambda: f.save("/nonexistent", {"model": model}, filter={"model": len}))
+    expect("load without state", "state=", lambda: f.load("/nonexistent"))
+    model._forward_module.destroy()
+    if f.is_global_zero:
+            print("fw_fabric misuse: passed (accelerator, precision x2, setup without optimizer, setup_optimizers, clip_val, "
+              "max_norm, step before the boundary, save filter, load without state: each raised naming it)", flush=True)
+
+
+if __name__ == "__main__":
+    fortunes.mpi_to_torch_env()
+    {"parity": parity, "resume": resume}[sys.argv[1]](sys.argv[2])
