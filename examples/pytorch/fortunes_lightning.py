@@ -50,16 +50,13 @@ def lightning_parts():
             loss = self.model(**batch).loss
             self._micro.append(loss.detach().float())
             self._batches = batch_idx + 1
+            if len(self._micro) == self.a.accum:   # the step's loss, known before ModelCheckpoint saves it
+                mean = self.trainer.strategy.reduce(torch.stack(self._micro).mean(), reduce_op="mean")
+                self._micro = []
+                self.losses.append(float(mean))
+                if self.global_rank == 0:
+                    fortunes.log_step(self.a, len(self.losses), self.losses[-1])
             return loss
-
-        def on_train_batch_end(self, outputs, batch, batch_idx):
-            if len(self._micro) < self.a.accum:
-                return
-            mean = self.trainer.strategy.reduce(torch.stack(self._micro).mean(), reduce_op="mean")
-            self._micro = []
-            self.losses.append(float(mean))
-            if self.global_rank == 0:
-                fortunes.log_step(self.a, len(self.losses), self.losses[-1])
 
         def validation_step(self, batch, batch_idx):
             logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
@@ -121,10 +118,12 @@ def newest_checkpoint(d):
     return os.path.join(d, max(steps)[1])
 
 
-def main():
+def run(argv=None):
+    """One training run as the flags say; returns the result row (on rank 0; None elsewhere). The tests call it
+    several times in one process, one strategy after another."""
     p = fortunes.parser(__doc__)
     p.add_argument("--strategy", choices=STRATEGIES, default="zeroshard_stage_2")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.strategy == "ddp":
         fortunes.mpi_to_torch_env()
     else:
@@ -153,15 +152,20 @@ def main():
         out = trainer.validate(model, dataloaders=val, verbose=False)[0]
         acc = round(out["correct"] / out["seen"], 4)
     named = list(model.model.named_parameters())
+    engine = trainer.strategy.model
     if a.strategy.startswith("zeroshard"):
         from zeroshard.utils import safe_get_full_fp32_param
         named = [(n, safe_get_full_fp32_param(p)) for n, p in named]   # gathered at stage 3
     phash = fortunes.params_hash(named)
     rss = trainer.strategy.all_gather(torch.tensor([fortunes.peak_rss_mib()], dtype=torch.float64))
+    row = None
     if trainer.is_global_zero:
-        fortunes.result(a, "fortunes_lightning.py", a.strategy, world, train_s, acc, rss.reshape(-1).tolist(),
-                        phash, model.losses)
+        row = fortunes.result(a, "fortunes_lightning.py", a.strategy, world, train_s, acc, rss.reshape(-1).tolist(),
+                              phash, model.losses)
+    if a.strategy.startswith("zeroshard"):
+        engine.destroy()   # collective: every rank ends its engine here, not whenever its garbage is collected
+    return row
 
 
 if __name__ == "__main__":
-    main()
+    run()

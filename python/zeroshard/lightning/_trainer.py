@@ -190,6 +190,11 @@ class ZeroShardStrategy(DDPStrategy):
     def model_to_device(self):
         """The engine's parameters are ZeroShard's host buffers: nothing to move."""
 
+    @contextlib.contextmanager
+    def block_backward_sync(self):
+        """Nothing to block: ZeroShard reduces at its own accumulation boundary (and refuses no_sync at 2-3)."""
+        yield
+
     @property
     def handles_gradient_accumulation(self):
         return False   # Lightning skips the step between boundaries; the engine's boundaries are the same
