@@ -7,7 +7,10 @@ driven through examples/pytorch/fortunes_lightning.py's run():
   save    (mpirun -np 2) stage 3 with offload, 20 steps, ModelCheckpoint at steps 10 and 20 in DIR
   resume  (mpirun -np 2) a fresh process resumes DIR's step-10 checkpoint: its losses and final params-hash
           are the uninterrupted run's, bit for bit
-  misuse  (one process) every unsupported request raises, naming it
+  surface (one process, a world of one) every unsupported request raises, naming it; an lr scheduler with
+          interval "epoch" moves the lr ZeroShard uses; configure_model at stage 3 (zero.Init) trains as the
+          same module built in __init__; lightning_module_state_dict gathers full values; trainer.save_checkpoint
+          writes the engine's directory and trainer.validate(ckpt_path=) loads it
 """
 import json
 import os
@@ -78,46 +81,72 @@ def resume(d):
     print(f"fw_lightning: resume passed (step 10 -> 20, hash {r['params_hash']})", flush=True)
 
 
-def misuse():
+def tiny_parts():
     import torch
     import lightning.pytorch as L
-    import zeroshard.lightning as ZL
 
     class Tiny(L.LightningModule):
-        def __init__(self, two=False, manual=False, clip_hook=False):
+        """Two linear blocks (two units at stage 3); built in __init__ or, with late=True, in configure_model."""
+
+        def __init__(self, two=False, manual=False, clip_hook=False, late=False, epoch_sched=False):
             super().__init__()
-            self.lin = torch.nn.Linear(4, 2)
-            self.two = two
+            self.two, self.late, self.epoch_sched = two, late, epoch_sched
             self.automatic_optimization = not manual
             if clip_hook:
                 self.configure_gradient_clipping = lambda *a, **k: None
+            if not late:
+                self.build()
+
+        def build(self):
+            torch.manual_seed(0)
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+
+        def configure_model(self):
+            if self.late and not hasattr(self, "net"):
+                self.build()
 
         def training_step(self, batch, batch_idx):
-            return self.lin(batch[0]).sum()
+            return self.net(batch[0]).square().mean()
+
+        def validation_step(self, batch, batch_idx):
+            self.log("val", self.net(batch[0]).square().mean(), sync_dist=True)
 
         def configure_optimizers(self):
-            opt = torch.optim.SGD(self.lin.parameters(), lr=0.1)
-            return [opt, torch.optim.SGD(self.lin.parameters(), lr=0.1)] if self.two else opt
+            opt = torch.optim.SGD(self.net.parameters(), lr=0.1)
+            if self.two:
+                return [opt, torch.optim.SGD(self.net.parameters(), lr=0.1)]
+            if self.epoch_sched:
+                return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(
+                    opt, step_size=1, gamma=0.5), "interval": "epoch"}}
+            return opt
 
+    torch.manual_seed(1)
     data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(8, 4)), batch_size=4)
 
     def trainer(**kw):
         kw.setdefault("strategy", "zeroshard_stage_2")
         kw.setdefault("accelerator", "cpu")
-        return L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        kw.setdefault("max_steps", 1)
+        return L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, **kw)
+    return torch, Tiny, data, trainer
 
-    def expect(words, fn):
-        try:
-            fn()
-        except Exception as e:   # noqa: BLE001 - any error, as long as it names the request
-            msg = str(e)
-            check(all(w in msg for w in words), f"the error for {words} does not name it: {msg}")
-            print(f"fw_lightning: refused, naming {words}: {msg[:110]}", flush=True)
-            return
-        check(False, f"{words}: accepted, expected an error naming it")
 
+def expect(words, fn):
+    try:
+        fn()
+    except Exception as e:   # noqa: BLE001 - any error, as long as it names the request
+        msg = str(e)
+        check(all(w in msg for w in words), f"the error for {words} does not name it: {msg}")
+        print(f"fw_lightning: refused, naming {words}: {msg[:110]}", flush=True)
+        return
+    check(False, f"{words}: accepted, expected an error naming it")
+
+
+def misuse():
+    import zeroshard.lightning as ZL
     from lightning.pytorch.accelerators import CUDAAccelerator
+    _, Tiny, data, trainer = tiny_parts()
     s = ZL.ZeroShardStrategy()
     expect(["CUDAAccelerator", "cpu"], lambda: setattr(s, "accelerator", CUDAAccelerator()))
     expect(["CUDA"], lambda: trainer(accelerator="cuda"))
@@ -134,6 +163,46 @@ def misuse():
     print("fw_lightning: misuse passed", flush=True)
 
 
+def surface(d):
+    misuse()
+    torch, Tiny, data, trainer = tiny_parts()
+    from zeroshard.utils import safe_get_full_fp32_param
+
+    # interval "epoch": 3 epochs of 2 steps, the lr halved after each; the last step used 0.1 / 4
+    t = trainer(max_epochs=3, max_steps=-1)
+    t.fit(Tiny(epoch_sched=True), data)
+    lrs = t.strategy.model.get_lr()
+    check(lrs == [0.025], f"interval 'epoch': ZeroShard's last step used lr {lrs}, expected [0.025]")
+    t.strategy.model.destroy()
+
+    # stage 3: built in configure_model under zero.Init, or in __init__: the same training, the same state
+    states = []
+    for late in (False, True):
+        t = trainer(strategy="zeroshard_stage_3", max_steps=2)
+        m = Tiny(late=late)
+        t.fit(m, data)
+        full = t.strategy.lightning_module_state_dict()
+        for n, p in m.named_parameters():
+            check(torch.equal(full[n], safe_get_full_fp32_param(p)), f"lightning_module_state_dict()['{n}'] "
+                  "is not the gathered parameter")
+        states.append(full)
+        if late:   # trainer.save_checkpoint, then validate from it
+            path = os.path.join(d, "saved.ckpt")
+            t.save_checkpoint(path)
+            check(os.path.isdir(os.path.join(path, "checkpoint")), f"trainer.save_checkpoint wrote no engine "
+                  f"checkpoint in {path}")
+            t.validate(m, data, ckpt_path=path, verbose=False)
+        t.strategy.model.destroy()
+    for k in states[0]:
+        check(torch.equal(states[0][k], states[1][k]), f"configure_model at stage 3: '{k}' differs from the "
+              "module built in __init__")
+    print("fw_lightning: surface passed (epoch scheduler, configure_model at stage 3, gathered state, "
+          "trainer.save_checkpoint)", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
-    {"parity": parity, "misuse": misuse}.get(mode, lambda: {"save": save, "resume": resume}[mode](sys.argv[2]))()
+    if mode == "parity":
+        parity()
+    else:
+        {"save": save, "resume": resume, "surface": surface}[mode](sys.argv[2])

@@ -22,6 +22,9 @@ case $MODE in
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     $run $py save "$tmp" && rm -rf "$tmp/step20.ckpt" && $run $py resume "$tmp" ;;
-  misuse) $py misuse ;;   # no mpirun: a world of one
+  surface)   # no mpirun: a world of one
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    $py surface "$tmp" ;;
   *) echo "fw_lightning.sh: unknown mode $MODE"; exit 2 ;;
 esac
