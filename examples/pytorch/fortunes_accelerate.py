@@ -106,10 +106,15 @@ def accuracy(accelerator, model, loader):
     return right / seen
 
 
-def main():
+def parse(argv=None):
     p = fortunes.parser(__doc__)
     p.add_argument("--strategy", default="zeroshard_stage_2", choices=STRATEGIES)
-    a = p.parse_args()
+    return p.parse_args(argv)
+
+
+def run(a):
+    """One training run and its evaluation; returns the RESULT row (on every rank). The Accelerator lets go of
+    what it prepared at the end, so a test can run several strategies in one process."""
     from accelerate.utils import set_seed
     from transformers import get_linear_schedule_with_warmup
     accelerator = make_accelerator(a)
@@ -137,10 +142,13 @@ def main():
     state = accelerator.get_state_dict(model)
     phash = fortunes.params_hash((n, state[n]) for n in names)
     rss = accelerator.gather(torch.tensor([fortunes.peak_rss_mib()])).tolist()
+    row = {"strategy": a.strategy, "test_acc": acc, "params_hash": phash, "losses": progress.losses}
     if accelerator.is_main_process:
-        fortunes.result(a, "fortunes_accelerate.py", a.strategy, world, train_s, acc, rss, phash, progress.losses)
-    accelerator.end_training()
+        row = fortunes.result(a, "fortunes_accelerate.py", a.strategy, world, train_s, acc, rss, phash,
+                              progress.losses)
+    accelerator.free_memory()
+    return row
 
 
 if __name__ == "__main__":
-    main()
+    run(parse())

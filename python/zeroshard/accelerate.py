@@ -78,10 +78,10 @@ def _fill_autos(cfg, world):
         else:
             cfg["gradient_clipping"] = float(clip)
     micro, accum = cfg.get("train_micro_batch_size_per_gpu"), cfg.get("gradient_accumulation_steps", 1)
+    if micro in (None, "auto") and cfg.get("train_batch_size") in (None, "auto"):
+        raise ValueError(f"{WHERE}: no micro-batch size: prepare a data loader (its batch_size) with the model and "
+                         "optimizer, or set config key 'train_micro_batch_size_per_gpu'")
     if cfg.get("train_batch_size") == "auto":
-        if not isinstance(micro, int):
-            raise ValueError(f"{WHERE}: config key 'train_batch_size' is \"auto\" but no data loader was prepared "
-                             "with the model to give the micro-batch (or set train_micro_batch_size_per_gpu)")
         cfg["train_batch_size"] = micro * accum * world
     elif micro == "auto":
         del cfg["train_micro_batch_size_per_gpu"]
@@ -332,7 +332,8 @@ class Accelerator:
                           "the engine is built from both: pass them to the same prepare() call")
         out = [self._prepare_loader(a) if isinstance(a, torch.utils.data.DataLoader) else a for a in args]
         if models:
-            batch = [a.batch_size for a in args if isinstance(a, torch.utils.data.DataLoader) and a.batch_size]
+            batch = [a.batch_size for a in args if isinstance(a, torch.utils.data.DataLoader) and a.batch_size] \
+                or [ld.batch_size for ld in self._loaders]
             engine, opt = self._build(models[0], opts[0], min(batch) if batch else None)
             out = [engine if a is models[0] else opt if a is opts[0] else o for a, o in zip(args, out)]
         out = [self._prepare_scheduler(a) if isinstance(a, torch.optim.lr_scheduler.LRScheduler) else o
@@ -603,6 +604,16 @@ class Accelerator:
 
     def end_training(self):
         self.wait_for_everyone()
+
+    def free_memory(self, *objects):
+        """Collective: the engine is destroyed on every rank and what prepare() made is let go (Accelerate's
+        call to release prepared objects); returns None for each object passed, as Accelerate does."""
+        if self._engine is not None:
+            self._engine.destroy()
+        self._engine = self._optimizer = None
+        self._originals, self._loaders, self._schedulers, self._custom = {}, [], [], []
+        self._step_due, self.step, self.sync_gradients = False, 0, True
+        return [None] * len(objects)
 
     def __getattr__(self, name):
         if not name.startswith("_") and hasattr(_accelerate.Accelerator, name):
