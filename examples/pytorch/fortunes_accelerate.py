@@ -1,0 +1,154 @@
+"""fortunes_accelerate.py - the fortunes walk-through (fortunes.py) in Accelerate's idiom, on Accelerate's own
+Accelerator or on ZeroShard's: the import is the switch, --strategy only picks which.
+
+    mpirun -np 2 python3 examples/pytorch/fortunes_accelerate.py --strategy accelerate          # DDP over gloo
+    mpirun -np 2 python3 examples/pytorch/fortunes_accelerate.py --strategy zeroshard_stage_3   # ZeRO stage 3
+
+Strategies: accelerate, zeroshard_stage_0..3, zeroshard_stage_2_offload, zeroshard_stage_3_offload. The loop is
+Accelerate's: prepare, accumulate, backward, clip_grad_norm_ at the sync steps, gather_for_metrics, and
+save_state / load_state for --save-dir / --save-at / --resume. Global batch = micro-batch x ranks x accum.
+"""
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fortunes  # noqa: E402
+
+STRATEGIES = ["accelerate"] + [f"zeroshard_stage_{i}" for i in range(4)] + \
+    ["zeroshard_stage_2_offload", "zeroshard_stage_3_offload"]
+MIXED = {"32-true": "no", "32": "no", "bf16-mixed": "bf16", "bf16-true": "bf16", "16-mixed": "fp16"}
+
+
+def zero_config(a):
+    """The ZeRO config a zeroshard_* strategy names (what a DeepSpeed JSON beside the script would hold)."""
+    stage = int(a.strategy.split("_")[2])
+    zero = {"stage": stage}
+    if a.strategy.endswith("_offload"):
+        zero["offload_optimizer"] = {"device": "cpu"}
+        if stage == 3:
+            zero["offload_param"] = {"device": "cpu"}
+    cfg = {"zero_optimization": zero}
+    if a.clip:
+        cfg["gradient_clipping"] = a.clip   # ZeroShard clips inside its step: the value clip_grad_norm_ passes
+    return cfg
+
+
+class Progress:
+    """The optimizer steps taken and their losses: registered for checkpointing, so a resumed run knows both."""
+
+    def __init__(self):
+        self.step, self.losses = 0, []
+
+    def state_dict(self):
+        return {"step": self.step, "losses": list(self.losses)}
+
+    def load_state_dict(self, sd):
+        self.step, self.losses = sd["step"], list(sd["losses"])
+
+
+def make_accelerator(a):
+    from accelerate.utils import GradientAccumulationPlugin
+    if a.strategy == "accelerate":
+        fortunes.mpi_to_torch_env()   # Accelerate reads the ranks from Open MPI; gloo needs MASTER_ADDR/PORT
+        from accelerate import Accelerator
+        zero = {}
+    else:
+        from zeroshard.accelerate import Accelerator   # the one-line switch (was: from accelerate import ...)
+        zero = {"zeroshard_config": zero_config(a)}
+    # sync every --accum micro-batches across epoch ends too, so both give the same global batches
+    plugin = GradientAccumulationPlugin(num_steps=a.accum, sync_with_dataloader=False)
+    return Accelerator(cpu=True, mixed_precision=MIXED[a.precision], gradient_accumulation_plugin=plugin, **zero)
+
+
+def train(a, accelerator, model, optimizer, scheduler, loader, progress):
+    """--steps optimizer steps from progress.step; each step's loss averaged over ranks and micro-batches."""
+    used = progress.step * a.accum % len(loader)   # micro-batches of the current pass already trained on
+    batches = accelerator.skip_first_batches(loader, used) if used else loader
+    total = torch.zeros(())
+    while progress.step < a.steps:
+        for batch in batches:
+            with accelerator.accumulate(model):
+                loss = model(**batch).loss
+                accelerator.backward(loss)
+                total += loss.detach().float()
+                if accelerator.sync_gradients and a.clip:
+                    accelerator.clip_grad_norm_(model.parameters(), a.clip)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            if not accelerator.sync_gradients:
+                continue
+            progress.step += 1
+            progress.losses.append(accelerator.reduce(total / a.accum, "mean").item())
+            total.zero_()
+            if accelerator.is_main_process:
+                fortunes.log_step(a, progress.step, progress.losses[-1])
+            if a.save_dir and progress.step == (a.save_at or a.steps):
+                accelerator.save_state(a.save_dir)
+            if progress.step == a.steps:
+                break
+        batches = loader
+
+
+def accuracy(accelerator, model, loader):
+    """Test accuracy over the whole held-out split: every rank's share gathered, the padding dropped."""
+    model.eval()
+    right = seen = 0
+    with torch.no_grad():
+        for batch in loader:
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+            pred, label = accelerator.gather_for_metrics((logits.argmax(-1), batch["labels"]))
+            right += int((pred == label).sum())
+            seen += label.numel()
+    return right / seen
+
+
+def parse(argv=None):
+    p = fortunes.parser(__doc__)
+    p.add_argument("--strategy", default="zeroshard_stage_2", choices=STRATEGIES)
+    return p.parse_args(argv)
+
+
+def run(a):
+    """One training run and its evaluation; returns the RESULT row (on every rank). The Accelerator lets go of
+    what it prepared at the end, so a test can run several strategies in one process."""
+    from accelerate.utils import set_seed
+    from transformers import get_linear_schedule_with_warmup
+    accelerator = make_accelerator(a)
+    set_seed(a.seed)
+    train_set, test_set, vocab = fortunes.datasets(a)
+    model = fortunes.build_model(a, len(vocab))
+    optimizer = torch.optim.AdamW(fortunes.decay_groups(model, a.weight_decay), lr=a.lr)
+    # Accelerate steps a scheduler once per process at each optimizer step: the schedule is sized for that
+    world = accelerator.num_processes
+    scheduler = get_linear_schedule_with_warmup(optimizer, a.warmup * world, a.steps * world)
+    train_loader = torch.utils.data.DataLoader(train_set, batch_size=a.micro_batch, shuffle=True,
+                                               generator=torch.Generator().manual_seed(a.seed))
+    test_loader = torch.utils.data.DataLoader(test_set, batch_size=a.micro_batch)
+    model, optimizer, train_loader, test_loader, scheduler = accelerator.prepare(
+        model, optimizer, train_loader, test_loader, scheduler)
+    progress = Progress()
+    accelerator.register_for_checkpointing(progress)
+    if a.resume:
+        accelerator.load_state(a.save_dir)
+    t0 = time.time()
+    train(a, accelerator, model, optimizer, scheduler, train_loader, progress)
+    train_s = time.time() - t0
+    acc = None if a.no_eval else accuracy(accelerator, model, test_loader)
+    names = [n for n, _ in accelerator.unwrap_model(model).named_parameters()]
+    state = accelerator.get_state_dict(model)
+    phash = fortunes.params_hash((n, state[n]) for n in names)
+    rss = accelerator.gather(torch.tensor([fortunes.peak_rss_mib()])).tolist()
+    row = {"strategy": a.strategy, "test_acc": acc, "params_hash": phash, "losses": progress.losses}
+    if accelerator.is_main_process:
+        row = fortunes.result(a, "fortunes_accelerate.py", a.strategy, world, train_s, acc, rss, phash,
+                              progress.losses)
+    accelerator.free_memory()
+    return row
+
+
+if __name__ == "__main__":
+    run(parse())
