@@ -73,6 +73,7 @@ def full_params(trainer, zeroshard):
 
 
 def main(argv=None):
+    """Trains, evaluates and prints the RESULT line; returns (trainer, the result row or None off rank 0)."""
     p = fortunes.parser(__doc__, steps=200)
     p.add_argument("--strategy", choices=STRATEGIES, default="trainer")
     a = p.parse_args(argv)
@@ -101,14 +102,14 @@ def main(argv=None):
         rss = [fortunes.peak_rss_mib()]
     phash = fortunes.params_hash(full_params(trainer, zeroshard))
     if not trainer.is_world_process_zero():
-        return None
+        return trainer, None
     logs = trainer.state.log_history
     losses = [r["loss"] for r in logs if "loss" in r]
     for r in logs:
         if "loss" in r:
             fortunes.log_step(a, r["step"], r["loss"])
     acc = next((r["eval_accuracy"] for r in reversed(logs) if "eval_accuracy" in r), None)
-    return fortunes.result(a, "fortunes_hf.py", a.strategy, world, train_s, acc, rss, phash, losses)
+    return trainer, fortunes.result(a, "fortunes_hf.py", a.strategy, world, train_s, acc, rss, phash, losses)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ Trainer's own collectives (logging, evaluation) use. Tested against transformers
 import contextlib
 import os
 
+import safetensors.torch
 import torch
 import transformers
-from transformers.trainer import SCHEDULER_NAME
+from transformers.trainer import SAFE_WEIGHTS_NAME, SCHEDULER_NAME
 
 from . import initialize, init_distributed
 from ._launch import framework_config
@@ -127,16 +128,25 @@ class Trainer(transformers.Trainer):
 
     # ------------------------------------------------------------------ set-up
     def create_accelerator_and_postprocess(self):
-        """The arguments are checked before the Accelerator is built. The Trainer's loop reaches the model's
-        gradients through two of its calls: backward becomes the engine's, and no_sync (which the Trainer enters
-        on micro-batches before the boundary) does nothing, as the engine reduces at its own boundary."""
+        """The arguments are checked before the Accelerator is built, which then reaches the engine."""
         _refuse_arguments(self.args)
         super().create_accelerator_and_postprocess()
         if self.is_deepspeed_enabled or self.is_fsdp_enabled:
             raise NotImplementedError(f"{WHERE}: the Accelerate configuration enables "
                                       f"{'DeepSpeed' if self.is_deepspeed_enabled else 'FSDP'}; ZeroShard replaces it")
+        self._route_accelerator()
+
+    def _route_accelerator(self):
+        """The Trainer's loop reaches the model through three Accelerator calls, replaced on this instance:
+        backward becomes the engine's; no_sync (entered on micro-batches before the boundary) does nothing, as
+        the engine reduces at its own boundary; unwrap_model unwraps the engine (Accelerate's would import the
+        deepspeed package, when installed, to recognise DeepSpeed's engine)."""
         self.accelerator.backward = self._backward
         self.accelerator.no_sync = _no_sync
+        self.accelerator.unwrap_model = self._unwrap
+
+    def _unwrap(self, model, keep_fp32_wrapper=True, keep_torch_compile=True):
+        return model.module if self.engine is not None and model is self.engine else model
 
     def _prepare_for_training(self, max_steps, train_dataloader, resume_from_checkpoint):
         """Builds the engine (no DDP wrapping), the Trainer's optimizer and scheduler on it, and loads the
@@ -226,18 +236,31 @@ class Trainer(transformers.Trainer):
             raise NotImplementedError(f"{WHERE}: loading a checkpoint's model file into a trained engine")
 
     def save_model(self, output_dir=None, _internal_call=False):
-        """model.safetensors and config.json (save_pretrained's; a PEFT model's adapters) from the full fp32
-        parameters, gathered one parameter at a time at every stage. Collective: every rank calls it."""
+        """model.safetensors and config.json from the full fp32 parameters, gathered one parameter at a time at
+        every stage: what from_pretrained loads. A PEFT model saves its adapters its own way. Collective: every
+        rank calls it (rank 0 writes)."""
         if self.engine is None:
             return super().save_model(output_dir, _internal_call)
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         state = self.full_state_dict()
-        self._save(output_dir, state_dict=state)
+        if not isinstance(self.model, transformers.PreTrainedModel):
+            return self._save(output_dir, state_dict=state)
+        if not self.args.should_save:
+            return None
+        # written here rather than by save_pretrained, whose unwrapping imports the deepspeed package
+        os.makedirs(output_dir, exist_ok=True)
+        safetensors.torch.save_file(state, os.path.join(output_dir, SAFE_WEIGHTS_NAME), metadata={"format": "pt"})
+        self.model.config.save_pretrained(output_dir)
+        if self.processing_class is not None:
+            self.processing_class.save_pretrained(output_dir)
+        return None
 
     def full_state_dict(self):
-        """The model's state_dict with every parameter its full fp32 value (names as the model's own).
-        Collective."""
-        state = {k: v for k, v in self.model.state_dict().items()}
-        for name, p in self.model.named_parameters():
-            state[name] = safe_get_full_fp32_param(p)
+        """The model's parameters (each once, under its first name) at their full fp32 values and its
+        persistent buffers, names as the model's own. Collective."""
+        state = {name: safe_get_full_fp32_param(p) for name, p in self.model.named_parameters()}
+        persistent = self.model.state_dict(keep_vars=True)
+        for name, b in self.model.named_buffers():
+            if name in persistent:
+                state[name] = b.detach().clone()
         return state
