@@ -28,8 +28,10 @@ TINY = ["--dim", "64", "--layers", "1", "--heads", "4", "--seq", "48", "--micro-
 
 
 def fail(msg):
+    """Exits at once: mpirun then stops the other ranks rather than leaving them in their next collective."""
     print(f"fw_hf: FAIL: {msg}", flush=True)
-    raise SystemExit(1)
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def rank0():
@@ -37,9 +39,12 @@ def rank0():
     return not dist.is_initialized() or dist.get_rank() == 0
 
 
-def run(*argv):
-    """One training of the example; the engine (if any) is ended at once, on every rank together."""
+def run(*argv, started=0):
+    """One training of the example, which must start at step `started`; the engine (if any) is ended at once,
+    on every rank together."""
     trainer, row = fortunes_hf.main(list(TINY) + list(argv))
+    if trainer._initial_global_step != started:
+        fail(f"{argv}: training started at step {trainer._initial_global_step}, not {started}")
     if getattr(trainer, "engine", None) is not None:
         trainer.engine.destroy()
     return row
@@ -78,10 +83,11 @@ def mode_ckpt(tmp):
     import torch
     save = ["--strategy", "zeroshard_stage_3", "--save-dir", os.path.join(tmp, "run"), "--save-at", "10"]
     full = run(*save)
-    resumed = run(*save, "--resume")
+    resumed = run(*save, "--resume", started=10)
     if rank0():
-        if resumed["params_hash"] != full["params_hash"] or resumed["losses"] != full["losses"][10:]:
-            fail(f"resumed at step 10: params {resumed['params_hash']} losses {resumed['losses']}; "
+        # the resumed Trainer's log history holds the checkpoint's first 10 steps, then its own
+        if resumed["params_hash"] != full["params_hash"] or resumed["losses"] != full["losses"]:
+            fail(f"resumed at step 10: params {resumed['params_hash']} losses {resumed['losses'][10:]}; "
                  f"uninterrupted: params {full['params_hash']} losses {full['losses'][10:]}")
         print(f"fw_hf ckpt: resume_from_checkpoint(checkpoint-10) ends bit-exactly (params {full['params_hash']})")
     saved_logits(tmp, torch)

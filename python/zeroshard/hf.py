@@ -153,6 +153,7 @@ class Trainer(transformers.Trainer):
         engine's checkpoint when resuming. Returns (engine, train_dataloader) as the Trainer's does."""
         if self.engine is not None:
             raise NotImplementedError(f"{WHERE}: train() is called once per Trainer (its engine is built then)")
+        self._check_epochs(max_steps, train_dataloader)
         cfg = trainer_config(self.zeroshard_config, self.args, max_steps)
         if "optimizer" in cfg:
             if self.optimizer is not None:
@@ -177,6 +178,17 @@ class Trainer(transformers.Trainer):
             setattr(self.callback_handler, attr, getattr(self, attr))
         self.callback_handler.train_dataloader = train_dataloader
         return engine, train_dataloader
+
+    def _check_epochs(self, max_steps, train_dataloader):
+        """The Trainer ends an epoch's last accumulation early (with fewer micro-batches); the engine applies
+        the optimizer every gradient_accumulation_steps micro-batches, so training that crosses such an epoch
+        end is refused."""
+        accum = self.args.gradient_accumulation_steps
+        per_epoch = len(train_dataloader) if transformers.trainer_utils.has_length(train_dataloader) else 0
+        if per_epoch % accum and max_steps > per_epoch // accum:
+            raise ValueError(f"{WHERE}: an epoch has {per_epoch} micro-batches per rank, not a multiple of "
+                             f"gradient_accumulation_steps={accum}, and max_steps={max_steps} crosses its end; "
+                             "choose a batch size or accumulation that divides it (or dataloader_drop_last)")
 
     def _decay_groups(self):
         """The Trainer's parameter groups (weight decay except biases and LayerNorm weights) for the config's
