@@ -38,9 +38,10 @@ def ds_config(a, stage, offload):
 
 
 def micro_batches(train, sampler, a, first_step):
-    """The micro-batches of steps first_step+1.. in order: micro-batch i of the run is batch i % n of epoch
-    i // n of the sampler, so a resumed run takes the batches the uninterrupted one would have."""
-    per_epoch = len(sampler) // a.micro_batch
+    """The micro-batches of steps first_step+1.. in order, as a DataLoader over the sampler gives them (each
+    epoch's last one short): micro-batch i of the run is batch i % n of epoch i // n, so a resumed run takes
+    the batches the uninterrupted one would have."""
+    per_epoch = -(-len(sampler) // a.micro_batch)
     i = first_step * a.accum
     while True:
         epoch, k = divmod(i, per_epoch)
@@ -107,7 +108,7 @@ def main():
         if path is None:
             raise SystemExit(f"fortunes_deepspeed: no checkpoint '{TAG}' in {a.save_dir}")
     sampler = torch.utils.data.distributed.DistributedSampler(train, num_replicas=world, rank=rank,
-                                                              shuffle=True, seed=a.seed, drop_last=True)
+                                                              shuffle=True, seed=a.seed)
     batches = micro_batches(train, sampler, a, engine.global_steps)
     losses = []
     dist.barrier()
