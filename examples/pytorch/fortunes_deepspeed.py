@@ -16,6 +16,7 @@ import time
 
 import fortunes
 
+# Lightning's names: _offload moves the optimizer to the CPU, and at stage 3 the parameters too
 STAGES = {"stage_0": (0, False), "stage_1": (1, False), "stage_2": (2, False), "stage_3": (3, False),
           "stage_2_offload": (2, True), "stage_3_offload": (3, True)}
 STRATEGIES = [f"{backend}_{s}" for backend in ("zeroshard", "deepspeed") for s in STAGES]
@@ -33,6 +34,8 @@ def ds_config(a, stage, offload):
            **PRECISIONS[a.precision]}
     if offload:
         cfg["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+        if stage == 3:
+            cfg["zero_optimization"]["offload_param"] = {"device": "cpu"}
         cfg["zero_force_ds_cpu_optimizer"] = False   # DeepSpeed: keep the client's torch AdamW when offloading
     return cfg
 
