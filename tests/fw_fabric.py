@@ -156,9 +156,17 @@ def misuse():
     expect("save with filter", "filter", lambda: f.save("/nonexistent", {"model": model}, filter={"model": len}))
     expect("load without state", "state=", lambda: f.load("/nonexistent"))
     model._forward_module.destroy()
+    f3 = fabric(stage=3)   # the full state at stage 3 (gathered) is the values the model was built with
+    m, o = parts()
+    want = {k: v.clone() for k, v in m.state_dict().items()}
+    model, _ = f3.setup(m, o)
+    got = f3.strategy.get_module_state_dict(model)
+    if sorted(got) != sorted(want) or any(not torch.equal(got[k], want[k]) for k in want):
+        fail("stage 3: get_module_state_dict is not the full values the model was built with")
+    model._forward_module.destroy()
     if f.is_global_zero:
             print("fw_fabric misuse: passed (accelerator, precision x2, setup without optimizer, setup_optimizers, clip_val, "
-              "max_norm, step before the boundary, save filter, load without state: each raised naming it)", flush=True)
+              "max_norm, step before the boundary, save filter, load without state: each raised naming it; stage 3's full state gathered)", flush=True)
 
 
 if __name__ == "__main__":

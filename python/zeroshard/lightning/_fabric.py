@@ -26,6 +26,7 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.distributed import _sync_ddp_if_available
 from lightning.fabric.utilities.load import _move_state_into
 from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.fabric.wrappers import _unwrap_objects
 
 from .. import _lib as L
 from .. import initialize, init_distributed, zero
@@ -170,6 +171,11 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
         self.config = cfg
 
     @property
+    def model(self):
+        """The engine fabric.setup built (as Fabric's DeepSpeed strategy names it)."""
+        return self._engine
+
+    @property
     def zero_stage(self):
         return self.config["zero_optimization"]["stage"] if self.config else None
 
@@ -284,6 +290,7 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
     # ------------------------------------------------------------------ state
     def get_module_state_dict(self, module):
         """The full values (gathered one unit at a time at stage 3: collective)."""
+        module = _unwrap_objects(module)
         if isinstance(module, ZeroShardEngine):
             return module.module_state_dict()
         return super().get_module_state_dict(module)
