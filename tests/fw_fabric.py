@@ -172,18 +172,23 @@ def misuse():
     if abs(got - want) > 1e-5 * want:
         fail(f"accumulation 2: ZeroShard's gradient norm {got} against torch's {want}")
     model._forward_module.destroy()
-    f3 = fabric(stage=3)   # the full state at stage 3 (gathered) is the values the model was built with
-    m, o = parts()
-    want = {k: v.clone() for k, v in m.state_dict().items()}
-    model, _ = f3.setup(m, o)
+    # stage 3: built under fabric.init_module() (zero.Init), the full state (gathered) is what a plain build gives
+    want = {k: v.clone() for k, v in parts()[0].state_dict().items()}
+    f3 = fabric(stage=3)
+    with f3.init_module():
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    if not all(hasattr(p, "ds_spill") for p in m.parameters()):   # zero.Init keeps the values in its spill file
+        fail("stage 3: fabric.init_module() did not build the model under zeroshard.zero.Init")
+    model, _ = f3.setup(m, torch.optim.AdamW(m.parameters(), lr=1e-3))
     got = f3.strategy.get_module_state_dict(model)
     if sorted(got) != sorted(want) or any(not torch.equal(got[k], want[k]) for k in want):
         fail("stage 3: get_module_state_dict is not the full values the model was built with")
     model._forward_module.destroy()
     if f.is_global_zero:
             print("fw_fabric misuse: passed (accelerator, precision x2, setup without optimizer, setup_optimizers, clip_val, "
-              "max_norm, step before the boundary, save filter, load without state: each raised naming it; the accumulated gradient's norm as torch's; stage 3's full state "
-              "gathered)", flush=True)
+              "max_norm, step before the boundary, save filter, load without state: each raised naming it; the accumulated gradient's norm as torch's; stage 3's init_module "
+              "and full state)", flush=True)
 
 
 if __name__ == "__main__":
