@@ -16,6 +16,7 @@ import contextlib
 
 import torch
 from lightning.fabric.accelerators import CPUAccelerator
+from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
 from lightning.fabric.plugins.precision import Precision
 from lightning.fabric.plugins.precision.amp import MixedPrecision
 from lightning.fabric.plugins.precision.half import HalfPrecision
@@ -143,7 +144,7 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
         n = self._num_nodes * len(self.parallel_devices or [None])
         if n > 1:
             self.cluster_environment.set_world_size(n)
-        rank_zero_only.rank = self.global_rank
+        rank_zero_only.rank = utils_rank_zero_only.rank = self.global_rank
 
     def _configure_launcher(self):
         """No launcher: mpirun started every process."""
