@@ -67,8 +67,8 @@ def parity(d):
         fail(f"test accuracy not above the majority class ({chance:.3f}): {low}")
     with open(os.path.join(d, "parity.json"), "w") as f:
         json.dump(rows["zeroshard_stage_3"], f)
-    print(f"fw_fabric parity: passed (losses within {worst:.3g} of ddp's, one params-hash {hashes['zeroshard_stage_0']} "
-          f"over stages 0-3, accuracy {rows['zeroshard_stage_2']['test_acc']:.3f} > majority {chance:.3f})", flush=True)
+    print(f"fw_fabric parity: passed (losses within {worst:.3g} of ddp's, one params-hash "
+          f"{hashes['zeroshard_stage_0']} over stages 0-3, accuracy {rows['zeroshard_stage_2']['test_acc']:.3f} > majority {chance:.3f})", flush=True)
 
 
 def resume(d):
@@ -103,8 +103,8 @@ def lora():
     first, last = sum(row["losses"][:5]) / 5, sum(row["losses"][-5:]) / 5
     if not last < first:
         fail(f"LoRA: loss did not fall ({first:.4f} -> {last:.4f})")
-    print(f"fw_fabric lora: passed ({len(moved)} of {len(trainable)} trainable tensors moved, the {len(before) - len(trainable)} "
-          f"frozen ones bit-identical, loss {first:.3f} -> {last:.3f})", flush=True)
+    print(f"fw_fabric lora: passed ({len(moved)} of {len(trainable)} trainable tensors moved, the "
+          f"{len(before) - len(trainable)} frozen ones bit-identical, loss {first:.3f} -> {last:.3f})", flush=True)
 
 
 def expect(what, needle, fn):
@@ -186,9 +186,9 @@ def misuse():
         fail("stage 3: get_module_state_dict is not the full values the model was built with")
     model._forward_module.destroy()
     if f.is_global_zero:
-            print("fw_fabric misuse: passed (accelerator, precision x2, setup without optimizer, setup_optimizers, clip_val, "
-              "max_norm, step before the boundary, save filter, load without state: each raised naming it; the accumulated gradient's norm as torch's; stage 3's init_module "
-              "and full state)", flush=True)
+        print("fw_fabric misuse: passed (accelerator, precision x2, setup without optimizer, setup_optimizers, "
+              "clip_val, max_norm, step before the boundary, save filter, load without state: each raised naming "
+              "it; the accumulated gradient's norm as torch's; stage 3's init_module and full state)", flush=True)
 
 
 if __name__ == "__main__":

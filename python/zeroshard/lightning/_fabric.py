@@ -16,7 +16,6 @@ import contextlib
 
 import torch
 from lightning.fabric.accelerators import CPUAccelerator
-from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
 from lightning.fabric.plugins.precision import Precision
 from lightning.fabric.plugins.precision.amp import MixedPrecision
 from lightning.fabric.plugins.precision.half import HalfPrecision
@@ -28,6 +27,7 @@ from lightning.fabric.utilities.distributed import _sync_ddp_if_available
 from lightning.fabric.utilities.load import _move_state_into
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.fabric.wrappers import _unwrap_objects
+from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
 
 from .. import _lib as L
 from .. import initialize, init_distributed, zero
