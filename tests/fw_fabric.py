@@ -121,6 +121,7 @@ def misuse():
     import lightning as L
     import torch
     from lightning.fabric.accelerators import CUDAAccelerator
+    from lightning.fabric.strategies import STRATEGY_REGISTRY
     from zeroshard.lightning import ZeroShardFabricStrategy as Z
 
     def fabric(**kw):
@@ -136,6 +137,17 @@ def misuse():
     def step(f, model, opt, x=torch.ones(2, 4)):
         f.backward(model(x).sum())
         return opt
+
+    names = {"zeroshard": (2, None, None), "zeroshard_stage_1": (1, None, None), "zeroshard_stage_2": (2, None, None),
+             "zeroshard_stage_2_offload": (2, "cpu", None), "zeroshard_stage_3": (3, None, None),
+             "zeroshard_stage_3_offload": (3, "cpu", "cpu")}
+    for name, want in names.items():
+        s = STRATEGY_REGISTRY.get(name)
+        s._format_config()
+        zo = s.config["zero_optimization"]
+        got = (zo["stage"], zo.get("offload_optimizer", {}).get("device"), zo.get("offload_param", {}).get("device"))
+        if not isinstance(s, Z) or got != want:
+            fail(f"strategy name '{name}': {type(s).__name__} with (stage, offload_optimizer, offload_param) {got}")
 
     def accel():
         Z().accelerator = CUDAAccelerator()
@@ -186,7 +198,7 @@ def misuse():
         fail("stage 3: get_module_state_dict is not the full values the model was built with")
     model._forward_module.destroy()
     if f.is_global_zero:
-        print("fw_fabric misuse: passed (accelerator, precision x2, setup without optimizer, setup_optimizers, "
+        print("fw_fabric misuse: passed (the six names' stages and offloads; accelerator, precision x2, setup without optimizer, setup_optimizers, "
               "clip_val, max_norm, step before the boundary, save filter, load without state: each raised naming "
               "it; the accumulated gradient's norm as torch's; stage 3's init_module and full state)", flush=True)
 
