@@ -161,7 +161,8 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
         super().setup_environment()
 
     def _format_config(self):
-        name = self.precision.precision
+        self._precision = self.precision   # fixed from here on (the engine's dtype is set on it)
+        name = self._precision.precision
         cfg = framework_config(self._user_config, where=WHERE, precision=None if name == "32-true" else name,
                                **self._switches)
         zo = cfg.setdefault("zero_optimization", {})
@@ -186,7 +187,7 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
             raise ValueError(f"{WHERE}: fabric.setup with {len(optimizers)} optimizers: ZeroShard trains one")
         if self.config is None:
             raise RuntimeError(f"{WHERE}: fabric.setup before fabric.launch()")
-        cfg = {k: v for k, v in self.config.items()}   # initialize adds the optimizer's section to its copy
+        cfg = dict(self.config)   # initialize adds the optimizer's section to its copy
         engine, opt, _, sched = initialize(model=module, optimizer=optimizers[0], lr_scheduler=scheduler, config=cfg,
                                            dist_init_required=False)
         if sched is None and "scheduler" not in cfg:
