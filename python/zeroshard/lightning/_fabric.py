@@ -26,6 +26,8 @@ from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.distributed import _sync_ddp_if_available
 from lightning.fabric.utilities.load import _move_state_into
 from lightning.fabric.utilities.rank_zero import rank_zero_only
+from lightning.fabric.wrappers import _unwrap_objects
+from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
 
 from .. import _lib as L
 from .. import initialize, init_distributed, zero
@@ -142,7 +144,7 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
         n = self._num_nodes * len(self.parallel_devices or [None])
         if n > 1:
             self.cluster_environment.set_world_size(n)
-        rank_zero_only.rank = self.global_rank
+        rank_zero_only.rank = utils_rank_zero_only.rank = self.global_rank
 
     def _configure_launcher(self):
         """No launcher: mpirun started every process."""
@@ -159,7 +161,8 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
         super().setup_environment()
 
     def _format_config(self):
-        name = self.precision.precision
+        self._precision = self.precision   # fixed from here on (the engine's dtype is set on it)
+        name = self._precision.precision
         cfg = framework_config(self._user_config, where=WHERE, precision=None if name == "32-true" else name,
                                **self._switches)
         zo = cfg.setdefault("zero_optimization", {})
@@ -168,6 +171,11 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
         if "train_batch_size" not in cfg:   # the library needs one; it sizes nothing in the PyTorch front end
             cfg.setdefault("train_micro_batch_size_per_gpu", 1)
         self.config = cfg
+
+    @property
+    def model(self):
+        """The engine fabric.setup built (as Fabric's DeepSpeed strategy names it)."""
+        return self._engine
 
     @property
     def zero_stage(self):
@@ -179,7 +187,7 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
             raise ValueError(f"{WHERE}: fabric.setup with {len(optimizers)} optimizers: ZeroShard trains one")
         if self.config is None:
             raise RuntimeError(f"{WHERE}: fabric.setup before fabric.launch()")
-        cfg = {k: v for k, v in self.config.items()}   # initialize adds the optimizer's section to its copy
+        cfg = dict(self.config)   # initialize adds the optimizer's section to its copy
         engine, opt, _, sched = initialize(model=module, optimizer=optimizers[0], lr_scheduler=scheduler, config=cfg,
                                            dist_init_required=False)
         if sched is None and "scheduler" not in cfg:
@@ -284,6 +292,7 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
     # ------------------------------------------------------------------ state
     def get_module_state_dict(self, module):
         """The full values (gathered one unit at a time at stage 3: collective)."""
+        module = _unwrap_objects(module)
         if isinstance(module, ZeroShardEngine):
             return module.module_state_dict()
         return super().get_module_state_dict(module)
