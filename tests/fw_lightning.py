@@ -8,8 +8,9 @@ driven through examples/pytorch/fortunes_lightning.py's run():
   resume  (mpirun -np 2) a fresh process resumes DIR's step-10 checkpoint: its losses and final params-hash
           are the uninterrupted run's, bit for bit
   surface (one process, a world of one) every unsupported request raises, naming it; an lr scheduler with
-          interval "epoch" moves the lr ZeroShard uses; configure_model at stage 3 (zero.Init) trains as the
-          same module built in __init__; lightning_module_state_dict gathers full values; trainer.save_checkpoint
+          interval "epoch" moves the lr ZeroShard uses; configure_model and trainer.init_module at stage 3
+          (zero.Init) train as the same module built in __init__; an epoch that ends between accumulation
+          boundaries is refused; lightning_module_state_dict gathers full values; trainer.save_checkpoint
           writes the engine's directory and trainer.validate(ckpt_path=) loads it
 """
 import json
@@ -193,9 +194,17 @@ def surface(d):
                   f"checkpoint in {path}")
             t.validate(m, data, ckpt_path=path, verbose=False)
         t.strategy.model.destroy()
+    t = trainer(strategy="zeroshard_stage_3", max_steps=2)
+    with t.init_module():
+        m = Tiny()
+    t.fit(m, data)
+    states.append(t.strategy.lightning_module_state_dict())
+    t.strategy.model.destroy()
     for k in states[0]:
-        check(torch.equal(states[0][k], states[1][k]), f"configure_model at stage 3: '{k}' differs from the "
-              "module built in __init__")
+        for way, st in (("configure_model", states[1]), ("trainer.init_module", states[2])):
+            check(torch.equal(states[0][k], st[k]), f"{way} at stage 3: '{k}' differs from the module built in "
+                  "__init__")
+    expect(["accumulate_grad_batches=3"], lambda: trainer(accumulate_grad_batches=3, max_steps=2).fit(Tiny(), data))
     print("fw_lightning: surface passed (epoch scheduler, configure_model at stage 3, gathered state, "
           "trainer.save_checkpoint)", flush=True)
 
