@@ -6,6 +6,8 @@ engine.backward / engine.step; checkpoints are the engine's directories holding 
     trainer = L.Trainer(strategy="zeroshard_stage_2", accelerator="cpu")   # was: strategy="deepspeed_stage_2"
 """
 import contextlib
+import os
+import shutil
 
 import torch
 import lightning.pytorch as pl
@@ -242,7 +244,10 @@ class ZeroShardStrategy(DDPStrategy):
         callbacks, schedulers) as its client state; the weights and moments are the engine's own."""
         if storage_options is not None:
             raise _refuse("save_checkpoint(storage_options=...) (the engine writes the directory)")
-        filepath = self.broadcast(filepath)
+        if self._engine is None:
+            raise RuntimeError(f"{WHERE}: save_checkpoint before the engine exists (fit, validate or test first)")
+        filepath = os.fspath(self.broadcast(filepath))
+        os.makedirs(os.path.dirname(filepath) or ".", exist_ok=True)   # the engine makes the last level only
         state = {k: v for k, v in checkpoint.items() if k not in ("state_dict", "optimizer_states")}
         self._engine.save_checkpoint(filepath, tag=_TAG, client_state=state)
 
@@ -264,7 +269,6 @@ class ZeroShardStrategy(DDPStrategy):
 
     def remove_checkpoint(self, filepath):
         if self.is_global_zero:
-            import shutil
             shutil.rmtree(filepath, ignore_errors=True)
 
     # ------------------------------------------------------------------ registration
