@@ -11,6 +11,7 @@ import shutil
 
 import torch
 import lightning.pytorch as pl
+from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
@@ -53,7 +54,6 @@ class ZeroShardPrecision(Precision):
         self._dtype = _DTYPES[self.section]
 
     def convert_input(self, data):
-        from lightning.fabric.utilities.apply_func import apply_to_collection
         return apply_to_collection(data, torch.Tensor,
                                    lambda t: t.to(self._dtype) if t.is_floating_point() else t)
 
@@ -179,9 +179,9 @@ class ZeroShardStrategy(DDPStrategy):
                 raise _refuse("a second fit on one ZeroShardStrategy (make a new Trainer)")
             self.model = self._engine   # validate / test after fit: the trained engine
             return
-        self._check_trainer(trainer, module)
         optimizer, scheduler = None, None
         if fitting:
+            self._check_trainer(trainer, module)
             optimizers, schedulers = _init_optimizers_and_lr_schedulers(module)
             if len(optimizers) != 1 or len(schedulers) > 1:
                 raise _refuse(f"{len(optimizers)} optimizers and {len(schedulers)} lr schedulers from "
@@ -274,13 +274,15 @@ class ZeroShardStrategy(DDPStrategy):
     # ------------------------------------------------------------------ registration
     @classmethod
     def register_strategies(cls, registry):
-        names = {"zeroshard": {"stage": 2}, "zeroshard_stage_0": {"stage": 0}, "zeroshard_stage_1": {"stage": 1},
-                 "zeroshard_stage_2": {"stage": 2},
-                 "zeroshard_stage_2_offload": {"stage": 2, "offload_optimizer": True},
-                 "zeroshard_stage_3": {"stage": 3},
-                 "zeroshard_stage_3_offload": {"stage": 3, "offload_optimizer": True, "offload_parameters": True}}
-        for name, kw in names.items():
-            registry.register(name, cls, description=f"ZeroShard ZeRO {kw}", override=True, **kw)
+        off = {"offload_optimizer": True}
+        names = {"zeroshard": ({"stage": 2}, ""), "zeroshard_stage_0": ({"stage": 0}, ""),
+                 "zeroshard_stage_1": ({"stage": 1}, ""), "zeroshard_stage_2": ({"stage": 2}, ""),
+                 "zeroshard_stage_2_offload": ({"stage": 2, **off}, ", the optimizer on cpu"),
+                 "zeroshard_stage_3": ({"stage": 3}, ""),
+                 "zeroshard_stage_3_offload": ({"stage": 3, **off, "offload_parameters": True},
+                                               ", the optimizer and parameters on cpu")}
+        for name, (kw, where) in names.items():
+            registry.register(name, cls, description=f"ZeroShard, ZeRO stage {kw['stage']}{where}", override=True, **kw)
 
 
 ZeroShardStrategy.register_strategies(StrategyRegistry)
