@@ -116,6 +116,7 @@ def tiny_parts():
         def configure_model(self):
             if self.late and not hasattr(self, "net"):
                 self.build()
+                self.built_stride = self.net[0].weight.stride()
 
         def training_step(self, batch, batch_idx):
             return self.net(batch[0]).square().mean()
@@ -198,7 +199,9 @@ def surface(d):
             check(torch.equal(full[n], safe_get_full_fp32_param(p)), f"lightning_module_state_dict()['{n}'] "
                   "is not the gathered parameter")
         states.append(full)
-        if late:   # trainer.save_checkpoint, then validate from it
+        if late:
+            check(m.built_stride == (0, 0), f"configure_model at stage 3 built full tensors (stride "
+                  f"{m.built_stride}), not zero.Init's stand-ins")   # trainer.save_checkpoint, then validate from it
             path = os.path.join(d, "saved.ckpt")
             t.save_checkpoint(path)
             check(os.path.isdir(os.path.join(path, "checkpoint")), f"trainer.save_checkpoint wrote no engine "
@@ -208,6 +211,8 @@ def surface(d):
     t = trainer(strategy="zeroshard_stage_3", max_steps=2)
     with t.init_module():
         m = Tiny()
+    check(m.net[0].weight.stride() == (0, 0), "trainer.init_module at stage 3 built full tensors, not zero.Init's "
+          "stand-ins")
     t.fit(m, data)
     states.append(t.strategy.lightning_module_state_dict())
     t.strategy.model.destroy()
