@@ -126,8 +126,7 @@ def run(argv=None):
     a = p.parse_args(argv)
     if a.strategy == "ddp":
         fortunes.mpi_to_torch_env()
-    else:
-        import zeroshard.lightning  # noqa: F401  (registers the zeroshard_* strategy names)
+    import zeroshard.lightning  # noqa: F401  (registers the zeroshard_* names strategy= takes; nothing else)
     torch, L, ResumableSampler, Fortunes = lightning_parts()
     from lightning.pytorch.callbacks import ModelCheckpoint
     world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))

@@ -6,13 +6,16 @@ engine.backward / engine.step; checkpoints are the engine's directories holding 
     trainer = L.Trainer(strategy="zeroshard_stage_2", accelerator="cpu")   # was: strategy="deepspeed_stage_2"
 """
 import contextlib
+import os
+import shutil
 
 import torch
 import lightning.pytorch as pl
+from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.seed import reset_seed
 from lightning.pytorch.accelerators import CPUAccelerator
 from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
-from lightning.pytorch.plugins.precision import Precision
+from lightning.pytorch.plugins.precision import DoublePrecision, HalfPrecision, MixedPrecision, Precision
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import GradClipAlgorithmType
@@ -20,11 +23,20 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 import zeroshard
 from .._launch import framework_config, precision_of
+from .._lib import world_info
 from ._env import MPIEnvironment
 
 WHERE = "zeroshard.lightning.ZeroShardStrategy"
 _DTYPES = {"": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _TAG = "checkpoint"   # the engine's tag inside each checkpoint directory Lightning names
+
+
+def _micro_batch(trainer):
+    """The training loader's batch size (what ZeroShard reports its batch sizes by), 1 when none is known."""
+    source = trainer.fit_loop._data_source
+    if trainer.state.fn != TrainerFn.FITTING or not source.is_defined():
+        return 1
+    return getattr(getattr(source.dataloader(), "batch_sampler", None), "batch_size", None) or 1
 
 
 def _refuse(what):
@@ -42,7 +54,6 @@ class ZeroShardPrecision(Precision):
         self._dtype = _DTYPES[self.section]
 
     def convert_input(self, data):
-        from lightning.fabric.utilities.apply_func import apply_to_collection
         return apply_to_collection(data, torch.Tensor,
                                    lambda t: t.to(self._dtype) if t.is_floating_point() else t)
 
@@ -101,18 +112,19 @@ class ZeroShardStrategy(DDPStrategy):
 
     @DDPStrategy.precision_plugin.setter
     def precision_plugin(self, plugin):
+        """Lightning hands the plugin its precision name picked (autocast for "bf16-mixed", a module cast for
+        "bf16-true"); the name is kept, the plugin replaced. Any other plugin is refused."""
         if plugin is None or isinstance(plugin, ZeroShardPrecision):
             self._precision_plugin = plugin or ZeroShardPrecision("32-true")
             return
-        name = getattr(plugin, "precision", None)
-        if type(plugin).__name__ not in ("Precision", "MixedPrecision", "HalfPrecision", "DoublePrecision"):
+        if type(plugin) not in (Precision, MixedPrecision, HalfPrecision, DoublePrecision):
             raise _refuse(f"the precision plugin {type(plugin).__name__}")
-        self._precision_plugin = ZeroShardPrecision(name)
+        self._precision_plugin = ZeroShardPrecision(plugin.precision)
 
     def set_world_ranks(self):
         """The MPI world decides: devices and num_nodes left at their defaults (1) take its shape."""
-        env = self.cluster_environment
-        world, local = env.world_size(), env._local_size or 1
+        _, world, _, local = world_info()
+        local = local or 1
         if len(self.parallel_devices or []) <= 1 and self.num_nodes == 1 and world > 1:
             self.parallel_devices = [torch.device("cpu")] * local
             self._num_nodes = max(world // local, 1)
@@ -130,23 +142,24 @@ class ZeroShardStrategy(DDPStrategy):
         zeroshard.init_distributed(timeout=self._timeout)
 
     # ------------------------------------------------------------------ the engine
-    def _zero_config(self):
-        """The DeepSpeed config with the Trainer's switches merged in (built once, when the trainer is known)."""
+    def _base_config(self):
+        """The user's config with the constructor's switches (all that is known before the Trainer runs)."""
+        cfg = framework_config(self._user_config, where=WHERE, **self._switches)
+        if self._switches["stage"] is None:
+            cfg.setdefault("zero_optimization", {}).setdefault("stage", 2)
+        return cfg
+
+    def _zero_config(self, trainer):
+        """The config with the Trainer's switches merged in, built once, at the first setup."""
         if self.config is None:
-            trainer = self.lightning_module.trainer
-            stage = self._switches["stage"]
-            cfg = framework_config(self._user_config, where=WHERE, **self._switches,
-                                   precision=self.precision_plugin.precision,
-                                   accum=trainer.accumulate_grad_batches, clip=trainer.gradient_clip_val or None)
-            if stage is None:
-                cfg.setdefault("zero_optimization", {}).setdefault("stage", 2)
-            cfg.setdefault("train_micro_batch_size_per_gpu", 1)
-            self.config = cfg
+            self.config = framework_config(self._base_config(), where=WHERE, precision=self.precision_plugin.precision,
+                                           micro_batch=_micro_batch(trainer), accum=trainer.accumulate_grad_batches,
+                                           clip=trainer.gradient_clip_val or None)
         return self.config
 
     @property
     def zero_stage_3(self):
-        return self._zero_config()["zero_optimization"]["stage"] == 3
+        return self._base_config()["zero_optimization"]["stage"] == 3
 
     def _check_trainer(self, trainer, module):
         if not module.automatic_optimization:
@@ -166,16 +179,16 @@ class ZeroShardStrategy(DDPStrategy):
                 raise _refuse("a second fit on one ZeroShardStrategy (make a new Trainer)")
             self.model = self._engine   # validate / test after fit: the trained engine
             return
-        self._check_trainer(trainer, module)
         optimizer, scheduler = None, None
         if fitting:
+            self._check_trainer(trainer, module)
             optimizers, schedulers = _init_optimizers_and_lr_schedulers(module)
             if len(optimizers) != 1 or len(schedulers) > 1:
                 raise _refuse(f"{len(optimizers)} optimizers and {len(schedulers)} lr schedulers from "
                               "configure_optimizers (ZeroShard trains one optimizer, with at most one scheduler)")
             optimizer = optimizers[0]
             scheduler = schedulers[0] if schedulers else None
-        engine, zopt, _, _ = zeroshard.initialize(model=module, optimizer=optimizer, config=self._zero_config(),
+        engine, zopt, _, _ = zeroshard.initialize(model=module, optimizer=optimizer, config=self._zero_config(trainer),
                                                   lr_scheduler=scheduler.scheduler if scheduler else None,
                                                   dist_init_required=False)
         # Lightning steps the scheduler (interval "step" or "epoch"); the engine hands its param_groups' lr
@@ -210,13 +223,13 @@ class ZeroShardStrategy(DDPStrategy):
     # ------------------------------------------------------------------ stage 3 construction
     @contextlib.contextmanager
     def tensor_init_context(self, empty_init=None):
-        with contextlib.nullcontext() if self.zero_stage_3 else super().tensor_init_context(empty_init):
-            yield
-
-    @contextlib.contextmanager
-    def model_sharded_context(self):
-        """configure_model's modules built straight into shards at stage 3 (zeroshard.zero.Init)."""
-        with zeroshard.zero.Init(enabled=self.zero_stage_3, config_dict_or_path=self._zero_config()):
+        """trainer.init_module() and configure_model: at stage 3 the modules are built straight into shards
+        (zeroshard.zero.Init; every rank builds the same values), else as Lightning builds them."""
+        if not self.zero_stage_3:
+            with super().tensor_init_context(empty_init):
+                yield
+            return
+        with zeroshard.zero.Init(config_dict_or_path=self._base_config()):
             yield
 
     # ------------------------------------------------------------------ checkpoints
@@ -231,7 +244,10 @@ class ZeroShardStrategy(DDPStrategy):
         callbacks, schedulers) as its client state; the weights and moments are the engine's own."""
         if storage_options is not None:
             raise _refuse("save_checkpoint(storage_options=...) (the engine writes the directory)")
-        filepath = self.broadcast(filepath)
+        if self._engine is None:
+            raise RuntimeError(f"{WHERE}: save_checkpoint before the engine exists (fit, validate or test first)")
+        filepath = os.fspath(self.broadcast(filepath))
+        os.makedirs(os.path.dirname(filepath) or ".", exist_ok=True)   # the engine makes the last level only
         state = {k: v for k, v in checkpoint.items() if k not in ("state_dict", "optimizer_states")}
         self._engine.save_checkpoint(filepath, tag=_TAG, client_state=state)
 
@@ -253,19 +269,20 @@ class ZeroShardStrategy(DDPStrategy):
 
     def remove_checkpoint(self, filepath):
         if self.is_global_zero:
-            import shutil
             shutil.rmtree(filepath, ignore_errors=True)
 
     # ------------------------------------------------------------------ registration
     @classmethod
     def register_strategies(cls, registry):
-        names = {"zeroshard": {"stage": 2}, "zeroshard_stage_0": {"stage": 0}, "zeroshard_stage_1": {"stage": 1},
-                 "zeroshard_stage_2": {"stage": 2},
-                 "zeroshard_stage_2_offload": {"stage": 2, "offload_optimizer": True},
-                 "zeroshard_stage_3": {"stage": 3},
-                 "zeroshard_stage_3_offload": {"stage": 3, "offload_optimizer": True, "offload_parameters": True}}
-        for name, kw in names.items():
-            registry.register(name, cls, description=f"ZeroShard ZeRO {kw}", override=True, **kw)
+        off = {"offload_optimizer": True}
+        names = {"zeroshard": ({"stage": 2}, ""), "zeroshard_stage_0": ({"stage": 0}, ""),
+                 "zeroshard_stage_1": ({"stage": 1}, ""), "zeroshard_stage_2": ({"stage": 2}, ""),
+                 "zeroshard_stage_2_offload": ({"stage": 2, **off}, ", the optimizer on cpu"),
+                 "zeroshard_stage_3": ({"stage": 3}, ""),
+                 "zeroshard_stage_3_offload": ({"stage": 3, **off, "offload_parameters": True},
+                                               ", the optimizer and parameters on cpu")}
+        for name, (kw, where) in names.items():
+            registry.register(name, cls, description=f"ZeroShard, ZeRO stage {kw['stage']}{where}", override=True, **kw)
 
 
 ZeroShardStrategy.register_strategies(StrategyRegistry)
