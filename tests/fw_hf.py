@@ -181,8 +181,8 @@ def mode_misuse(tmp):
 
     def train_with(config, **kw):
         def go():
-            args = TrainingArguments(output_dir=tmp, use_cpu=True, report_to=[], max_steps=1,
-                                     per_device_train_batch_size=8, **kw)
+            args = TrainingArguments(**{"output_dir": tmp, "use_cpu": True, "report_to": [], "max_steps": 1,
+                                        "per_device_train_batch_size": 8, **kw})
             Trainer(model=fortunes_hf.fortunes.build_model(a, len(vocab)), args=args, train_dataset=train,
                     zeroshard_config=config).train()
         return go
@@ -193,6 +193,8 @@ def mode_misuse(tmp):
            train_with({"zero_optimization": {"stage": 1}, "gradient_clipping": 0.5}))
     expect("a config's bf16 section against bf16=False", "bf16.enabled",
            train_with({"zero_optimization": {"stage": 0}, "bf16": {"enabled": True}}))
+    expect("training across an epoch end the accumulation does not divide", "gradient_accumulation_steps",
+           train_with(None, per_device_train_batch_size=9, gradient_accumulation_steps=2, max_steps=200))
     config_sections(tmp, a, train, vocab)
     no_deepspeed()
     print("fw_hf misuse: passed")

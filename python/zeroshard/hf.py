@@ -18,6 +18,7 @@ import safetensors.torch
 import torch
 import transformers
 from transformers.trainer import SAFE_WEIGHTS_NAME, SCHEDULER_NAME
+from transformers.trainer_utils import has_length
 
 from . import initialize, init_distributed
 from ._launch import framework_config
@@ -195,7 +196,7 @@ class Trainer(transformers.Trainer):
         the optimizer every gradient_accumulation_steps micro-batches, so training that crosses such an epoch
         end is refused."""
         accum = self.args.gradient_accumulation_steps
-        per_epoch = len(train_dataloader) if transformers.trainer_utils.has_length(train_dataloader) else 0
+        per_epoch = len(train_dataloader) if has_length(train_dataloader) else 0
         if per_epoch % accum and max_steps > per_epoch // accum:
             raise ValueError(f"{WHERE}: an epoch has {per_epoch} micro-batches per rank, not a multiple of "
                              f"gradient_accumulation_steps={accum}, and max_steps={max_steps} crosses its end; "
