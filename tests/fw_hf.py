@@ -73,7 +73,7 @@ def mode_parity(_tmp):
             fail(f"{s}: test accuracy {r['test_acc']} is not above the majority class {MAJORITY}")
     # Under accumulation stages 0-1 share one params-hash and stages 2-3 another: at 0-1 autograd accumulates
     # the micro-batches' gradients in the gradient buffer itself, at 2-3 each micro-batch's are added into its
-    # bucket slot once complete, which rounds differently
+    # bucket slot once complete, which rounds differently (at accumulation 1 all four share one)
     h = {s: r["params_hash"] for s, r in rows.items()}
     if h["zeroshard_stage_0"] != h["zeroshard_stage_1"] or h["zeroshard_stage_2"] != h["zeroshard_stage_3"]:
         fail(f"params-hashes {h}: stages 0 and 1, and stages 2 and 3, should each share one")
