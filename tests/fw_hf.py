@@ -8,7 +8,8 @@ examples/pytorch/fortunes_hf.py, at tiny settings (fw_hf.sh runs it under mpirun
           params-hash and losses; save_model's model.safetensors + config.json loads with from_pretrained
           and gives the trained model's logits; a peft LoRA fine-tune (stage 2) leaves the base bit-identical,
           trains the adapters and lowers the loss
-  misuse  (one process) each refused TrainingArguments, and a config contradicting them, raise naming it
+  misuse  (one process) each refused TrainingArguments, and a config contradicting them, raise naming it;
+          the config's own optimizer and scheduler sections, all "auto", run with the Trainer's decay groups
 Every mode: the deepspeed package is never imported.
 """
 import os
@@ -72,7 +73,7 @@ def mode_parity(_tmp):
             fail(f"{s}: test accuracy {r['test_acc']} is not above the majority class {MAJORITY}")
     # Under accumulation stages 0-1 share one params-hash and stages 2-3 another: at 0-1 autograd accumulates
     # the micro-batches' gradients in the gradient buffer itself, at 2-3 each micro-batch's are added into its
-    # bucket slot once complete, which rounds differently
+    # bucket slot once complete, which rounds differently (at accumulation 1 all four share one)
     h = {s: r["params_hash"] for s, r in rows.items()}
     if h["zeroshard_stage_0"] != h["zeroshard_stage_1"] or h["zeroshard_stage_2"] != h["zeroshard_stage_3"]:
         fail(f"params-hashes {h}: stages 0 and 1, and stages 2 and 3, should each share one")
@@ -180,8 +181,8 @@ def mode_misuse(tmp):
 
     def train_with(config, **kw):
         def go():
-            args = TrainingArguments(output_dir=tmp, use_cpu=True, report_to=[], max_steps=1,
-                                     per_device_train_batch_size=8, **kw)
+            args = TrainingArguments(**{"output_dir": tmp, "use_cpu": True, "report_to": [], "max_steps": 1,
+                                        "per_device_train_batch_size": 8, **kw})
             Trainer(model=fortunes_hf.fortunes.build_model(a, len(vocab)), args=args, train_dataset=train,
                     zeroshard_config=config).train()
         return go
@@ -192,8 +193,38 @@ def mode_misuse(tmp):
            train_with({"zero_optimization": {"stage": 1}, "gradient_clipping": 0.5}))
     expect("a config's bf16 section against bf16=False", "bf16.enabled",
            train_with({"zero_optimization": {"stage": 0}, "bf16": {"enabled": True}}))
+    expect("training across an epoch end the accumulation does not divide", "gradient_accumulation_steps",
+           train_with(None, per_device_train_batch_size=9, gradient_accumulation_steps=2, max_steps=200))
+    config_sections(tmp, a, train, vocab)
     no_deepspeed()
     print("fw_hf misuse: passed")
+
+
+def config_sections(tmp, a, train, vocab):
+    """The config's optimizer and scheduler, all "auto": the Trainer's decay groups kept, the learning rate
+    the config schedule's (warm-up to the Trainer's learning_rate, then down)."""
+    from transformers import TrainingArguments
+    from zeroshard.hf import Trainer
+    auto = {"zero_optimization": {"stage": 1},
+            "optimizer": {"type": "AdamW", "params": {k: "auto" for k in ("lr", "betas", "eps", "weight_decay")}},
+            "scheduler": {"type": "WarmupDecayLR", "params": {k: "auto" for k in (
+                "warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "total_num_steps")}}}
+    args = TrainingArguments(output_dir=tmp, use_cpu=True, report_to=[], max_steps=6, warmup_steps=3,
+                             learning_rate=1e-3, weight_decay=0.05, per_device_train_batch_size=8,
+                             logging_steps=1, disable_tqdm=True)
+    trainer = Trainer(model=fortunes_hf.fortunes.build_model(a, len(vocab)), args=args, train_dataset=train,
+                      zeroshard_config=auto)
+    trainer.train()
+    lrs = [r["learning_rate"] for r in trainer.state.log_history if "learning_rate" in r]
+    decays = [g["weight_decay"] for g in trainer.engine.optimizer.param_groups]
+    trainer.engine.destroy()
+    if decays != [0.05, 0.0]:
+        fail(f"the config's optimizer: param_groups' weight decays {decays}, not the Trainer's [0.05, 0.0]")
+    peak = lrs.index(max(lrs))
+    if abs(max(lrs) - 1e-3) > 1e-9 or lrs[:peak] != sorted(lrs[:peak]) or lrs[peak:] != sorted(lrs[peak:])[::-1]:
+        fail(f"the config's WarmupDecayLR: learning rates {lrs} do not rise to 1e-3 and fall")
+    print(f"fw_hf misuse: the config's optimizer and scheduler run: weight decays {decays}, learning rates "
+          f"{['%.2g' % x for x in lrs]}")
 
 
 MODES = {"parity": mode_parity, "ckpt": mode_ckpt, "misuse": mode_misuse}

@@ -18,12 +18,24 @@ import safetensors.torch
 import torch
 import transformers
 from transformers.trainer import SAFE_WEIGHTS_NAME, SCHEDULER_NAME
+from transformers.trainer_utils import has_length
 
 from . import initialize, init_distributed
 from ._launch import framework_config
 from .utils import safe_get_full_fp32_param
 
 __all__ = ["Trainer", "DEFAULT_CONFIG"]
+
+# The Trainer's methods overridden or called below: a transformers without one of them would train past the
+# engine (an override nothing calls) or fail midway
+_TRAINER_METHODS = ("create_accelerator_and_postprocess", "_prepare_for_training", "_wrap_model", "_clip_grad_norm",
+                    "_get_grad_norm", "_maybe_log_save_evaluate", "_save_optimizer_and_scheduler",
+                    "_load_optimizer_and_scheduler", "_load_from_checkpoint", "save_model", "_save",
+                    "create_optimizer", "create_scheduler", "get_decay_parameter_names")
+_missing = [m for m in _TRAINER_METHODS if not hasattr(transformers.Trainer, m)]
+if _missing:
+    raise ImportError(f"zeroshard.hf: transformers {transformers.__version__}'s Trainer lacks {', '.join(_missing)}; "
+                      "zeroshard.hf.Trainer is tested against transformers 5.24.0")
 
 # TrainingArguments reads the world (and, under mpirun, would rendezvous through variables mpirun does not
 # set) when it is built, which scripts do before the Trainer: the gloo group over MPI is made on import, so
@@ -45,7 +57,7 @@ _REFUSED = (
     ("parallelism_config", lambda a: a.parallelism_config is not None, "no tensor, context or sequence parallelism"),
     ("auto_find_batch_size", lambda a: a.auto_find_batch_size, "the micro-batch is fixed when the engine is built"),
     ("load_best_model_at_end", lambda a: a.load_best_model_at_end, "the best checkpoint is not loaded back"),
-    ("push_to_hub", lambda a: a.push_to_hub, "the Hub is not reached from here"),
+    ("push_to_hub", lambda a: a.push_to_hub, "save_model writes the files; upload them apart"),
     ("fp16_full_eval", lambda a: a.fp16_full_eval, "evaluation runs in the training dtype"),
     ("bf16_full_eval", lambda a: a.bf16_full_eval, "evaluation runs in the training dtype"),
 )
@@ -184,7 +196,7 @@ class Trainer(transformers.Trainer):
         the optimizer every gradient_accumulation_steps micro-batches, so training that crosses such an epoch
         end is refused."""
         accum = self.args.gradient_accumulation_steps
-        per_epoch = len(train_dataloader) if transformers.trainer_utils.has_length(train_dataloader) else 0
+        per_epoch = len(train_dataloader) if has_length(train_dataloader) else 0
         if per_epoch % accum and max_steps > per_epoch // accum:
             raise ValueError(f"{WHERE}: an epoch has {per_epoch} micro-batches per rank, not a multiple of "
                              f"gradient_accumulation_steps={accum}, and max_steps={max_steps} crosses its end; "
