@@ -5,13 +5,12 @@
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
-need="torch, transformers, accelerate"
-if ! err=$(python3 -c "import $need" 2>&1); then
-  echo "fw_accelerate: SKIP: python3 cannot import $need (${err##*$'\n'}); bash tools/setup_tests.sh installs them"
-  exit 77
-fi
-export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
+for m in torch transformers accelerate; do   # the framework, pinned by tools/setup_tests.sh
+  python3 -c "import $m" 2> /dev/null ||
+    { echo "fw_accelerate: SKIP: python3 cannot import $m; bash tools/setup_tests.sh installs it"; exit 77; }
+done
+export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so \
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
 run="mpirun --oversubscribe -np 2"
 py="python3 $here/fw_accelerate.py"
 case $MODE in
