@@ -16,6 +16,7 @@ import inspect
 import math
 import os
 import random
+import weakref
 
 try:
     import accelerate as _accelerate
@@ -32,6 +33,7 @@ from .comm import init_distributed
 WHERE = "zeroshard.accelerate.Accelerator"
 DEFAULT_CONFIG = {"zero_optimization": {"stage": 2}}
 PRECISIONS = {"no": "no", "fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 RNG_FILE = "random_states_{}.pkl"   # Accelerate's name for each rank's random states
 
 
@@ -347,6 +349,8 @@ class Accelerator:
         engine, _, _, _ = zeroshard.initialize(model=model, optimizer=optimizer,
                                                config=_fill_autos(cfg, self.num_processes))
         engine._client_scheduler = True   # param_groups are the truth across a load; the schedulers are ours
+        if self.mixed_precision != "no":   # as Accelerate does for its models: fp32 inputs meet bf16 weights
+            engine.forward = _autocast_forward(engine, AUTOCAST[self.mixed_precision])
         self._engine, self._optimizer = engine, _Optimizer(self, engine)
         self._originals[id(optimizer)] = self._optimizer
         return engine, self._optimizer
@@ -453,11 +457,12 @@ class Accelerator:
         raise _refuse("clip_grad_value_", "ZeroShard clips by the global norm: config key 'gradient_clipping'")
 
     def autocast(self, autocast_handler=None):
-        """The engine runs the model in the config's dtype (bf16 / fp16 weights and activations), which is what
-        autocast would give; nothing to switch on."""
+        """torch.autocast in the mixed-precision dtype (the prepared model's forward runs under it already)."""
         if autocast_handler is not None:
             raise _refuse("autocast(autocast_handler=...)")
-        return contextlib.nullcontext()
+        if self.mixed_precision == "no":
+            return contextlib.nullcontext()
+        return torch.autocast("cpu", dtype=AUTOCAST[self.mixed_precision])
 
     def _need_engine(self, what):
         if self._engine is None:
@@ -619,6 +624,17 @@ class Accelerator:
         if not name.startswith("_") and hasattr(_accelerate.Accelerator, name):
             raise _refuse(name)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+
+def _autocast_forward(engine, dtype):
+    """The engine's forward under torch.autocast; through a weak reference, so the engine keeps no cycle (a
+    dropped engine is finalised at once, on every rank)."""
+    ref, forward = weakref.ref(engine), type(engine).forward
+
+    def call(*args, **kwargs):
+        with torch.autocast("cpu", dtype=dtype):
+            return forward(ref(), *args, **kwargs)
+    return call
 
 
 def _apply(data, fn):
