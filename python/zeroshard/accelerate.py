@@ -28,6 +28,7 @@ except ImportError as e:   # pragma: no cover - said once, clearly
 import torch
 
 from . import _launch
+from ._lib import world_info
 from .comm import init_distributed
 
 WHERE = "zeroshard.accelerate.Accelerator"
@@ -109,7 +110,7 @@ class _Loader:
     last batch so gather_for_metrics can drop the padding and accumulate() can see an epoch's end."""
 
     def __init__(self, acc, loader, generator):
-        self._acc, self._orig, self.generator = acc, loader, generator
+        self._acc, self.generator = acc, generator
         shard = BatchSamplerShard(loader.batch_sampler, num_processes=acc.num_processes,
                                   process_index=acc.process_index, split_batches=False, even_batches=True)
         self._dl = torch.utils.data.DataLoader(
@@ -122,7 +123,6 @@ class _Loader:
         self.end_of_dataloader = False
         self._skip = 0            # batches skip_first_batches asked to pass over at the next iteration
         self._epoch_rng = None    # the shuffling generator's state when the current iteration began
-        self._yielded = 0
 
     def __len__(self):
         return len(self._dl)
@@ -130,16 +130,15 @@ class _Loader:
     def __iter__(self):
         skip, self._skip = self._skip, 0
         self._epoch_rng = self.generator.get_state() if self.generator is not None else None
-        self._yielded, self.end_of_dataloader = 0, False
+        self.end_of_dataloader = False
         self._acc._active.append(self)
         try:
             it = iter(self._dl)
-            cur = next(it, StopIteration)
+            cur, n = next(it, StopIteration), 0
             while cur is not StopIteration:
-                nxt = next(it, StopIteration)
+                nxt, n = next(it, StopIteration), n + 1
                 self.end_of_dataloader = nxt is StopIteration
-                self._yielded += 1
-                if self._yielded > skip:
+                if n > skip:
                     yield cur
                 cur = nxt
         finally:
@@ -149,16 +148,16 @@ class _Loader:
         """Accelerate's loaders take it; the shuffle here follows its generator, which needs no epoch."""
 
     def state(self):
-        """Where the iteration stands: the generator's state at the start of this pass (or now, between
-        passes) and the batches yielded in it, so load_state replays the pass and skip_first_batches resumes."""
-        if self._epoch_rng is None or self.end_of_dataloader:
-            return {"rng": self.generator.get_state() if self.generator is not None else None, "yielded": 0}
-        return {"rng": self._epoch_rng, "yielded": self._yielded}
+        """The shuffling generator's state at the start of the current pass (between passes: now), so that
+        load_state replays the pass; the script's skip_first_batches then passes over what it had used."""
+        if self.generator is None:
+            return None
+        return self._epoch_rng if self._epoch_rng is not None and not self.end_of_dataloader else \
+            self.generator.get_state()
 
-    def load(self, st):
-        """Back to the start of the saved pass: the script passes over what it had used with skip_first_batches."""
-        if st["rng"] is not None and self.generator is not None:
-            self.generator.set_state(st["rng"])
+    def load(self, rng):
+        if rng is not None:
+            self.generator.set_state(rng)
         self._epoch_rng, self.end_of_dataloader = None, False
 
 
@@ -173,7 +172,6 @@ class _Optimizer(torch.optim.Optimizer):
         self.defaults = engine.optimizer.defaults
         self.state = {}
         self.step_was_skipped = False
-        self._opt_called = False
 
     def step(self, closure=None):
         if closure is not None:
@@ -237,7 +235,8 @@ class Accelerator:
     def __init__(self, device_placement=True, mixed_precision=None, gradient_accumulation_steps=1, cpu=False,
                  dataloader_config=None, deepspeed_plugin=None, gradient_accumulation_plugin=None,
                  step_scheduler_with_optimizer=True, project_dir=None, *, zeroshard_config=None, **others):
-        _check_defaults(_accelerate.Accelerator.__init__, others, {"split_batches": (False,), "dynamo_backend": ("no", "NO")})
+        _check_defaults(_accelerate.Accelerator.__init__, others,
+                        {"split_batches": (False,), "dynamo_backend": ("no", "NO")})
         if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
             raise _refuse("FSDP (ACCELERATE_USE_FSDP)", "ZeroShard shards with ZeRO; pick a ZeRO stage instead")
         if dataloader_config is not None:
@@ -262,7 +261,7 @@ class Accelerator:
         init_distributed()
         dist = torch.distributed
         self.num_processes, self.process_index = dist.get_world_size(), dist.get_rank()
-        self.local_process_index = int(os.environ.get("LOCAL_RANK", "0"))
+        self.local_process_index = world_info()[2]
         self.device = torch.device("cpu")
         self.sync_gradients = True
         self.step = 0                 # micro-batches since the last sync, as Accelerate counts them
