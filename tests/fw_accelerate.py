@@ -8,7 +8,8 @@
   resume   (2 ranks) DIR/full.json (20 steps, saved after 16) against DIR/resumed.json (a fresh process that
            load_state'd and went on): the same losses and params-hash
   misuse   (1 rank) where the ZeRO config comes from (zeroshard_config, a YAML, DeepSpeedPlugin,
-           ACCELERATE_DEEPSPEED_CONFIG_FILE), and each unsupported request raises naming it
+           ACCELERATE_DEEPSPEED_CONFIG_FILE), each unsupported request raising naming it, and the norm
+           clip_grad_norm_ returns (this step's, before clipping)
 """
 import json
 import os
@@ -198,11 +199,32 @@ def check_refusals():
         "client optimizer")
 
 
+def check_clip_norm():
+    """clip_grad_norm_ returns this step's gradient norm before clipping, as torch's does."""
+    import copy
+    from zeroshard.accelerate import Accelerator
+    acc = Accelerator(zeroshard_config={"gradient_clipping": 1.0})
+    model, opt, data = model_and_optimizer()
+    twin = copy.deepcopy(model)
+    engine, opt, data = acc.prepare(model, opt, data)
+    x = torch.arange(8.0).reshape(2, 4)
+    acc.backward(engine(x).square().sum())
+    got = float(acc.clip_grad_norm_(engine.parameters(), 1.0))
+    opt.step()
+    acc.free_memory()
+    twin(x).square().sum().backward()
+    want = float(torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0))
+    if not abs(got - want) <= 1e-5 * want:
+        fail(f"clip_grad_norm_ returned {got}, torch's norm of the same gradients is {want}")
+
+
 def mode_misuse():
     with tempfile.TemporaryDirectory() as d:
         check_sources(d)
     check_refusals()
-    print("fw_accelerate misuse: passed (the config's four sources; each unsupported request named)")
+    check_clip_norm()
+    print("fw_accelerate misuse: passed (the config's four sources; each unsupported request named; "
+          "clip_grad_norm_'s norm)")
 
 
 if __name__ == "__main__":
