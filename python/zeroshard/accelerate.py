@@ -213,16 +213,7 @@ class _Scheduler:
             if self.scheduler._step_count <= getattr(self.scheduler, "total_steps", math.inf):
                 self.scheduler.step(*args, **kwargs)
 
-    def get_last_lr(self):
-        return self.scheduler.get_last_lr()
-
-    def state_dict(self):
-        return self.scheduler.state_dict()
-
-    def load_state_dict(self, state_dict):
-        self.scheduler.load_state_dict(state_dict)
-
-    def __getattr__(self, name):
+    def __getattr__(self, name):   # get_last_lr, state_dict, load_state_dict, ...: the scheduler's
         return getattr(self.scheduler, name)
 
 
