@@ -519,8 +519,11 @@ class Accelerator:
         sd = e.module_state_dict()
         if e.dtype != torch.float32:
             from .utils import safe_get_full_fp32_param
+            full = {}   # a tied parameter's names share one tensor, as in module_state_dict
             for name, p in e.module.named_parameters(remove_duplicate=False):
-                sd[name] = safe_get_full_fp32_param(p)
+                if id(p) not in full:
+                    full[id(p)] = safe_get_full_fp32_param(p)
+                sd[name] = full[id(p)]
         return sd if unwrap else {"module." + k: v for k, v in sd.items()}
 
     def save_model(self, model, save_directory, max_shard_size="10GB", safe_serialization=True):
