@@ -160,9 +160,10 @@ def check_refusals():
                      ({"dataloader_config": DataLoaderConfiguration(split_batches=True)}, "split_batches"),
                      ({"zeroshard_config": {"zeroshard": {"device": "cuda"}}}, "zeroshard.device")):
         raises(f"Accelerator({word})", lambda: Accelerator(**kw).prepare(*model_and_optimizer()), word)
-    os.environ["ACCELERATE_USE_FSDP"] = "true"
-    raises("ACCELERATE_USE_FSDP", Accelerator, "FSDP")
-    del os.environ["ACCELERATE_USE_FSDP"]
+    for var, value in (("ACCELERATE_USE_FSDP", "true"), ("ACCELERATE_TORCH_DEVICE", "cuda")):
+        os.environ[var] = value
+        raises(var, Accelerator, var)
+        del os.environ[var]
     raises("two configs", lambda: Accelerator(zeroshard_config={}, deepspeed_plugin=accelerate.DeepSpeedPlugin()),
            "zeroshard_config", "deepspeed_plugin")
 

@@ -228,6 +228,9 @@ class Accelerator:
                  step_scheduler_with_optimizer=True, project_dir=None, *, zeroshard_config=None, **others):
         _check_defaults(_accelerate.Accelerator.__init__, others,
                         {"split_batches": (False,), "dynamo_backend": ("no", "NO")})
+        if os.environ.get("ACCELERATE_TORCH_DEVICE", "cpu") != "cpu":
+            raise _refuse(f"ACCELERATE_TORCH_DEVICE={os.environ['ACCELERATE_TORCH_DEVICE']}",
+                          "the PyTorch front end trains on the CPU")
         if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
             raise _refuse("FSDP (ACCELERATE_USE_FSDP)", "ZeroShard shards with ZeRO; pick a ZeRO stage instead")
         if dataloader_config is not None:
