@@ -1,13 +1,15 @@
 """fw_accelerate.py MODE [DIR] - zeroshard.accelerate against Accelerate (run by fw_accelerate.sh).
 
   parity   (2 ranks) examples/pytorch/fortunes_accelerate.py in one process under Accelerate's own Accelerator
-           and ZeroShard's at stages 0-3, accumulation 2 and clipping that bites: losses agree within LOSS_TOL,
+           and ZeroShard's at stages 0-3, accumulation 2 and clipping that bites (and at stage 0 without
+           clipping, the engine then stepping at optimizer.step()): losses agree within LOSS_TOL,
            accuracy above the majority class; stages 0-3 one params-hash without accumulation (0-1 and 2-3
            one each with it); gather_for_metrics over the test split sees each fortune once
-  resume   (2 ranks) DIR/full.json (20 steps, saved after 10) against DIR/resumed.json (a fresh process that
+  resume   (2 ranks) DIR/full.json (20 steps, saved after 16) against DIR/resumed.json (a fresh process that
            load_state'd and went on): the same losses and params-hash
   misuse   (1 rank) where the ZeRO config comes from (zeroshard_config, a YAML, DeepSpeedPlugin,
-           ACCELERATE_DEEPSPEED_CONFIG_FILE), and each unsupported request raises naming it
+           ACCELERATE_DEEPSPEED_CONFIG_FILE), each unsupported request raising naming it, and the norm
+           clip_grad_norm_ returns (this step's, before clipping)
 """
 import json
 import os
@@ -34,14 +36,16 @@ def fail(msg):
 def mode_parity():
     import fortunes_accelerate as ex
     rows = {s: ex.run(ex.parse(TINY + ["--strategy", s])) for s in ex.STRATEGIES[:5]}
-    unclipped = ex.run(ex.parse(TINY + ["--strategy", "zeroshard_stage_0", "--clip", "0"]))
+    # without clip_grad_norm_ the engine steps at optimizer.step() (with it, already at the clip)
+    unclipped = {s: ex.run(ex.parse(TINY + ["--strategy", s, "--clip", "0", "--no-eval"]))
+                 for s in ex.STRATEGIES[:2]}
     once = {s: ex.run(ex.parse(TINY + ["--strategy", s, "--accum", "1", "--steps", "10", "--no-eval"]))
             for s in ex.STRATEGIES[1:5]}
     if torch.distributed.get_rank() != 0:
         return check_gather(ex)
-    ref = rows["accelerate"]
     worst = 0.0
-    for s, r in rows.items():
+    for s, r, ref in [(s, r, rows["accelerate"]) for s, r in rows.items()] + \
+            [("zeroshard_stage_0 unclipped", unclipped["zeroshard_stage_0"], unclipped["accelerate"])]:
         diff = max(abs(x - y) for x, y in zip(r["losses"], ref["losses"]))
         worst = max(worst, diff)
         if len(r["losses"]) != 20 or diff > LOSS_TOL:
@@ -54,7 +58,8 @@ def mode_parity():
     accum = [rows[f"zeroshard_stage_{i}"]["params_hash"] for i in range(4)]
     if accum[0] != accum[1] or accum[2] != accum[3]:
         fail(f"under accumulation stages 0/1 or 2/3 give different params-hashes: {accum}")
-    if max(abs(x - y) for x, y in zip(unclipped["losses"], rows["zeroshard_stage_0"]["losses"])) < 1e-3:
+    if max(abs(x - y) for x, y in zip(unclipped["zeroshard_stage_0"]["losses"],
+                                      rows["zeroshard_stage_0"]["losses"])) < 1e-3:
         fail("clipping at 0.1 does not change the losses: the parity does not cover clipping")
     ones = ex.fortunes.datasets(ex.parse(TINY))[1].labels.float().mean().item()
     majority = max(ones, 1 - ones)
@@ -87,9 +92,9 @@ def mode_resume(d):
     full = json.load(open(os.path.join(d, "full.json")))
     resumed = json.load(open(os.path.join(d, "resumed.json")))
     if full["losses"] != resumed["losses"] or full["params_hash"] != resumed["params_hash"]:
-        fail(f"resumed run differs: losses {full['losses'][10:]} vs {resumed['losses'][10:]}, params-hash "
+        fail(f"resumed run differs: losses {full['losses']} vs {resumed['losses']}, params-hash "
              f"{full['params_hash']} vs {resumed['params_hash']}")
-    print(f"fw_accelerate resume: passed (load_state after step 10, stage 3: steps 11-20 and params-hash "
+    print(f"fw_accelerate resume: passed (load_state after step 16, stage 3: steps 17-20 and params-hash "
           f"{full['params_hash']} bit-identical)")
 
 
@@ -155,9 +160,10 @@ def check_refusals():
                      ({"dataloader_config": DataLoaderConfiguration(split_batches=True)}, "split_batches"),
                      ({"zeroshard_config": {"zeroshard": {"device": "cuda"}}}, "zeroshard.device")):
         raises(f"Accelerator({word})", lambda: Accelerator(**kw).prepare(*model_and_optimizer()), word)
-    os.environ["ACCELERATE_USE_FSDP"] = "true"
-    raises("ACCELERATE_USE_FSDP", Accelerator, "FSDP")
-    del os.environ["ACCELERATE_USE_FSDP"]
+    for var, value in (("ACCELERATE_USE_FSDP", "true"), ("ACCELERATE_TORCH_DEVICE", "cuda")):
+        os.environ[var] = value
+        raises(var, Accelerator, var)
+        del os.environ[var]
     raises("two configs", lambda: Accelerator(zeroshard_config={}, deepspeed_plugin=accelerate.DeepSpeedPlugin()),
            "zeroshard_config", "deepspeed_plugin")
 
@@ -194,11 +200,32 @@ def check_refusals():
         "client optimizer")
 
 
+def check_clip_norm():
+    """clip_grad_norm_ returns this step's gradient norm before clipping, as torch's does."""
+    import copy
+    from zeroshard.accelerate import Accelerator
+    acc = Accelerator(zeroshard_config={"gradient_clipping": 1.0})
+    model, opt, data = model_and_optimizer()
+    twin = copy.deepcopy(model)
+    engine, opt, data = acc.prepare(model, opt, data)
+    x = torch.arange(8.0).reshape(2, 4)
+    acc.backward(engine(x).square().sum())
+    got = float(acc.clip_grad_norm_(engine.parameters(), 1.0))
+    opt.step()
+    acc.free_memory()
+    twin(x).square().sum().backward()
+    want = float(torch.nn.utils.clip_grad_norm_(twin.parameters(), 1.0))
+    if not abs(got - want) <= 1e-5 * want:
+        fail(f"clip_grad_norm_ returned {got}, torch's norm of the same gradients is {want}")
+
+
 def mode_misuse():
     with tempfile.TemporaryDirectory() as d:
         check_sources(d)
     check_refusals()
-    print("fw_accelerate misuse: passed (the config's four sources; each unsupported request named)")
+    check_clip_norm()
+    print("fw_accelerate misuse: passed (the config's four sources; each unsupported request named; "
+          "clip_grad_norm_'s norm)")
 
 
 if __name__ == "__main__":

@@ -5,25 +5,25 @@
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
-need="torch, transformers, accelerate"
-if ! err=$(python3 -c "import $need" 2>&1); then
-  echo "fw_accelerate: SKIP: python3 cannot import $need (${err##*$'\n'}); bash tools/setup_tests.sh installs them"
-  exit 77
-fi
-export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
+for m in torch transformers accelerate; do   # the framework, pinned by tools/setup_tests.sh
+  python3 -c "import $m" 2> /dev/null ||
+    { echo "fw_accelerate: SKIP: python3 cannot import $m; bash tools/setup_tests.sh installs it"; exit 77; }
+done
+export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so \
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
 run="mpirun --oversubscribe -np 2"
 py="python3 $here/fw_accelerate.py"
 case $MODE in
   parity) $run $py parity ;;
   resume)
-    # 20 steps at stage 3 saved after step 10 (mid-epoch); a fresh job loads that and runs steps 11-20
+    # 20 steps at stage 3, accumulation 4, saved after step 16 (in the second pass over the data, 57 micro-batches
+    # a pass); a fresh job loads that and runs steps 17-20
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     ex="python3 $here/../examples/pytorch/fortunes_accelerate.py --strategy zeroshard_stage_3 --steps 20 --dim 32
-        --layers 1 --heads 2 --seq 64 --micro-batch 8 --accum 2 --lr 1.5e-2 --warmup 2 --clip 0.1 --no-eval
+        --layers 1 --heads 2 --seq 64 --micro-batch 16 --accum 4 --lr 1.5e-2 --warmup 2 --clip 0.1 --no-eval
         --save-dir $tmp/ck"
-    $run $ex --save-at 10 --result "$tmp/full.json" > /dev/null &&
+    $run $ex --save-at 16 --result "$tmp/full.json" > /dev/null &&
       $run $ex --resume --result "$tmp/resumed.json" > /dev/null && $py resume "$tmp" ;;
   misuse) $py misuse ;;   # no mpirun: a world of one
   *) echo "fw_accelerate.sh: unknown mode $MODE"; exit 2 ;;

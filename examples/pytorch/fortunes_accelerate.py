@@ -132,7 +132,7 @@ def run(a):
         model, optimizer, train_loader, test_loader, scheduler)
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
-    if a.resume:
+    if a.resume:   # ZeroShard's load_state also restores the loaders' shuffling (Accelerate's own does not)
         accelerator.load_state(a.save_dir)
     t0 = time.time()
     train(a, accelerator, model, optimizer, scheduler, train_loader, progress)

@@ -16,6 +16,7 @@ import inspect
 import math
 import os
 import random
+import weakref
 
 try:
     import accelerate as _accelerate
@@ -27,11 +28,13 @@ except ImportError as e:   # pragma: no cover - said once, clearly
 import torch
 
 from . import _launch
+from ._lib import world_info
 from .comm import init_distributed
 
 WHERE = "zeroshard.accelerate.Accelerator"
 DEFAULT_CONFIG = {"zero_optimization": {"stage": 2}}
 PRECISIONS = {"no": "no", "fp32": "no", "bf16": "bf16", "fp16": "fp16"}
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 RNG_FILE = "random_states_{}.pkl"   # Accelerate's name for each rank's random states
 
 
@@ -107,7 +110,7 @@ class _Loader:
     last batch so gather_for_metrics can drop the padding and accumulate() can see an epoch's end."""
 
     def __init__(self, acc, loader, generator):
-        self._acc, self._orig, self.generator = acc, loader, generator
+        self._acc, self.generator = acc, generator
         shard = BatchSamplerShard(loader.batch_sampler, num_processes=acc.num_processes,
                                   process_index=acc.process_index, split_batches=False, even_batches=True)
         self._dl = torch.utils.data.DataLoader(
@@ -120,7 +123,6 @@ class _Loader:
         self.end_of_dataloader = False
         self._skip = 0            # batches skip_first_batches asked to pass over at the next iteration
         self._epoch_rng = None    # the shuffling generator's state when the current iteration began
-        self._yielded = 0
 
     def __len__(self):
         return len(self._dl)
@@ -128,16 +130,15 @@ class _Loader:
     def __iter__(self):
         skip, self._skip = self._skip, 0
         self._epoch_rng = self.generator.get_state() if self.generator is not None else None
-        self._yielded, self.end_of_dataloader = 0, False
+        self.end_of_dataloader = False
         self._acc._active.append(self)
         try:
             it = iter(self._dl)
-            cur = next(it, StopIteration)
+            cur, n = next(it, StopIteration), 0
             while cur is not StopIteration:
-                nxt = next(it, StopIteration)
+                nxt, n = next(it, StopIteration), n + 1
                 self.end_of_dataloader = nxt is StopIteration
-                self._yielded += 1
-                if self._yielded > skip:
+                if n > skip:
                     yield cur
                 cur = nxt
         finally:
@@ -147,16 +148,16 @@ class _Loader:
         """Accelerate's loaders take it; the shuffle here follows its generator, which needs no epoch."""
 
     def state(self):
-        """Where the iteration stands: the generator's state at the start of this pass (or now, between
-        passes) and the batches yielded in it, so load_state replays the pass and skip_first_batches resumes."""
-        if self._epoch_rng is None or self.end_of_dataloader:
-            return {"rng": self.generator.get_state() if self.generator is not None else None, "yielded": 0}
-        return {"rng": self._epoch_rng, "yielded": self._yielded}
+        """The shuffling generator's state at the start of the current pass (between passes: now), so that
+        load_state replays the pass; the script's skip_first_batches then passes over what it had used."""
+        if self.generator is None:
+            return None
+        return self._epoch_rng if self._epoch_rng is not None and not self.end_of_dataloader else \
+            self.generator.get_state()
 
-    def load(self, st):
-        """Back to the start of the saved pass: the script passes over what it had used with skip_first_batches."""
-        if st["rng"] is not None and self.generator is not None:
-            self.generator.set_state(st["rng"])
+    def load(self, rng):
+        if rng is not None:
+            self.generator.set_state(rng)
         self._epoch_rng, self.end_of_dataloader = None, False
 
 
@@ -171,7 +172,6 @@ class _Optimizer(torch.optim.Optimizer):
         self.defaults = engine.optimizer.defaults
         self.state = {}
         self.step_was_skipped = False
-        self._opt_called = False
 
     def step(self, closure=None):
         if closure is not None:
@@ -213,16 +213,7 @@ class _Scheduler:
             if self.scheduler._step_count <= getattr(self.scheduler, "total_steps", math.inf):
                 self.scheduler.step(*args, **kwargs)
 
-    def get_last_lr(self):
-        return self.scheduler.get_last_lr()
-
-    def state_dict(self):
-        return self.scheduler.state_dict()
-
-    def load_state_dict(self, state_dict):
-        self.scheduler.load_state_dict(state_dict)
-
-    def __getattr__(self, name):
+    def __getattr__(self, name):   # get_last_lr, state_dict, load_state_dict, ...: the scheduler's
         return getattr(self.scheduler, name)
 
 
@@ -235,7 +226,11 @@ class Accelerator:
     def __init__(self, device_placement=True, mixed_precision=None, gradient_accumulation_steps=1, cpu=False,
                  dataloader_config=None, deepspeed_plugin=None, gradient_accumulation_plugin=None,
                  step_scheduler_with_optimizer=True, project_dir=None, *, zeroshard_config=None, **others):
-        _check_defaults(_accelerate.Accelerator.__init__, others, {"split_batches": (False,), "dynamo_backend": ("no", "NO")})
+        _check_defaults(_accelerate.Accelerator.__init__, others,
+                        {"split_batches": (False,), "dynamo_backend": ("no", "NO")})
+        if os.environ.get("ACCELERATE_TORCH_DEVICE", "cpu") != "cpu":
+            raise _refuse(f"ACCELERATE_TORCH_DEVICE={os.environ['ACCELERATE_TORCH_DEVICE']}",
+                          "the PyTorch front end trains on the CPU")
         if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
             raise _refuse("FSDP (ACCELERATE_USE_FSDP)", "ZeroShard shards with ZeRO; pick a ZeRO stage instead")
         if dataloader_config is not None:
@@ -260,7 +255,7 @@ class Accelerator:
         init_distributed()
         dist = torch.distributed
         self.num_processes, self.process_index = dist.get_world_size(), dist.get_rank()
-        self.local_process_index = int(os.environ.get("LOCAL_RANK", "0"))
+        self.local_process_index = world_info()[2]
         self.device = torch.device("cpu")
         self.sync_gradients = True
         self.step = 0                 # micro-batches since the last sync, as Accelerate counts them
@@ -347,6 +342,8 @@ class Accelerator:
         engine, _, _, _ = zeroshard.initialize(model=model, optimizer=optimizer,
                                                config=_fill_autos(cfg, self.num_processes))
         engine._client_scheduler = True   # param_groups are the truth across a load; the schedulers are ours
+        if self.mixed_precision != "no":   # as Accelerate does for its models: fp32 inputs meet bf16 weights
+            engine.forward = _autocast_forward(engine, AUTOCAST[self.mixed_precision])
         self._engine, self._optimizer = engine, _Optimizer(self, engine)
         self._originals[id(optimizer)] = self._optimizer
         return engine, self._optimizer
@@ -453,11 +450,12 @@ class Accelerator:
         raise _refuse("clip_grad_value_", "ZeroShard clips by the global norm: config key 'gradient_clipping'")
 
     def autocast(self, autocast_handler=None):
-        """The engine runs the model in the config's dtype (bf16 / fp16 weights and activations), which is what
-        autocast would give; nothing to switch on."""
+        """torch.autocast in the mixed-precision dtype (the prepared model's forward runs under it already)."""
         if autocast_handler is not None:
             raise _refuse("autocast(autocast_handler=...)")
-        return contextlib.nullcontext()
+        if self.mixed_precision == "no":
+            return contextlib.nullcontext()
+        return torch.autocast("cpu", dtype=AUTOCAST[self.mixed_precision])
 
     def _need_engine(self, what):
         if self._engine is None:
@@ -524,8 +522,11 @@ class Accelerator:
         sd = e.module_state_dict()
         if e.dtype != torch.float32:
             from .utils import safe_get_full_fp32_param
+            full = {}   # a tied parameter's names share one tensor, as in module_state_dict
             for name, p in e.module.named_parameters(remove_duplicate=False):
-                sd[name] = safe_get_full_fp32_param(p)
+                if id(p) not in full:
+                    full[id(p)] = safe_get_full_fp32_param(p)
+                sd[name] = full[id(p)]
         return sd if unwrap else {"module." + k: v for k, v in sd.items()}
 
     def save_model(self, model, save_directory, max_shard_size="10GB", safe_serialization=True):
@@ -619,6 +620,17 @@ class Accelerator:
         if not name.startswith("_") and hasattr(_accelerate.Accelerator, name):
             raise _refuse(name)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+
+def _autocast_forward(engine, dtype):
+    """The engine's forward under torch.autocast; through a weak reference, so the engine keeps no cycle (a
+    dropped engine is finalised at once, on every rank)."""
+    ref, forward = weakref.ref(engine), type(engine).forward
+
+    def call(*args, **kwargs):
+        with torch.autocast("cpu", dtype=dtype):
+            return forward(ref(), *args, **kwargs)
+    return call
 
 
 def _apply(data, fn):
