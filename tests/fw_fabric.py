@@ -138,8 +138,8 @@ def misuse():
         f.backward(model(x).sum())
         return opt
 
-    names = {"zeroshard": (2, None, None), "zeroshard_stage_1": (1, None, None), "zeroshard_stage_2": (2, None, None),
-             "zeroshard_stage_2_offload": (2, "cpu", None), "zeroshard_stage_3": (3, None, None),
+    names = {"zeroshard": (2, None, None), "zeroshard_stage_0": (0, None, None), "zeroshard_stage_1": (1, None, None),
+             "zeroshard_stage_2": (2, None, None), "zeroshard_stage_2_offload": (2, "cpu", None), "zeroshard_stage_3": (3, None, None),
              "zeroshard_stage_3_offload": (3, "cpu", "cpu")}
     for name, want in names.items():
         s = STRATEGY_REGISTRY.get(name)
@@ -198,7 +198,7 @@ def misuse():
         fail("stage 3: get_module_state_dict is not the full values the model was built with")
     model._forward_module.destroy()
     if f.is_global_zero:
-        print("fw_fabric misuse: passed (the six names' stages and offloads; accelerator, precision x2, setup without optimizer, setup_optimizers, "
+        print("fw_fabric misuse: passed (the seven names' stages and offloads; accelerator, precision x2, setup without optimizer, setup_optimizers, "
               "clip_val, max_norm, step before the boundary, save filter, load without state: each raised naming "
               "it; the accumulated gradient's norm as torch's; stage 3's init_module and full state)", flush=True)
 

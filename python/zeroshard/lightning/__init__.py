@@ -1,5 +1,5 @@
 """ZeroShard for Lightning: `ZeroShardStrategy` for the Trainer and `ZeroShardFabricStrategy` for Fabric, and
-the names "zeroshard", "zeroshard_stage_1", "zeroshard_stage_2", "zeroshard_stage_2_offload",
+the names "zeroshard", "zeroshard_stage_0", "zeroshard_stage_1", "zeroshard_stage_2", "zeroshard_stage_2_offload",
 "zeroshard_stage_3", "zeroshard_stage_3_offload" registered with both once this module is imported:
 
     import zeroshard.lightning

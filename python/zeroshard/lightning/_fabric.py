@@ -345,7 +345,7 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
 
     @classmethod
     def register_strategies(cls, registry):
-        names = (("zeroshard", {}), ("zeroshard_stage_1", {"stage": 1}), ("zeroshard_stage_2", {"stage": 2}),
+        names = (("zeroshard", {}), ("zeroshard_stage_0", {"stage": 0}), ("zeroshard_stage_1", {"stage": 1}), ("zeroshard_stage_2", {"stage": 2}),
                  ("zeroshard_stage_2_offload", {"stage": 2, "offload_optimizer": "cpu"}),
                  ("zeroshard_stage_3", {"stage": 3}),
                  ("zeroshard_stage_3_offload", {"stage": 3, "offload_optimizer": "cpu", "offload_parameters": "cpu"}))
