@@ -196,11 +196,13 @@ def misuse():
     got = f3.strategy.get_module_state_dict(model)
     if sorted(got) != sorted(want) or any(not torch.equal(got[k], want[k]) for k in want):
         fail("stage 3: get_module_state_dict is not the full values the model was built with")
+    # Fabric's wrapper hands state_dict() to the model itself, whose stage-3 parameters are released stand-ins
+    expect("the wrapped model's state_dict() at stage 3", "'0.weight' is partitioned", lambda: model.state_dict())
     model._forward_module.destroy()
     if f.is_global_zero:
         print("fw_fabric misuse: passed (the seven names' stages and offloads; accelerator, precision x2, setup without optimizer, setup_optimizers, "
-              "clip_val, max_norm, step before the boundary, save filter, load without state: each raised naming "
-              "it; the accumulated gradient's norm as torch's; stage 3's init_module and full state)", flush=True)
+              "clip_val, max_norm, step before the boundary, save filter, load without state, a stage-3 state_dict(): each raised "
+              "naming it; the accumulated gradient's norm as torch's; stage 3's init_module and full state)", flush=True)
 
 
 if __name__ == "__main__":

@@ -106,11 +106,28 @@ class CheckpointMixin:
         self._bridge.reset(self.lib, self.ctx, self.optimizer.param_groups, self._client_scheduler)
 
     # ------------------------------------------------------------------ the full model
+    def _refuse_released(self, module, prefix, keep_vars):
+        """The model's own state_dict() at stage 3 (a framework's wrapper may call it) would hand out released
+        parameters' stand-ins, zeros of the right shape that load without complaint: refused, naming one."""
+        if self._gathering:
+            return
+        for n, p in module.named_parameters():
+            u = self._pinfo.get(p)
+            if u is not None and u.ptr is None:
+                raise RuntimeError(f"zeroshard: the model's state_dict() at stage 3: '{prefix}{n}' is partitioned "
+                                   "(released between forwards); engine.state_dict() or engine.module_state_dict() "
+                                   "gather the full values (collective: every rank calls it), or take it inside "
+                                   "zeroshard.zero.GatheredParameters")
+
     def _gathered_state_dict(self, owner, prefix, destination=None, keep_vars=False):
         """owner's state_dict with every parameter a copy of its full value, gathered one unit at a time (at
         stage 3 the parameters are empty between forwards; a view would dangle after the unit's release)."""
         torch = self._torch
-        sd = torch.nn.Module.state_dict(owner, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        self._gathering = True   # the model's own stand-ins are replaced below
+        try:
+            sd = torch.nn.Module.state_dict(owner, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        finally:
+            self._gathering = False
         keys = {}
         for n, p in owner.named_parameters(prefix=prefix.rstrip("."), remove_duplicate=False):
             keys.setdefault(id(p), []).append(n)

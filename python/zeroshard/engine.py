@@ -109,9 +109,11 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         self.skipped_steps = 0
         self.lr_scheduler = None
         self._client_scheduler = False
+        self._gathering = False
         self._cast_buffers(model)
         if self.stage == 3:
             self._add_forward_hooks(model, nn)
+            self._hooks.append(model.register_state_dict_pre_hook(_weak(self, "_refuse_released")))
         for u in self.units:
             for p, *_ in u.params:
                 if not u.frozen:

@@ -283,8 +283,8 @@ class Trainer(transformers.Trainer):
         """The model's parameters (each once, under its first name) at their full fp32 values and its
         persistent buffers, names as the model's own. Collective."""
         state = {name: safe_get_full_fp32_param(p) for name, p in self.model.named_parameters()}
-        persistent = self.model.state_dict(keep_vars=True)
-        for name, b in self.model.named_buffers():
-            if name in persistent:
+        for name, b in self.model.named_buffers():   # the persistent ones (the model's state_dict() is refused
+            owner, _, leaf = name.rpartition(".")     # at stage 3: its parameters are partitioned)
+            if leaf not in self.model.get_submodule(owner)._non_persistent_buffers_set:
                 state[name] = b.detach().clone()
         return state
