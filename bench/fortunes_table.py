@@ -117,7 +117,7 @@ def table_row(row, results, base):
     loss = statistics.median(r["losses"][-1] for r in results)
     script, _, strategy = row.partition(":")
     return [script, strategy, spread(times, "{:.1f}"), spread(ratios, "{:.2f}") if ratios else "-", acc,
-            f"{rss_max:.0f}", f"{rss_sum:.0f}", f"{loss:.4f}"]
+            f"{rss_max:.0f}", f"{rss_sum:.0f}", f"{loss:.4g}"]
 
 
 HEADER = ["script", "strategy", "train s, median (min-max)", "vs ddp, same rep", "test accuracy",
