@@ -139,7 +139,8 @@ def main():
         print(f"fortunes_table: SKIP of DeepSpeed's own rows: it cannot be imported ({missing}); "
               "pip install deepspeed==0.19.8", flush=True)
     rows = [r for r in a.rows if not (missing and r.startswith("deepspeed:deepspeed"))]
-    tmp = tempfile.mkdtemp(prefix="zs-fortunes-table-")
+    scratch = tempfile.TemporaryDirectory(prefix="zs-fortunes-table-")   # the runs' RESULT files, removed at exit
+    tmp = scratch.name
     results = {r: [None] * a.reps for r in rows}
     load0 = os.getloadavg()
     for rep in range(a.reps):
