@@ -1,6 +1,7 @@
 """fortunes_table.py - the walk-through's table: the fortunes fine-tuning (examples/pytorch/fortunes.py) through
 Lightning Fabric with its native strategies and with ZeroShard's, and through DeepSpeed's own API on DeepSpeed
-and on ZeroShard, at 2 ranks: training time, test accuracy, peak RSS per rank and the final training loss.
+and on ZeroShard, at 2 ranks: training time, test accuracy, peak RSS per rank, the final training loss and the
+params-hash of the trained parameters (two rows with one hash trained the same parameters, bit for bit).
 
     python3 bench/fortunes_table.py [--steps 200] [--reps 3] [--ranks 2] [--rows fabric:ddp,...]
                                     [--flags "--dim 128 --lr 1e-3"] [--fabric SCRIPT]
@@ -115,13 +116,15 @@ def table_row(row, results, base):
     rss_max = statistics.median(max(r["peak_rss_mib"]) for r in results)
     rss_sum = statistics.median(sum(r["peak_rss_mib"]) for r in results)
     loss = statistics.median(r["losses"][-1] for r in results)
+    hashes = {r["params_hash"] for r in results}
     script, _, strategy = row.partition(":")
     return [script, strategy, spread(times, "{:.1f}"), spread(ratios, "{:.2f}") if ratios else "-", acc,
-            f"{rss_max:.0f}", f"{rss_sum:.0f}", f"{loss:.4f}"]
+            f"{rss_max:.0f}", f"{rss_sum:.0f}", f"{loss:.4g}",
+            f"`{hashes.pop()}`" if len(hashes) == 1 else "differs between reps"]
 
 
 HEADER = ["script", "strategy", "train s, median (min-max)", "vs ddp, same rep", "test accuracy",
-          "peak RSS/rank MiB (max)", "peak RSS MiB (sum)", "final train loss"]
+          "peak RSS/rank MiB (max)", "peak RSS MiB (sum)", "final train loss", "params-hash"]
 
 
 def main():
@@ -136,7 +139,8 @@ def main():
         print(f"fortunes_table: SKIP of DeepSpeed's own rows: it cannot be imported ({missing}); "
               "pip install deepspeed==0.19.8", flush=True)
     rows = [r for r in a.rows if not (missing and r.startswith("deepspeed:deepspeed"))]
-    tmp = tempfile.mkdtemp(prefix="zs-fortunes-table-")
+    scratch = tempfile.TemporaryDirectory(prefix="zs-fortunes-table-")   # the runs' RESULT files, removed at exit
+    tmp = scratch.name
     results = {r: [None] * a.reps for r in rows}
     load0 = os.getloadavg()
     for rep in range(a.reps):
@@ -151,7 +155,7 @@ def main():
                 refused.add(row)
     load1 = os.getloadavg()
 
-    me = "python3 bench/fortunes_table.py " + shlex.join(sys.argv[1:])
+    me = shlex.join(["python3", "bench/fortunes_table.py"] + sys.argv[1:])
     print(f"\n`{me}`: {a.steps} steps, {a.ranks} ranks, script flags `{a.flags}`, {a.reps} reps interleaved; "
           f"{os.cpu_count()} cores, load average {load0[0]:.1f} at the start, {load1[0]:.1f} at the end. "
           "Wall times on a shared machine: read the ratio to the ddp row of the same rep.\n")
