@@ -5,12 +5,8 @@
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
-for m in torch transformers accelerate; do   # the framework, pinned by tools/setup_tests.sh
-  python3 -c "import $m" 2> /dev/null ||
-    { echo "fw_accelerate: SKIP: python3 cannot import $m; bash tools/setup_tests.sh installs it"; exit 77; }
-done
-export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so \
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
+. "$here/lib.sh"
+py_test_env fw_accelerate "torch, transformers, accelerate" "$LIBDIR"
 run="mpirun --oversubscribe -np 2"
 py="python3 $here/fw_accelerate.py"
 case $MODE in
@@ -18,8 +14,6 @@ case $MODE in
   resume)
     # 20 steps at stage 3, accumulation 4, saved after step 16 (in the second pass over the data, 57 micro-batches
     # a pass); a fresh job loads that and runs steps 17-20
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
     ex="python3 $here/../examples/pytorch/fortunes_accelerate.py --strategy zeroshard_stage_3 --steps 20 --dim 32
         --layers 1 --heads 2 --seq 64 --micro-batch 16 --accum 4 --lr 1.5e-2 --warmup 2 --clip 0.1 --no-eval
         --save-dir $tmp/ck"

@@ -6,23 +6,16 @@
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
-need="torch, lightning, transformers, peft"
-if ! err=$(python3 -c "import $need" 2>&1); then
-  echo "fw_fabric: SKIP: python3 cannot import $need (${err##*$'\n'}); bash tools/setup_tests.sh installs them"
-  exit 77
-fi
+. "$here/lib.sh"
+py_test_env fw_fabric "torch, lightning, transformers, peft" "$LIBDIR"
 if [ ! -d /usr/share/games/fortunes ]; then
   echo "fw_fabric: SKIP: no /usr/share/games/fortunes (apt-get install fortunes)"
   exit 77
 fi
-export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
 export PYTHONWARNINGS=ignore
 run="mpirun --oversubscribe -np 2 python3 $here/fw_fabric.py"
 case $MODE in
   all)
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
     $run parity "$tmp" && $run resume "$tmp" ;;
   *) echo "fw_fabric.sh: unknown mode $MODE"; exit 2 ;;
 esac

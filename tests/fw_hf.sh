@@ -8,10 +8,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 modules="torch, transformers, accelerate"
 [ "$MODE" = ckpt ] && modules="$modules, peft"
-err=$(python3 -c "import $modules" 2>&1) ||
-  { echo "fw_hf: SKIP: python3 cannot import $modules (${err##*$'\n'}); bash tools/setup_tests.sh installs them"; exit 77; }
-export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so
-export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
+py_test_env fw_hf "$modules" "$LIBDIR"
 export OMP_NUM_THREADS=1   # Accelerate picks (and warns) otherwise; the ranks share a small machine
 case $MODE in
   parity|ckpt) mpirun --oversubscribe -np 2 python3 "$here/fw_hf.py" "$MODE" "$tmp" ;;

@@ -5,13 +5,8 @@
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
-need="torch, transformers, lightning"
-if ! err=$(python3 -c "import $need" 2>&1); then
-  echo "fw_lightning: SKIP: python3 cannot import $need (${err##*$'\n'}); bash tools/setup_tests.sh installs them"
-  exit 77
-fi
-export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
+. "$here/lib.sh"
+py_test_env fw_lightning "torch, transformers, lightning" "$LIBDIR"
 export PYTHONWARNINGS=ignore   # Lightning's tips and deprecation notes would bury the verdict
 run="mpirun --oversubscribe -np 2"
 py="python3 $here/fw_lightning.py"
@@ -19,12 +14,8 @@ case $MODE in
   parity) $run $py parity ;;
   resume)
     # saved at steps 10 and 20 by one run; the step-20 checkpoint removed, a fresh run resumes step 10's
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
     $run $py save "$tmp" && rm -rf "$tmp/step20.ckpt" && $run $py resume "$tmp" ;;
   surface)   # no mpirun: a world of one
-    tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
     $py surface "$tmp" ;;
   *) echo "fw_lightning.sh: unknown mode $MODE"; exit 2 ;;
 esac

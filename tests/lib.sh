@@ -20,6 +20,15 @@ finish() {
   echo "$1: $pass passed, $fail failed"
   [ $fail -eq 0 ]
 }
+# The Python tests' set-up (fw_*.sh): skip (77) unless python3 imports MODULES ("torch, lightning"), then the
+# package from the checkout's python/ and libzeroshard from LIBDIR, Hugging Face offline. py_test_env NAME MODULES LIBDIR
+py_test_env() {
+  local err
+  err=$(python3 -c "import $2" 2>&1) ||
+    { echo "$1: SKIP: python3 cannot import $2 (${err##*$'\n'}); bash tools/setup_tests.sh installs them"; exit 77; }
+  export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$3/libzeroshard.so
+  export TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
+}
 # The examples' --device cuda (mlp_device.sh, gpt_device.sh). gpu_visible: nvidia-smi sees a GPU.
 gpu_visible() { nvidia-smi -L > /dev/null 2>&1; }
 # The shared checks of their cpu mode; run NAME RANKS [FLAGS] and hash_of NAME are the calling script's.
