@@ -58,6 +58,7 @@ def no_deepspeed():
 
 def mode_parity(_tmp):
     rows = {s: run("--strategy", s) for s in [f"zeroshard_stage_{n}" for n in range(4)]}
+    once = {s: run("--strategy", s, "--accum", "1", "--no-eval") for s in ("zeroshard_stage_0", "zeroshard_stage_3")}
     no_deepspeed()   # before the plain Trainer, which imports it (Accelerate's unwrapping, when installed)
     rows["trainer"] = run("--strategy", "trainer")
     if not rank0():
@@ -73,10 +74,14 @@ def mode_parity(_tmp):
             fail(f"{s}: test accuracy {r['test_acc']} is not above the majority class {MAJORITY}")
     # Under accumulation stages 0-1 share one params-hash and stages 2-3 another: at 0-1 autograd accumulates
     # the micro-batches' gradients in the gradient buffer itself, at 2-3 each micro-batch's are added into its
-    # bucket slot once complete, which rounds differently (at accumulation 1 all four share one)
+    # bucket slot once complete, which rounds differently (at accumulation 1 all four share one: stages 0 and 3
+    # are checked)
     h = {s: r["params_hash"] for s, r in rows.items()}
     if h["zeroshard_stage_0"] != h["zeroshard_stage_1"] or h["zeroshard_stage_2"] != h["zeroshard_stage_3"]:
         fail(f"params-hashes {h}: stages 0 and 1, and stages 2 and 3, should each share one")
+    if len({r["params_hash"] for r in once.values()}) != 1:
+        fail(f"at accumulation 1 stages 0 and 3 end with different parameters: "
+             f"{ {s: r['params_hash'] for s, r in once.items()} }")
     print(f"fw_hf parity: passed (stages 0-1 one params-hash, 2-3 one, the Trainer's accuracy {ref['test_acc']:.3f})")
 
 

@@ -48,6 +48,8 @@ def parity():
     rows = {s: FL.run(TINY + ["--strategy", s])
             for s in ["ddp", "zeroshard_stage_0", "zeroshard_stage_1", "zeroshard_stage_2", "zeroshard_stage_3"]}
     bf16 = FL.run(TINY + ["--strategy", "zeroshard_stage_2", "--precision", "bf16-mixed"])
+    once = {s: FL.run(TINY + ["--strategy", s, "--accum", "1", "--no-eval"])
+            for s in ("zeroshard_stage_0", "zeroshard_stage_3")}
     if rows["ddp"] is None:   # not rank 0
         return
     ref = rows["ddp"]["losses"]
@@ -60,10 +62,12 @@ def parity():
         print(f"fw_lightning: {s}: loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}, |loss - ddp| <= "
               f"{worst:.2g}, accuracy {r['test_acc']} (chance {chance:.4f}), hash {r['params_hash']}", flush=True)
     # with accumulation, stages 0-1 sum the micro-batches' gradients before the ranks' reduction and stages 2-3
-    # after it: one params-hash for each pair (at accumulation 1, one for all four)
+    # after it: one params-hash for each pair (at accumulation 1 one for all four: stages 0 and 3 are checked)
     for pair in ((0, 1), (2, 3)):
         hashes = {rows[f"zeroshard_stage_{k}"]["params_hash"] for k in pair}
         check(len(hashes) == 1, f"stages {pair[0]}-{pair[1]} end with different parameters: {hashes}")
+    hashes = {r["params_hash"] for r in once.values()}
+    check(len(hashes) == 1, f"at accumulation 1 stages 0 and 3 end with different parameters: {hashes}")
     # bf16-mixed: the engine trains in bf16 (the losses move off fp32's, by bf16's rounding only) and learns
     worst = max(abs(x - y) for x, y in zip(bf16["losses"], ref))
     check(BF16_MIN < worst <= BF16_TOL, f"bf16-mixed: losses differ from ddp's fp32 by {worst:.3g} (expected "
