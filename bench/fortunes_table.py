@@ -7,10 +7,13 @@ params-hash of the trained parameters (two rows with one hash trained the same p
                                     [--flags "--dim 128 --lr 1e-3"] [--fabric SCRIPT]
 
 Each row is one example script run by its contract (`mpirun -np N python3 SCRIPT --strategy NAME ... --result
-FILE`), once per rep, the rows interleaved rep by rep (every other rep in reverse order) so load from other
-jobs falls on all of them alike. Training time is the script's own (the training loop, not start-up or the
-evaluation); since wall time on a shared machine swings, each row also gives its time relative to the
-`fabric:ddp` row's in the same rep, as a median with its min-max. Every command is printed before it runs;
+FILE`), once per rep, the rows interleaved rep by rep, each rep starting one row further on (rep k runs
+rows k, k+1, ..., wrapping round) so load from other jobs falls on all of them alike; with three rows or more
+no row runs twice back to back across a rep's end (reversing every other rep did that to the first and last
+rows, whose two runs then took the same stretch of load).
+Training time is the script's own (the training loop, not start-up or the evaluation); since
+wall time on a shared machine swings, each row also gives its time relative to the `fabric:ddp` row's in the
+same rep, as a median with its min-max. Every command is printed before it runs;
 a row whose RESULT is missing makes the exit status 1, unless its script refused the strategy saying why
 (`--strategy NAME: <reason>`, as the Fabric script does for fsdp on the CPU): that row shows the reason and
 runs once. DeepSpeed's rows are skipped, loudly, when it cannot be imported (it is not a dependency:
@@ -144,7 +147,8 @@ def main():
     results = {r: [None] * a.reps for r in rows}
     load0 = os.getloadavg()
     for rep in range(a.reps):
-        for row in (rows if rep % 2 == 0 else rows[::-1]):
+        k = rep % len(rows)
+        for row in rows[k:] + rows[:k]:
             if row in refused:
                 continue
             out = os.path.join(tmp, f"{row.replace(':', '-')}-{rep}.json")
