@@ -20,6 +20,7 @@ runs once. DeepSpeed's rows are skipped, loudly, when it cannot be imported (it 
 `pip install deepspeed==0.19.8`).
 """
 import argparse
+import glob
 import json
 import os
 import shlex
@@ -37,6 +38,7 @@ ROWS = ["fabric:ddp", "fabric:fsdp", "fabric:zeroshard_stage_2", "fabric:zerosha
         "fabric:zeroshard_stage_3_offload", "deepspeed:deepspeed_stage_2", "deepspeed:zeroshard_stage_2",
         "deepspeed:deepspeed_stage_3", "deepspeed:zeroshard_stage_3"]
 BASE = "fabric:ddp"
+DS_SHM = "/dev/shm/deepspeed_allreduce_buffer_*"
 FLAGS = "--dim 128 --lr 1e-3 --micro-batch 16"
 
 
@@ -78,7 +80,10 @@ def run(a, row, out, env):
     """One run: (its RESULT dict or None, why there is none, whether the script refused the strategy)."""
     cmd = command(a, row, out)
     print("$ " + cmd, flush=True)
+    shm = set(glob.glob(DS_SHM))
     p = subprocess.run(cmd, shell=True, cwd=ROOT, env=env, capture_output=True, text=True)
+    for leaked in set(glob.glob(DS_SHM)) - shm:   # DeepSpeed's CPU runs leave these behind (69 MB each)
+        os.remove(leaked)
     if not os.path.exists(out):
         output = p.stdout + p.stderr
         says = f"--strategy {row.partition(':')[2]}: "
