@@ -36,6 +36,12 @@ def precision_of(precision, where):
     return PRECISIONS[key]
 
 
+def dtype_of(precision, where):
+    """The torch dtype the engine's parameters take under a framework precision name."""
+    import torch
+    return {"": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision_of(precision, where)]
+
+
 def framework_config(config=None, *, where, stage=None, offload_optimizer=None, offload_parameters=None,
                      nvme_path=None, precision=None, micro_batch=None, accum=None, clip=None):
     """A DeepSpeed-style config dict: the user's (path, JSON text or dict; copied) with the framework's switches

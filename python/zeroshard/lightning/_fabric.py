@@ -31,13 +31,12 @@ from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero
 
 from .. import _lib as L
 from .. import initialize, init_distributed, zero
-from .._launch import framework_config, precision_of
+from .._launch import dtype_of, framework_config
 from ..engine import ZeroShardEngine
 from ._env import MPIEnvironment
 
 WHERE = "ZeroShardFabricStrategy"
 TAG = "checkpoint"   # the tag fabric.save writes under the path (Fabric's DeepSpeed strategy uses the same)
-_DTYPES = {"": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class ZeroShardPrecision(Precision):
@@ -48,7 +47,7 @@ class ZeroShardPrecision(Precision):
 
     def __init__(self, precision="32-true"):
         self.precision = str(precision)
-        self.dtype = _DTYPES[precision_of(self.precision, WHERE)]   # the engine's, once it is built
+        self.dtype = dtype_of(self.precision, WHERE)   # the engine's, once it is built
 
     def convert_input(self, data):
         return apply_to_collection(data, torch.Tensor, self._cast, self.dtype)

@@ -22,12 +22,11 @@ from lightning.pytorch.utilities import GradClipAlgorithmType
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 import zeroshard
-from .._launch import framework_config, precision_of
+from .._launch import dtype_of, framework_config, precision_of
 from .._lib import world_info
 from ._env import MPIEnvironment
 
 WHERE = "zeroshard.lightning.ZeroShardStrategy"
-_DTYPES = {"": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _TAG = "checkpoint"   # the engine's tag inside each checkpoint directory Lightning names
 
 
@@ -51,7 +50,7 @@ class ZeroShardPrecision(Precision):
     def __init__(self, precision):
         self.precision = precision
         self.section = precision_of(precision, WHERE)
-        self._dtype = _DTYPES[self.section]
+        self._dtype = dtype_of(precision, WHERE)
 
     def convert_input(self, data):
         return apply_to_collection(data, torch.Tensor,
