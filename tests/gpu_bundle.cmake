@@ -1,0 +1,1 @@
+# gpu_bundle.cmake - (filled by its lane)

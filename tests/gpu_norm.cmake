@@ -1,0 +1,1 @@
+# gpu_norm.cmake - (filled by its lane)

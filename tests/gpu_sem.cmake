@@ -1,0 +1,1 @@
+# gpu_sem.cmake - (filled by its lane)
