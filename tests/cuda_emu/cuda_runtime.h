@@ -4,7 +4,7 @@
  * (the _emu.cpp files here). A launch is queued on its stream like any other work (cuda_runtime_api.h says
  * when queued work runs) with its arguments copied, as CUDA copies them. GK_LAUNCH runs each CUDA thread as
  * a fiber (ucontext): a warp's 32 run in turn and meet at every shuffle and __syncwarp, so warp-level code runs
- * as on a GPU. ZS_LAUNCH, for kernels without warp-level code, calls the kernel once per thread, blocks and
+ * as on a GPU. ZS_KERNEL, for kernels without warp-level code, calls the kernel once per thread, blocks and
  * threads in reverse order, so a kernel whose threads depend on each other's order shows. A kernel that reads
  * or writes out of bounds is caught by AddressSanitizer like any host code. Not a general CUDA. */
 #ifndef ZS_CUDA_EMU_RUNTIME_H
@@ -49,7 +49,7 @@ struct emu_warp {
     void (*body)(void *);    /* runs the kernel for the current lane */
     void *arg;
     char *stacks;
-    bool fibers;             /* a GK_LAUNCH is running (ZS_LAUNCH has no warps to meet in) */
+    bool fibers;             /* a GK_LAUNCH is running (ZS_KERNEL has no warps to meet in) */
 };
 static emu_warp emu_w;
 
@@ -57,7 +57,7 @@ static emu_warp emu_w;
 static inline void emu_yield(void)
 {
     if (!emu_w.fibers) {
-        fprintf(stderr, "cuda_emu: a warp-level call in a kernel launched with ZS_LAUNCH (use fibers)\n");
+        fprintf(stderr, "cuda_emu: a warp-level call in a kernel launched with ZS_KERNEL (use fibers)\n");
         abort();
     }
     swapcontext(&emu_w.lane[emu_w.cur], &emu_w.sched);
@@ -141,6 +141,13 @@ static inline void emu_run_plain(dim3 grid, unsigned threads, const std::functio
 
 /* emu_runtime.cpp: queues work on a stream; records a launch's configuration error for cudaGetLastError */
 void emu_enqueue(cudaStream_t s, std::function<void()> op);
+/* Queued like emu_enqueue, but the stream runs past it only once ready() holds (a NCCL collective waiting for
+ * its peers): queries of work behind it answer cudaErrorNotReady, synchronizing calls wait (a dead peer hangs
+ * them, as on a GPU). ready() runs under the emulator's lock, from whichever thread runs the stream. */
+void emu_enqueue_until(cudaStream_t s, std::function<bool()> ready, std::function<void()> op);
+/* A kernel launch: refused (the last error) on a stream of a device that is not the calling thread's current
+ * one or after a fault; the ZS_CUDA_EMU_FAULT-th faults when it runs. */
+void emu_enqueue_kernel(cudaStream_t s, std::function<void()> kernel);
 void emu_launch_error(cudaError_t e, const char *what);
 /* whether a kernel may dereference p: device memory, or pinned host memory (mapped, as CUDA maps it) */
 bool emu_device_visible(const void *p);
@@ -174,13 +181,13 @@ template <typename... P> struct emu_launch {
         dim3 g = grid;
         unsigned n = threads;
         if (fibers)
-            emu_enqueue(stream, [kernel, args, g, n]() {
+            emu_enqueue_kernel(stream, [kernel, args, g, n]() {
                 auto bound = [&]() { std::apply(kernel, args); };
                 using B = decltype(bound);
                 emu_run(g, n, [](void *p) { (*(B *)p)(); }, &bound);
             });
         else
-            emu_enqueue(stream, [kernel, args, g, n]() { emu_run_plain(g, n, [&]() { std::apply(kernel, args); }); });
+            emu_enqueue_kernel(stream, [kernel, args, g, n]() { emu_run_plain(g, n, [&]() { std::apply(kernel, args); }); });
     }
 };
 template <typename... P>
@@ -190,7 +197,7 @@ static emu_launch<P...> emu_make_launch(void (*k)(P...), dim3 grid, unsigned thr
 }
 /* GK_LAUNCH(kernel, grid, stream)(args...): examples/gpt's spelling, warp-level code allowed */
 #define GK_LAUNCH(kernel, grid, stream) emu_make_launch(kernel, dim3(grid), GK_THREADS, (stream), true)
-/* ZS_LAUNCH(kernel, grid, threads, stream)(args...): kernels/cuda_launch.h's spelling */
-#define ZS_LAUNCH(kernel, grid, threads, stream) emu_make_launch(kernel, dim3(grid), (threads), (stream), false)
+/* ZS_KERNEL(kernel, grid, threads, stream)(args...): the launch under kernels/cuda_launch.h's ZS_LAUNCH */
+#define ZS_KERNEL(kernel, grid, threads, stream) emu_make_launch(kernel, dim3(grid), (threads), (stream), false)
 
 #endif /* ZS_CUDA_EMU_RUNTIME_H */

@@ -1,17 +1,25 @@
 /* cuda_runtime_api.h (tests/cuda_emu) - a CPU stand-in for the CUDA runtime's host API, for C and C++, so that
  * the CUDA backend's host code (device/device_cuda.c, comm/comm_nccl.c) and its kernels (the .cu files of kernels/, through
- * cuda_runtime.h) run where no GPU is. Implemented in emu_runtime.cpp.
+ * cuda_runtime.h) run where no GPU is. Implemented in emu_runtime.cpp and emu_memory.cpp.
  *
  * The point is the ordering rules, not speed. Work queued on a stream (copies, memsets, kernels, event
  * records, waits) runs as late as CUDA allows: only when the host synchronizes (stream, event, device), when
  * a call that CUDA documents as synchronous needs it (a copy into pageable host memory, cudaFree), or when a
  * stream that waits on an event needs the work before it. So a host that reads a pinned buffer before it
  * synchronized sees the old bytes, and a stream that uses another's result without an event sees it unmade,
- * much as a GPU would let happen some of the time. The legacy default stream (0) is one more stream: the
- * backend's streams are non-blocking, so nothing orders them with it.
+ * much as a GPU would let happen some of the time. The legacy default stream (0) is one more stream per device:
+ * the backend's streams are non-blocking, so nothing orders them with it.
  * Device memory is host memory filled with 0xff (NaN) at cudaMalloc; every copy and memset checks that its
- * device side lies inside one allocation. Each process emulates one GPU (ZS_CUDA_EMU_GPUS=N: it sees N and
- * drives the one it sets). Calls are serialized by one lock. */
+ * device side lies inside one allocation.
+ * Errors and devices as CUDA keeps them: each host thread has its own last error (every failed call sets it,
+ * cudaErrorNotReady from a query too; cudaGetLastError returns and clears it) and its own current device (0
+ * on a new thread; ZS_CUDA_EMU_GPUS=N devices per process). Streams, events and allocations belong to the
+ * device current when they were made: a kernel launched onto a stream of another device than the current one
+ * fails (cudaErrorInvalidResourceHandle), as does recording an event on a stream of another device; copies
+ * may go to any device's stream, as CUDA allows. Test knobs: ZS_CUDA_EMU_PIN_FAIL=1 makes cudaHostRegister
+ * refuse (cudaErrorMemoryAllocation), as a GPU over the locked-memory limit does; ZS_CUDA_EMU_FAULT=K makes
+ * the K-th kernel launched fault when it runs: the launch succeeded, the next synchronizing call and every
+ * call after return cudaErrorIllegalAddress (a broken context). Calls are serialized by one lock.  */
 #ifndef ZS_CUDA_EMU_RUNTIME_API_H
 #define ZS_CUDA_EMU_RUNTIME_API_H
 
@@ -29,6 +37,7 @@ typedef enum cudaError {
     cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700,
     cudaErrorHostMemoryAlreadyRegistered = 712,
     cudaErrorHostMemoryNotRegistered = 713,
 } cudaError_t;
@@ -109,6 +118,8 @@ cudaError_t cudaFreeHost(void *p);
 
 /* Test hooks (not CUDA): how many queued operations have run, and how many are still queued on any stream. */
 void zs_emu_counts(unsigned long long *ran, unsigned long long *queued);
+/* How many kernels have been launched in this process (ZS_CUDA_EMU_FAULT counts the same way). */
+unsigned long long zs_emu_launches(void);
 
 #ifdef __cplusplus
 }

@@ -1,74 +1,114 @@
 /* emu_runtime.cpp (tests/cuda_emu) - the CUDA runtime stand-in of cuda_runtime_api.h: streams as queues run
- * as late as CUDA's ordering rules allow, events as positions in a stream's queue, device and pinned host
- * memory as tracked host memory. */
-#include "cuda_runtime.h"
+ * as late as CUDA's ordering rules allow, events as positions in a stream's queue, a last error and a current
+ * device per host thread as the runtime keeps them, kernel faults that break the context. Memory: emu_memory.cpp. */
+#include "emu_internal.h"
 
-#include <stdio.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <time.h>
 
-#include <deque>
-#include <functional>
-#include <map>
-#include <mutex>
-#include <set>
-#include <vector>
-
-struct emu_stream {
-    std::deque<std::function<void()>> q;
-    unsigned long long issued = 0, done = 0; /* operations queued so far, operations run so far */
-};
-
-struct emu_event {
-    emu_stream *s = nullptr; /* where it was last recorded (nullptr: never, so waits pass at once) */
-    unsigned long long seq = 0;
-};
-
-namespace {
+namespace emu_rt {
 
 std::recursive_mutex lock;
-emu_stream legacy; /* stream 0 */
-std::set<emu_stream *> streams = { &legacy };
-std::set<emu_event *> events;
-std::map<const char *, size_t> device_mem, pinned_mem; /* start -> bytes */
-std::set<const char *> host_alloced;                   /* the pinned blocks cudaHostAlloc made */
-cudaError_t last_error = cudaSuccess;
-unsigned long long ran_ops;
-int depth; /* nested waits while running a queue */
+thread_local int held;
 
-cudaError_t fail(cudaError_t e, const char *what)
+emu_stream legacy[EMU_MAX_GPUS]; /* stream 0 of each device */
+std::set<emu_stream *> streams = [] {
+    std::set<emu_stream *> all;
+    for (int d = 0; d < EMU_MAX_GPUS; d++) {
+        legacy[d].dev = d;
+        all.insert(&legacy[d]);
+    }
+    return all;
+}();
+thread_local cudaError_t last_error = cudaSuccess;
+thread_local int current;
+cudaError_t sticky = cudaSuccess;
+
+static std::set<emu_event *> events;
+static unsigned long long ran_ops, launches;
+static int depth; /* nested waits while running a queue */
+
+cudaError_t fail(cudaError_t e, const char *fmt, ...)
 {
-    fprintf(stderr, "cuda_emu: %s: %s\n", what, cudaGetErrorName(e));
-    return e;
+    va_list ap;
+
+    fprintf(stderr, "cuda_emu: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, ": %s\n", cudaGetErrorName(e));
+    return last_error = e;
 }
 
-emu_stream *stream_of(cudaStream_t s) { return s ? s : &legacy; }
+/* The answer of a query whose work has not finished: an error like any other for cudaGetLastError (PyTorch
+ * clears it after such a query for this reason), but nothing to print. */
+static cudaError_t not_ready(void) { return last_error = cudaErrorNotReady; }
 
-/* Runs s's queue until `upto` operations have run; a wait met on the way first runs the stream it waits on
- * as far as its event. */
-void run_until(emu_stream *s, unsigned long long upto)
+/* What every call after a kernel fault returns. */
+cudaError_t broken(void) { return last_error = sticky; }
+
+emu_stream *stream_of(cudaStream_t s) { return s ? s : &legacy[current]; }
+
+/* Runs s's queue until `upto` operations have run or one is not ready yet; whether it got there. A wait met on
+ * the way first runs the stream it waits on as far as its event. */
+bool run_until(emu_stream *s, unsigned long long upto)
 {
     if (++depth > 64) {
         fprintf(stderr, "cuda_emu: streams wait on each other in a cycle (a GPU would hang)\n");
         abort();
     }
     while (s->done < upto && !s->q.empty()) {
-        std::function<void()> op = std::move(s->q.front());
+        if (s->q.front().ready && !s->q.front().ready())
+            break;
+        std::function<void()> op = std::move(s->q.front().run);
         s->q.pop_front();
         op();
         s->done++;
         ran_ops++;
     }
     depth--;
+    return s->done >= upto;
 }
 
-void run_all(void)
+/* A synchronizing call meets an operation that is not ready: it lets go of the lock (so the threads that make
+ * it ready can call in), yields a moment and looks again, as a host blocked in cudaStreamSynchronize does. */
+static void spin(void)
 {
-    for (emu_stream *s : streams)
-        run_until(s, s->issued);
+    int n = held;
+    struct timespec ts = { 0, 20000 };
+
+    for (int i = 0; i < n; i++)
+        lock.unlock();
+    sched_yield();
+    nanosleep(&ts, nullptr);
+    for (int i = 0; i < n; i++)
+        lock.lock();
+}
+
+void drain(emu_stream *s, unsigned long long upto)
+{
+    while (!run_until(s, upto))
+        spin();
+}
+
+/* Every stream of device dev (-1: of every device) run to its end. */
+void drain_all(int dev)
+{
+    for (;;) {
+        bool left = false;
+        for (emu_stream *s : streams)
+            if (dev < 0 || s->dev == dev)
+                left = !run_until(s, s->issued) || left;
+        if (!left)
+            return;
+        spin();
+    }
 }
 
 /* ZS_CUDA_EMU=eager runs each operation when it is queued, as if the GPU were always idle: a test that fails
  * only without it depends on an order CUDA does not promise. */
-bool eager(void)
+static bool eager(void)
 {
     static int e = -1;
 
@@ -79,7 +119,7 @@ bool eager(void)
     return e;
 }
 
-void enqueue(emu_stream *s, std::function<void()> op)
+void enqueue(emu_stream *s, emu_op op)
 {
     s->q.push_back(std::move(op));
     s->issued++;
@@ -87,75 +127,88 @@ void enqueue(emu_stream *s, std::function<void()> op)
         run_until(s, s->issued);
 }
 
-/* The allocation of `tab` holding [p, p + bytes), or nullptr. */
-const char *inside(const std::map<const char *, size_t> &tab, const void *p, size_t bytes)
+/* ZS_CUDA_EMU_FAULT=K: the K-th kernel launched in the process (from 1) faults when it runs, as one that
+ * reads a wild address does. Read at each launch, so a test can set it late. */
+static unsigned long long fault_at(void)
 {
-    const char *c = (const char *)p;
-    auto it = tab.upper_bound(c);
+    const char *v = getenv("ZS_CUDA_EMU_FAULT");
+    long long k = v ? atoll(v) : 0;
 
-    if (it == tab.begin())
-        return nullptr;
-    --it;
-    return c >= it->first && c + bytes <= it->first + it->second ? it->first : nullptr;
+    return k > 0 ? (unsigned long long)k : 0;
 }
 
-bool touches(const std::map<const char *, size_t> &tab, const void *p, size_t bytes)
-{
-    const char *c = (const char *)p;
-    auto it = tab.upper_bound(c + (bytes ? bytes - 1 : 0));
+} // namespace emu_rt
 
-    if (it == tab.begin())
-        return false;
-    --it;
-    return it->first + it->second > c;
-}
-
-enum side { PAGEABLE, PINNED, DEVICE, BAD };
-
-/* Where [p, p + bytes) lies: device memory must lie within one allocation, a range that only overlaps one
- * is an out-of-bounds copy. */
-side side_of(const void *p, size_t bytes)
-{
-    if (inside(device_mem, p, bytes))
-        return DEVICE;
-    if (touches(device_mem, p, bytes))
-        return BAD;
-    return inside(pinned_mem, p, bytes) ? PINNED : PAGEABLE;
-}
-
-} // namespace
+using namespace emu_rt;
 
 void emu_enqueue(cudaStream_t s, std::function<void()> op)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
-    enqueue(stream_of(s), std::move(op));
+    enqueue(stream_of(s), emu_op{ nullptr, std::move(op) });
 }
 
-bool emu_device_visible(const void *p)
+void emu_enqueue_until(cudaStream_t s, std::function<bool()> ready, std::function<void()> op)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
-    return inside(device_mem, p, 0) || inside(pinned_mem, p, 0);
+    enqueue(stream_of(s), emu_op{ std::move(ready), std::move(op) });
+}
+
+/* A kernel runs in the context of its stream's device, so the stream must be the current device's; the K-th
+ * (ZS_CUDA_EMU_FAULT) is queued as a fault instead. The launch itself reports neither. */
+void emu_enqueue_kernel(cudaStream_t s, std::function<void()> kernel)
+{
+    guard g;
+    emu_stream *q = stream_of(s);
+
+    if (sticky) {
+        broken();
+        return;
+    }
+    if (!streams.count(q)) {
+        fail(cudaErrorInvalidResourceHandle, "kernel launch on a destroyed stream");
+        return;
+    }
+    if (q->dev != current) {
+        fail(cudaErrorInvalidResourceHandle, "kernel launch on a stream of device %d while device %d is current",
+             q->dev, current);
+        return;
+    }
+    if (++launches == fault_at()) {
+        unsigned long long k = launches;
+        kernel = [k]() {
+            fprintf(stderr, "cuda_emu: kernel %llu faults (ZS_CUDA_EMU_FAULT)\n", k);
+            sticky = cudaErrorIllegalAddress;
+        };
+    }
+    enqueue(q, emu_op{ nullptr, std::move(kernel) });
 }
 
 void emu_launch_error(cudaError_t e, const char *what)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
-    last_error = fail(e, what);
+    fail(e, "%s", what);
 }
 
 extern "C" {
 
 void zs_emu_counts(unsigned long long *ran, unsigned long long *queued)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
     *ran = ran_ops;
     *queued = 0;
     for (emu_stream *s : streams)
         *queued += s->q.size();
+}
+
+unsigned long long zs_emu_launches(void)
+{
+    guard g;
+
+    return launches;
 }
 
 const char *cudaGetErrorName(cudaError_t e)
@@ -168,6 +221,7 @@ const char *cudaGetErrorName(cudaError_t e)
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
     case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
     }
@@ -176,10 +230,11 @@ const char *cudaGetErrorName(cudaError_t e)
 
 const char *cudaGetErrorString(cudaError_t e) { return e ? "emulated CUDA error" : "no error"; }
 
+/* This thread's last error, cleared; a fault stays (a broken context cannot be cleared). */
 cudaError_t cudaGetLastError(void)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
-    cudaError_t e = last_error;
+    guard g;
+    cudaError_t e = sticky ? sticky : last_error;
 
     last_error = cudaSuccess;
     return e;
@@ -187,24 +242,22 @@ cudaError_t cudaGetLastError(void)
 
 cudaError_t cudaPeekAtLastError(void)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
-    return last_error;
+    return sticky ? sticky : last_error;
 }
 
 /* ---------------------------------------------------------------- the device */
 
-/* ZS_CUDA_EMU_GPUS=N: the GPUs each process sees (1 by default). Each process emulates the one it picks on its
+/* ZS_CUDA_EMU_GPUS=N: the GPUs each process sees (1 by default). Each process emulates the ones it picks on its
  * own; ranks that pick the same ordinal share it (the same PCI address), as on one host. */
 static int gpus(void)
 {
     const char *e = getenv("ZS_CUDA_EMU_GPUS");
     int n = e ? atoi(e) : 1;
 
-    return n < 1 ? 1 : n > 16 ? 16 : n;
+    return n < 1 ? 1 : n > EMU_MAX_GPUS ? EMU_MAX_GPUS : n;
 }
-
-static int current;
 
 cudaError_t cudaGetDeviceCount(int *n)
 {
@@ -212,10 +265,13 @@ cudaError_t cudaGetDeviceCount(int *n)
     return cudaSuccess;
 }
 
+/* For the calling thread only, as CUDA's current device is. */
 cudaError_t cudaSetDevice(int d)
 {
+    guard g;
+
     if (d < 0 || d >= gpus())
-        return fail(cudaErrorInvalidDevice, "cudaSetDevice");
+        return fail(cudaErrorInvalidDevice, "cudaSetDevice(%d)", d);
     current = d;
     return cudaSuccess;
 }
@@ -228,6 +284,8 @@ cudaError_t cudaGetDevice(int *d)
 
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d)
 {
+    guard g;
+
     if (d < 0 || d >= gpus() || len < 1)
         return fail(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId");
     snprintf(bus, (size_t)len, "0000:%02x:00.0", d + 1);
@@ -236,6 +294,8 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d)
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
 {
+    guard g;
+
     if (d < 0 || d >= gpus())
         return fail(cudaErrorInvalidDevice, "cudaGetDeviceProperties");
     memset(p, 0, sizeof(*p));
@@ -265,23 +325,14 @@ cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d)
     return fail(cudaErrorInvalidValue, "cudaDeviceGetAttribute");
 }
 
-cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-    size_t used = 0;
-
-    for (auto &a : device_mem)
-        used += a.second;
-    *total_bytes = (size_t)16 << 30;
-    *free_bytes = used < *total_bytes ? *total_bytes - used : 0;
-    return cudaSuccess;
-}
-
+/* The current device's streams, run to their ends. */
 cudaError_t cudaDeviceSynchronize(void)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
-    run_all();
+    STICKY();
+    drain_all(current);
+    STICKY();
     return cudaSuccess;
 }
 
@@ -289,9 +340,11 @@ cudaError_t cudaDeviceSynchronize(void)
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
+    STICKY();
     *s = new emu_stream;
+    (*s)->dev = current;
     streams.insert(*s);
     return cudaSuccess;
 }
@@ -301,46 +354,58 @@ cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags
 /* CUDA lets queued work finish after the destroy; here it runs first. */
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
+    STICKY();
     if (!s || !streams.count(s))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy");
-    run_until(s, s->issued);
+    drain(s, s->issued);
     streams.erase(s);
     for (emu_event *e : events)
         if (e->s == s)
             e->s = nullptr; /* complete */
     delete s;
+    STICKY();
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
     emu_stream *q = stream_of(s);
 
+    STICKY();
     if (!streams.count(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize");
-    run_until(q, q->issued);
+    drain(q, q->issued);
+    STICKY();
     return cudaSuccess;
 }
 
-/* Not ready while anything is queued: a host that polls gets there, as the query runs the queue too. */
+/* Not ready while anything is queued: a host that polls gets there, as the query runs what it can of the
+ * queue too. */
 cudaError_t cudaStreamQuery(cudaStream_t s)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
     emu_stream *q = stream_of(s);
-    bool pending = q->done < q->issued;
+    bool pending;
 
+    STICKY();
+    if (!streams.count(q))
+        return fail(cudaErrorInvalidResourceHandle, "cudaStreamQuery");
+    pending = q->done < q->issued;
     run_until(q, q->issued);
-    return pending ? cudaErrorNotReady : cudaSuccess;
+    STICKY();
+    return pending ? not_ready() : cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
+    STICKY();
     *e = new emu_event;
+    (*e)->dev = current;
     events.insert(*e);
     return cudaSuccess;
 }
@@ -349,22 +414,28 @@ cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e,
 
 cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
+    STICKY();
     if (!events.erase(e))
         return fail(cudaErrorInvalidResourceHandle, "cudaEventDestroy");
     delete e;
     return cudaSuccess;
 }
 
-/* The event marks everything queued on s so far; a later record moves it. */
+/* The event marks everything queued on s so far; a later record moves it. Event and stream must belong to
+ * one device (CUDA's rule: the current device does not matter here, unlike for a kernel launch). */
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
     emu_stream *q = stream_of(s);
 
+    STICKY();
     if (!events.count(e) || !streams.count(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord");
+    if (e->dev != q->dev)
+        return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord of an event of device %d on a stream of device %d",
+                    e->dev, q->dev);
     e->s = q;
     e->seq = q->issued;
     return cudaSuccess;
@@ -372,185 +443,47 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
 
+    STICKY();
     if (!events.count(e))
         return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
     if (e->s)
-        run_until(e->s, e->seq);
+        drain(e->s, e->seq);
+    STICKY();
     return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
-    bool pending = e->s && e->s->done < e->seq;
+    guard g;
+    bool pending;
 
-    cudaEventSynchronize(e);
-    return pending ? cudaErrorNotReady : cudaSuccess;
+    STICKY();
+    if (!events.count(e))
+        return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery");
+    pending = e->s && e->s->done < e->seq;
+    if (pending)
+        run_until(e->s, e->seq);
+    STICKY();
+    return pending ? not_ready() : cudaSuccess;
 }
 
 /* Work queued on s from now on starts after the event's work: the position is taken now, as CUDA takes it. */
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
 {
-    std::lock_guard<std::recursive_mutex> g(lock);
+    guard g;
     emu_stream *q = stream_of(s), *on;
     unsigned long long seq;
 
+    STICKY();
     if (!events.count(e) || !streams.count(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
     on = e->s;
     seq = e->seq;
     if (!on || on == q)
         return cudaSuccess;
-    enqueue(q, [on, seq]() {
-        if (streams.count(on))
-            run_until(on, seq);
-    });
-    return cudaSuccess;
-}
-
-/* ---------------------------------------------------------------- memory */
-
-cudaError_t cudaMalloc(void **p, size_t bytes)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-    char *m = (char *)malloc(bytes ? bytes : 1);
-
-    *p = m;
-    if (!m)
-        return fail(cudaErrorMemoryAllocation, "cudaMalloc");
-    memset(m, 0xff, bytes); /* NaN: a value read before it is written shows in the results */
-    device_mem[m] = bytes ? bytes : 1;
-    return cudaSuccess;
-}
-
-/* Synchronizes the device first, as cudaFree does. */
-cudaError_t cudaFree(void *p)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-
-    if (!p)
-        return cudaSuccess;
-    run_all();
-    if (!device_mem.erase((const char *)p))
-        return fail(cudaErrorInvalidValue, "cudaFree of memory cudaMalloc did not return");
-    free(p);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-    emu_stream *q = stream_of(s);
-
-    if (!bytes)
-        return cudaSuccess;
-    if (side_of(p, bytes) != DEVICE)
-        return fail(cudaErrorInvalidValue, "cudaMemset(Async) outside a device allocation");
-    if (!streams.count(q))
-        return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync");
-    enqueue(q, [p, v, bytes]() { memset(p, v, bytes); });
-    return cudaSuccess;
-}
-
-/* On device memory, asynchronous with respect to the host (CUDA's "synchronous" memset only waits for
- * pinned or managed targets), on the legacy default stream. */
-cudaError_t cudaMemset(void *p, int v, size_t bytes) { return cudaMemsetAsync(p, v, bytes, nullptr); }
-
-/* CUDA's rules: a copy into pageable host memory returns when it is done; one from pageable host memory
- * takes the bytes at the call (staged) and lands in stream order; between device and pinned memory it is
- * all in stream order. The kind must agree with where the pointers lie (cudaMemcpyDefault: any). */
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-    emu_stream *q = stream_of(s);
-    side ds, ss;
-
-    if (!bytes)
-        return cudaSuccess;
-    if (!streams.count(q))
-        return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync");
-    ds = side_of(dst, bytes);
-    ss = side_of(src, bytes);
-    if (ds == BAD || ss == BAD)
-        return fail(cudaErrorInvalidValue, "cudaMemcpy(Async) past the end of a device allocation");
-    if ((kind == cudaMemcpyHostToDevice && (ds != DEVICE || ss == DEVICE)) ||
-        (kind == cudaMemcpyDeviceToHost && (ds == DEVICE || ss != DEVICE)) ||
-        (kind == cudaMemcpyDeviceToDevice && (ds != DEVICE || ss != DEVICE)) ||
-        (kind == cudaMemcpyHostToHost && (ds == DEVICE || ss == DEVICE)))
-        return fail(cudaErrorInvalidValue, "cudaMemcpy(Async): the kind does not match where the pointers lie");
-    if (ss == PAGEABLE) {
-        std::vector<char> staged((const char *)src, (const char *)src + bytes);
-        enqueue(q, [dst, staged]() { memcpy(dst, staged.data(), staged.size()); });
-    } else {
-        enqueue(q, [dst, src, bytes]() { memcpy(dst, src, bytes); });
-    }
-    if (ds == PAGEABLE)
-        run_until(q, q->issued);
-    return cudaSuccess;
-}
-
-/* On the legacy default stream; complete on return except between device buffers. */
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
-
-    if (!e && !(side_of(dst, bytes) == DEVICE && side_of(src, bytes) == DEVICE))
-        run_until(&legacy, legacy.issued);
-    return e;
-}
-
-cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-
-    if (!p || !bytes || touches(device_mem, p, bytes))
-        return fail(cudaErrorInvalidValue, "cudaHostRegister");
-    if (touches(pinned_mem, p, bytes))
-        return fail(cudaErrorHostMemoryAlreadyRegistered, "cudaHostRegister");
-    pinned_mem[(const char *)p] = bytes;
-    return cudaSuccess;
-}
-
-/* Waits for the device: queued copies may still use the pages. */
-cudaError_t cudaHostUnregister(void *p)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-
-    run_all();
-    if (host_alloced.count((const char *)p) || !pinned_mem.erase((const char *)p))
-        return fail(cudaErrorHostMemoryNotRegistered, "cudaHostUnregister");
-    return cudaSuccess;
-}
-
-cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-    char *m = (char *)malloc(bytes ? bytes : 1);
-
-    *p = m;
-    if (!m)
-        return fail(cudaErrorMemoryAllocation, "cudaHostAlloc");
-    pinned_mem[m] = bytes ? bytes : 1;
-    host_alloced.insert(m);
-    return cudaSuccess;
-}
-
-cudaError_t cudaMallocHost(void **p, size_t bytes) { return cudaHostAlloc(p, bytes, cudaHostAllocDefault); }
-
-cudaError_t cudaFreeHost(void *p)
-{
-    std::lock_guard<std::recursive_mutex> g(lock);
-
-    if (!p)
-        return cudaSuccess;
-    run_all();
-    if (!host_alloced.erase((const char *)p))
-        return fail(cudaErrorInvalidValue, "cudaFreeHost of memory cudaHostAlloc did not return");
-    pinned_mem.erase((const char *)p);
-    free(p);
+    enqueue(q, emu_op{ [on, seq]() { return !streams.count(on) || run_until(on, seq); }, []() {} });
     return cudaSuccess;
 }
 
