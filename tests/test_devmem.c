@@ -5,7 +5,8 @@
  * beyond the gathered region fails by name, the host pool is pinned through the device (or stays pageable on
  * every rank that is refused, ZS_TEST_PIN_FAIL, while training goes on), and a named PCI device moves the
  * threads near it. CASE: "unit" (no MPI ranks needed), "engine" (the separate device, under mpirun at 1-2 ranks)
- * or "cuda" (the engine part on the GPU: arena, pool pinned by cudaHostRegister, placement; 77 without a GPU). */
+ * or "cuda" (the engine part on the GPU: arena, pool pinned by cudaHostRegister, placement; 77 without a GPU);
+ * "cuda emu" adds, on the emulated GPU (tests/cuda_emu), a refused pin (ZS_CUDA_EMU_PIN_FAIL) and steps after it. */
 #include <errno.h>
 #include <hwloc.h>
 #include <stdint.h>
@@ -344,10 +345,13 @@ static void test_pin_refused(int rank, int world)
     int32_t unit[3];
     bool refuse = rank == (world > 1 ? 1 : 0);
 
-    if (refuse)
+    if (refuse) { /* the separate device's knob, and the CUDA emulator's */
         setenv("ZS_TEST_PIN_FAIL", "1", 1);
+        setenv("ZS_CUDA_EMU_PIN_FAIL", "1", 1);
+    }
     zs_status st = open_engine(&ctx, unit, "");
     unsetenv("ZS_TEST_PIN_FAIL");
+    unsetenv("ZS_CUDA_EMU_PIN_FAIL");
     CHECK(!st, "set-up with a refused pin: %s", zs_last_error());
     if (!st) {
         CHECK(ctx->pool_pinned == !refuse, "rank %d: pool pinned %d", rank, ctx->pool_pinned);
@@ -428,6 +432,8 @@ int main(int argc, char **argv)
     if (!cuda) { /* the test hooks of the separate device: a refused pin, a named PCI device on an XML topology */
         test_pin_refused(rank, world);
         test_engine_placement(rank);
+    } else if (argc > 2 && !strcmp(argv[2], "emu")) { /* tests/cuda_emu refuses a pin on request */
+        test_pin_refused(rank, world);
     }
     int failed = zs_test_fail, any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
