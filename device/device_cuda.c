@@ -7,8 +7,11 @@
 #include "kernels/gradops.h" /* defines: zs_cuda_grad_accumulate, zs_cuda_grad_scale, zs_cuda_grad_convert, zs_cuda_grad_sumsq */
 #include "device.h"
 
+/* The error is the caller's status from here on, so the thread's last error is cleared: left there, the next
+ * kernel launch's check would report it as its own, and so would a host program's cudaGetLastError. */
 static zs_status cuda_fail(cudaError_t e, const char *what)
 {
+    cudaGetLastError();
     return zs_fail(e == cudaErrorMemoryAllocation ? ZS_ERR_NOMEM : ZS_ERR_UNSUPPORTED, "%s: %s (%s)", what,
                    cudaGetErrorString(e), cudaGetErrorName(e));
 }
@@ -17,7 +20,10 @@ static int32_t cuda_count(void)
 {
     int n = 0;
 
-    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+    if (cudaGetDeviceCount(&n) == cudaSuccess)
+        return n;
+    cudaGetLastError(); /* no driver or no GPU: an answer (0), not an error to leave behind */
+    return 0;
 }
 
 /* The node-local rank picks the GPU, round robin: ranks beyond the GPU count share one, which the CUDA
@@ -28,7 +34,7 @@ static zs_status cuda_open(struct zs_device *d, int32_t local_rank, int32_t loca
     cudaError_t e = cudaGetDeviceCount(&n);
 
     if (e != cudaSuccess)
-        return zs_fail(ZS_ERR_UNSUPPORTED, "no CUDA device visible (cudaGetDeviceCount: %s)", cudaGetErrorString(e));
+        return cuda_fail(e, "no CUDA device visible (cudaGetDeviceCount)");
     if (n <= 0)
         return zs_fail(ZS_ERR_UNSUPPORTED, "no CUDA device visible (cudaGetDeviceCount found 0)");
     d->ordinal = local_rank % n;
@@ -42,8 +48,8 @@ static zs_status cuda_open(struct zs_device *d, int32_t local_rank, int32_t loca
 
 static void cuda_close(struct zs_device *d)
 {
-    if (d->compute)
-        cudaStreamDestroy((cudaStream_t)d->compute);
+    if (d->compute && cudaStreamDestroy((cudaStream_t)d->compute) != cudaSuccess)
+        cudaGetLastError();
     d->compute = NULL;
 }
 
@@ -51,21 +57,27 @@ static void *cuda_alloc(struct zs_device *d, size_t bytes)
 {
     void *p = NULL;
 
-    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess)
+    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
+        cudaGetLastError(); /* the caller names the failure (out of memory) */
         return NULL;
+    }
     /* cudaMemset queues on the legacy default stream and, on device memory, returns before it runs; our
      * streams are non-blocking, so nothing would order a later upload on the compute stream after the zeroing
      * (tests/cuda_emu found it): it is done before the memory is handed out */
     if (cudaMemset(p, 0, bytes ? bytes : 64) != cudaSuccess || cudaStreamSynchronize(0) != cudaSuccess) {
         cudaFree(p);
+        cudaGetLastError();
         return NULL;
     }
     return p;
 }
 
+/* The void ops' errors are the broken device's, reported by the next call that returns one; each is cleared
+ * so that a later launch does not take it for its own. */
 static void cuda_free(struct zs_device *d, void *p)
 {
-    cudaFree(p);
+    if (cudaFree(p) != cudaSuccess)
+        cudaGetLastError();
 }
 
 static zs_status cuda_copy(struct zs_device *d, void *dst, const void *src, size_t bytes, enum zs_copy_dir dir,
@@ -94,8 +106,8 @@ static zs_status cuda_stream_create(struct zs_device *d, struct zs_dev_stream **
 
 static void cuda_stream_free(struct zs_device *d, struct zs_dev_stream *s)
 {
-    if (s)
-        cudaStreamDestroy((cudaStream_t)s);
+    if (s && cudaStreamDestroy((cudaStream_t)s) != cudaSuccess)
+        cudaGetLastError();
 }
 
 static zs_status cuda_stream_sync(struct zs_device *d, struct zs_dev_stream *s)
@@ -118,8 +130,8 @@ static zs_status cuda_event_create(struct zs_device *d, struct zs_dev_event **ev
 
 static void cuda_event_free(struct zs_device *d, struct zs_dev_event *ev)
 {
-    if (ev)
-        cudaEventDestroy((cudaEvent_t)ev);
+    if (ev && cudaEventDestroy((cudaEvent_t)ev) != cudaSuccess)
+        cudaGetLastError();
 }
 
 static zs_status cuda_event_record(struct zs_device *d, struct zs_dev_event *ev, struct zs_dev_stream *s)
@@ -134,6 +146,8 @@ static zs_status cuda_event_query(struct zs_device *d, struct zs_dev_event *ev, 
     cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
 
     *done = e == cudaSuccess;
+    if (e == cudaErrorNotReady)
+        cudaGetLastError(); /* an answer, not a failure: it must not stay the thread's last error */
     return e == cudaSuccess || e == cudaErrorNotReady ? ZS_OK : cuda_fail(e, "cudaEventQuery");
 }
 
@@ -197,7 +211,8 @@ static zs_status cuda_host_register(struct zs_device *d, void *p, size_t bytes)
 
 static void cuda_host_unregister(struct zs_device *d, void *p)
 {
-    cudaHostUnregister(p);
+    if (cudaHostUnregister(p) != cudaSuccess)
+        cudaGetLastError();
 }
 
 static zs_status cuda_pci_bus_id(struct zs_device *d, char *buf, size_t len)

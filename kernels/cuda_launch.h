@@ -9,6 +9,9 @@
 #define ZS_KERNEL(kernel, grid, threads, stream) kernel<<<(grid), (threads), 0, (stream)>>>
 #endif
 
-#define ZS_LAUNCH(kernel, grid, threads, stream) ZS_KERNEL(kernel, grid, threads, stream)
+/* The thread's last error is cleared first: a launch reports its error only through cudaGetLastError, which
+ * would otherwise also return what any earlier call on the thread left there (a not-ready cudaEventQuery, a
+ * refused cudaHostRegister), and the launch would fail for it. A fault that broke the context stays. */
+#define ZS_LAUNCH(kernel, grid, threads, stream) (void)cudaGetLastError(), ZS_KERNEL(kernel, grid, threads, stream)
 
 #endif /* ZS_CUDA_LAUNCH_H */
