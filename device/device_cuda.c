@@ -16,6 +16,34 @@ static zs_status cuda_fail(cudaError_t e, const char *what)
                    cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
+/* CUDA keeps the current device per host thread (0 on a new one), and a kernel launched on a stream of
+ * another device fails, while memory, streams and events made there land on GPU 0. A framework may call the
+ * engine from a thread other than zs_init's, so every op that calls the runtime makes the rank's GPU current
+ * first. The runtime's own answer is asked, not a cache of ours: the program may switch the thread's device
+ * between our calls (PyTorch's device guards do), and cudaGetDevice reads thread-local state. */
+static cudaError_t cuda_use(const struct zs_device *d)
+{
+    int cur = -1;
+
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == d->ordinal)
+        return cudaSuccess;
+    return cudaSetDevice(d->ordinal);
+}
+
+#define CUDA_USE(d)                                                                         \
+    do {                                                                                    \
+        cudaError_t use_ = cuda_use(d);                                                     \
+        if (use_ != cudaSuccess)                                                            \
+            return cuda_fail(use_, "cudaSetDevice (the rank's GPU, on the calling thread)"); \
+    } while (0)
+
+/* For the ops that return nothing: a free goes on whatever happens (the runtime finds the object's device). */
+static void cuda_use_quiet(const struct zs_device *d)
+{
+    if (cuda_use(d) != cudaSuccess)
+        cudaGetLastError();
+}
+
 static int32_t cuda_count(void)
 {
     int n = 0;
@@ -48,6 +76,7 @@ static zs_status cuda_open(struct zs_device *d, int32_t local_rank, int32_t loca
 
 static void cuda_close(struct zs_device *d)
 {
+    cuda_use_quiet(d);
     if (d->compute && cudaStreamDestroy((cudaStream_t)d->compute) != cudaSuccess)
         cudaGetLastError();
     d->compute = NULL;
@@ -57,7 +86,7 @@ static void *cuda_alloc(struct zs_device *d, size_t bytes)
 {
     void *p = NULL;
 
-    if (cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
+    if (cuda_use(d) != cudaSuccess || cudaMalloc(&p, bytes ? bytes : 64) != cudaSuccess) {
         cudaGetLastError(); /* the caller names the failure (out of memory) */
         return NULL;
     }
@@ -76,6 +105,7 @@ static void *cuda_alloc(struct zs_device *d, size_t bytes)
  * so that a later launch does not take it for its own. */
 static void cuda_free(struct zs_device *d, void *p)
 {
+    cuda_use_quiet(d);
     if (cudaFree(p) != cudaSuccess)
         cudaGetLastError();
 }
@@ -86,8 +116,10 @@ static zs_status cuda_copy(struct zs_device *d, void *dst, const void *src, size
     /* the runtime tells the sides apart by address (unified addressing), so pageable, pinned and device
      * memory all copy right whatever dir says */
     enum cudaMemcpyKind kind = cudaMemcpyDefault;
-    cudaError_t e = bytes ? cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)s) : cudaSuccess;
+    cudaError_t e;
 
+    CUDA_USE(d);
+    e = bytes ? cudaMemcpyAsync(dst, src, bytes, kind, (cudaStream_t)s) : cudaSuccess;
     return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaMemcpyAsync");
 }
 
@@ -96,8 +128,10 @@ static zs_status cuda_copy(struct zs_device *d, void *dst, const void *src, size
 static zs_status cuda_stream_create(struct zs_device *d, struct zs_dev_stream **s)
 {
     cudaStream_t cs;
-    cudaError_t e = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
+    cudaError_t e;
 
+    CUDA_USE(d);
+    e = cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking);
     if (e != cudaSuccess)
         return cuda_fail(e, "cudaStreamCreateWithFlags");
     *s = (struct zs_dev_stream *)cs;
@@ -106,22 +140,27 @@ static zs_status cuda_stream_create(struct zs_device *d, struct zs_dev_stream **
 
 static void cuda_stream_free(struct zs_device *d, struct zs_dev_stream *s)
 {
+    cuda_use_quiet(d);
     if (s && cudaStreamDestroy((cudaStream_t)s) != cudaSuccess)
         cudaGetLastError();
 }
 
 static zs_status cuda_stream_sync(struct zs_device *d, struct zs_dev_stream *s)
 {
-    cudaError_t e = cudaStreamSynchronize((cudaStream_t)s);
+    cudaError_t e;
 
+    CUDA_USE(d);
+    e = cudaStreamSynchronize((cudaStream_t)s);
     return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaStreamSynchronize");
 }
 
 static zs_status cuda_event_create(struct zs_device *d, struct zs_dev_event **ev)
 {
     cudaEvent_t ce;
-    cudaError_t e = cudaEventCreateWithFlags(&ce, cudaEventDisableTiming);
+    cudaError_t e;
 
+    CUDA_USE(d);
+    e = cudaEventCreateWithFlags(&ce, cudaEventDisableTiming);
     if (e != cudaSuccess)
         return cuda_fail(e, "cudaEventCreateWithFlags");
     *ev = (struct zs_dev_event *)ce;
@@ -130,21 +169,26 @@ static zs_status cuda_event_create(struct zs_device *d, struct zs_dev_event **ev
 
 static void cuda_event_free(struct zs_device *d, struct zs_dev_event *ev)
 {
+    cuda_use_quiet(d);
     if (ev && cudaEventDestroy((cudaEvent_t)ev) != cudaSuccess)
         cudaGetLastError();
 }
 
 static zs_status cuda_event_record(struct zs_device *d, struct zs_dev_event *ev, struct zs_dev_stream *s)
 {
-    cudaError_t e = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)s);
+    cudaError_t e;
 
+    CUDA_USE(d);
+    e = cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)s);
     return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaEventRecord");
 }
 
 static zs_status cuda_event_query(struct zs_device *d, struct zs_dev_event *ev, bool *done)
 {
-    cudaError_t e = cudaEventQuery((cudaEvent_t)ev);
+    cudaError_t e;
 
+    CUDA_USE(d);
+    e = cudaEventQuery((cudaEvent_t)ev);
     *done = e == cudaSuccess;
     if (e == cudaErrorNotReady)
         cudaGetLastError(); /* an answer, not a failure: it must not stay the thread's last error */
@@ -153,15 +197,19 @@ static zs_status cuda_event_query(struct zs_device *d, struct zs_dev_event *ev, 
 
 static zs_status cuda_stream_wait(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *ev)
 {
-    cudaError_t e = cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)ev, 0);
+    cudaError_t e;
 
+    CUDA_USE(d);
+    e = cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)ev, 0);
     return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaStreamWaitEvent");
 }
 
 static zs_status cuda_optim(struct zs_device *d, const struct zs_optim_launch *l, struct zs_dev_stream *s)
 {
-    int e = zs_cuda_optim_launch(l, s);
+    int e;
 
+    CUDA_USE(d);
+    e = zs_cuda_optim_launch(l, s);
     if (e)
         return cuda_fail((cudaError_t)e, zs_kopt_name(l->opt));
     return ZS_OK;
@@ -169,8 +217,10 @@ static zs_status cuda_optim(struct zs_device *d, const struct zs_optim_launch *l
 
 static zs_status cuda_zero(struct zs_device *d, void *p, size_t bytes, struct zs_dev_stream *s)
 {
-    cudaError_t e = bytes ? cudaMemsetAsync(p, 0, bytes, (cudaStream_t)s) : cudaSuccess;
+    cudaError_t e;
 
+    CUDA_USE(d);
+    e = bytes ? cudaMemsetAsync(p, 0, bytes, (cudaStream_t)s) : cudaSuccess;
     return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaMemsetAsync");
 }
 
@@ -182,35 +232,42 @@ static zs_status kernel_status(int e, const char *what)
 static zs_status cuda_accumulate(struct zs_device *d, void *dst, const void *src, zs_dtype dt, int64_t n,
                                  struct zs_dev_stream *s)
 {
+    CUDA_USE(d);
     return kernel_status(zs_cuda_grad_accumulate(dst, src, dt, n, s), "gradient accumulation kernel");
 }
 
 static zs_status cuda_scale(struct zs_device *d, void *x, zs_dtype dt, int64_t n, float f, struct zs_dev_stream *s)
 {
+    CUDA_USE(d);
     return kernel_status(zs_cuda_grad_scale(x, dt, n, f, s), "gradient scale kernel");
 }
 
 static zs_status cuda_convert(struct zs_device *d, void *dst, zs_dtype dt, const float *src, int64_t n,
                               struct zs_dev_stream *s)
 {
+    CUDA_USE(d);
     return kernel_status(zs_cuda_grad_convert(dst, dt, src, n, s), "conversion kernel");
 }
 
 static zs_status cuda_sumsq(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
                             double *out, struct zs_dev_stream *s)
 {
+    CUDA_USE(d);
     return kernel_status(zs_cuda_grad_sumsq(x, n, count, dt, out, s), "gradient norm kernel");
 }
 
 static zs_status cuda_host_register(struct zs_device *d, void *p, size_t bytes)
 {
-    cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+    cudaError_t e;
 
+    CUDA_USE(d); /* else a new thread's pin makes a context on GPU 0 */
+    e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
     return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaHostRegister (pinned host staging)");
 }
 
 static void cuda_host_unregister(struct zs_device *d, void *p)
 {
+    cuda_use_quiet(d);
     if (cudaHostUnregister(p) != cudaSuccess)
         cudaGetLastError();
 }
