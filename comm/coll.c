@@ -110,8 +110,12 @@ void zs_coll_close(struct zs_coll *c)
     reqs_free(c);
     if (c->ev_compute)
         d->ops->event_free(d, c->ev_compute);
-    if (c->stream)
+    /* a destroyed CUDA stream still runs what it holds: it finishes first, the memory its copies land in is
+     * freed next (zs_finalize) */
+    if (c->stream) {
+        d->ops->stream_sync(d, c->stream);
         d->ops->stream_free(d, c->stream);
+    }
     c->ev_compute = NULL;
     c->stream = NULL;
 }

@@ -372,6 +372,12 @@ zs_status zs_finalize(zs_ctx *ctx)
     free(ctx->groups);
     free(ctx->config_text);
     free(ctx->units);
+    /* every stream that may still copy into the arena, the host pool or a staging area has finished before
+     * any of them is freed: the collectives' (gathers, reductions, host-staged copies up) closes here, the
+     * offload staging's in zs_offdev_free, the compute stream is synchronized */
+    zs_coll_close(&ctx->coll);
+    if (ctx->dev.ops && ctx->dev.compute)
+        ctx->dev.ops->stream_sync(&ctx->dev, ctx->dev.compute);
     /* after a swap timeout the kernel may still write into the pool's slots: leaking it on this fatal
      * path is the safe choice, freeing it could let a late I/O land in reused memory */
     zs_offdev_free(ctx);
@@ -380,7 +386,6 @@ zs_status zs_finalize(zs_ctx *ctx)
         zs_offload_unpin(ctx);
         zs_host_pool_free(ctx->host);
     }
-    zs_coll_close(&ctx->coll);
     zs_device_close(&ctx->dev);
     zs_pool_free(ctx->pool);
     zs_comm_free(ctx->comm);
