@@ -141,6 +141,9 @@ static inline void emu_run_plain(dim3 grid, unsigned threads, const std::functio
 
 /* emu_runtime.cpp: queues work on a stream; records a launch's configuration error for cudaGetLastError */
 void emu_enqueue(cudaStream_t s, std::function<void()> op);
+/* the same, but the stream runs past op only once ready() holds (asked when op is reached, until it holds):
+ * queries of work behind it say not ready, synchronizing waits for it (the sem lane's version replaces this) */
+void emu_enqueue_until(cudaStream_t s, std::function<bool()> ready, std::function<void()> op);
 void emu_launch_error(cudaError_t e, const char *what);
 /* whether a kernel may dereference p: device memory, or pinned host memory (mapped, as CUDA maps it) */
 bool emu_device_visible(const void *p);

@@ -3,6 +3,7 @@
  * memory as tracked host memory. */
 #include "cuda_runtime.h"
 
+#include <sched.h>
 #include <stdio.h>
 
 #include <deque>
@@ -12,8 +13,14 @@
 #include <set>
 #include <vector>
 
+/* An operation, and what must hold before it may run (empty: nothing): a NCCL collective waits for its peers. */
+struct emu_op {
+    std::function<bool()> ready;
+    std::function<void()> run;
+};
+
 struct emu_stream {
-    std::deque<std::function<void()>> q;
+    std::deque<emu_op> q;
     unsigned long long issued = 0, done = 0; /* operations queued so far, operations run so far */
 };
 
@@ -42,28 +49,45 @@ cudaError_t fail(cudaError_t e, const char *what)
 
 emu_stream *stream_of(cudaStream_t s) { return s ? s : &legacy; }
 
-/* Runs s's queue until `upto` operations have run; a wait met on the way first runs the stream it waits on
- * as far as its event. */
-void run_until(emu_stream *s, unsigned long long upto)
+/* Runs s's queue until `upto` operations have run or one is not ready to run; a wait met on the way first
+ * runs the stream it waits on as far as its event. Whether s got that far. */
+bool run_until(emu_stream *s, unsigned long long upto)
 {
     if (++depth > 64) {
         fprintf(stderr, "cuda_emu: streams wait on each other in a cycle (a GPU would hang)\n");
         abort();
     }
     while (s->done < upto && !s->q.empty()) {
-        std::function<void()> op = std::move(s->q.front());
+        if (s->q.front().ready && !s->q.front().ready())
+            break;
+        std::function<void()> op = std::move(s->q.front().run);
         s->q.pop_front();
         op();
         s->done++;
         ran_ops++;
     }
     depth--;
+    return s->done >= upto;
+}
+
+/* A host that synchronizes waits, as on a GPU: for a peer that never arrives, forever. */
+void spin_until(emu_stream *s, unsigned long long upto)
+{
+    while (!run_until(s, upto))
+        sched_yield();
 }
 
 void run_all(void)
 {
-    for (emu_stream *s : streams)
-        run_until(s, s->issued);
+    bool left = true;
+
+    while (left) {
+        left = false;
+        for (emu_stream *s : streams)
+            left = !run_until(s, s->issued) || left;
+        if (left)
+            sched_yield();
+    }
 }
 
 /* ZS_CUDA_EMU=eager runs each operation when it is queued, as if the GPU were always idle: a test that fails
@@ -79,9 +103,9 @@ bool eager(void)
     return e;
 }
 
-void enqueue(emu_stream *s, std::function<void()> op)
+void enqueue(emu_stream *s, std::function<void()> op, std::function<bool()> ready = nullptr)
 {
-    s->q.push_back(std::move(op));
+    s->q.push_back(emu_op{ std::move(ready), std::move(op) });
     s->issued++;
     if (eager())
         run_until(s, s->issued);
@@ -130,6 +154,13 @@ void emu_enqueue(cudaStream_t s, std::function<void()> op)
     std::lock_guard<std::recursive_mutex> g(lock);
 
     enqueue(stream_of(s), std::move(op));
+}
+
+void emu_enqueue_until(cudaStream_t s, std::function<bool()> ready, std::function<void()> op)
+{
+    std::lock_guard<std::recursive_mutex> g(lock);
+
+    enqueue(stream_of(s), std::move(op), std::move(ready));
 }
 
 bool emu_device_visible(const void *p)
@@ -305,7 +336,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 
     if (!s || !streams.count(s))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy");
-    run_until(s, s->issued);
+    spin_until(s, s->issued);
     streams.erase(s);
     for (emu_event *e : events)
         if (e->s == s)
@@ -321,7 +352,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
 
     if (!streams.count(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize");
-    run_until(q, q->issued);
+    spin_until(q, q->issued);
     return cudaSuccess;
 }
 
@@ -332,8 +363,7 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
     emu_stream *q = stream_of(s);
     bool pending = q->done < q->issued;
 
-    run_until(q, q->issued);
-    return pending ? cudaErrorNotReady : cudaSuccess;
+    return !run_until(q, q->issued) || pending ? cudaErrorNotReady : cudaSuccess;
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
@@ -377,7 +407,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
     if (!events.count(e))
         return fail(cudaErrorInvalidResourceHandle, "cudaEventSynchronize");
     if (e->s)
-        run_until(e->s, e->seq);
+        spin_until(e->s, e->seq);
     return cudaSuccess;
 }
 
@@ -386,7 +416,10 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
     std::lock_guard<std::recursive_mutex> g(lock);
     bool pending = e->s && e->s->done < e->seq;
 
-    cudaEventSynchronize(e);
+    if (!events.count(e))
+        return fail(cudaErrorInvalidResourceHandle, "cudaEventQuery");
+    if (pending)
+        run_until(e->s, e->seq); /* as far as it can: the next query may find it done */
     return pending ? cudaErrorNotReady : cudaSuccess;
 }
 
@@ -403,10 +436,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
     seq = e->seq;
     if (!on || on == q)
         return cudaSuccess;
-    enqueue(q, [on, seq]() {
-        if (streams.count(on))
-            run_until(on, seq);
-    });
+    enqueue(q, []() {}, [on, seq]() { return !streams.count(on) || run_until(on, seq); });
     return cudaSuccess;
 }
 
@@ -487,7 +517,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
         enqueue(q, [dst, src, bytes]() { memcpy(dst, src, bytes); });
     }
     if (ds == PAGEABLE)
-        run_until(q, q->issued);
+        spin_until(q, q->issued);
     return cudaSuccess;
 }
 
@@ -498,7 +528,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 
     if (!e && !(side_of(dst, bytes) == DEVICE && side_of(src, bytes) == DEVICE))
-        run_until(&legacy, legacy.issued);
+        spin_until(&legacy, legacy.issued);
     return e;
 }
 
