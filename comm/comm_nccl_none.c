@@ -4,7 +4,7 @@
 #include "base/error.h" /* defines: zs_fail */
 #include "comm_nccl.h"
 
-zs_status zs_nccl_init(struct zs_nccl **n, MPI_Comm comm, enum zs_nccl_mode mode)
+zs_status zs_nccl_init(struct zs_nccl **n, MPI_Comm comm, enum zs_nccl_mode mode, struct zs_comm *watch)
 {
     *n = NULL;
     return zs_fail(ZS_ERR_UNSUPPORTED, "NCCL: this library was built without the CUDA backend");
@@ -22,6 +22,21 @@ void *zs_nccl_stream(struct zs_nccl *n)
 zs_status zs_nccl_sync(struct zs_nccl *n)
 {
     return ZS_ERR_UNSUPPORTED;
+}
+
+zs_status zs_nccl_poll(struct zs_nccl *n, double since, const char *what)
+{
+    return ZS_ERR_UNSUPPORTED;
+}
+
+size_t zs_nccl_piece_bytes(void)
+{
+    return ZS_NCCL_PIECE_BYTES;
+}
+
+uint64_t zs_nccl_stage_bytes(int32_t nranks)
+{
+    return 0; /* no NCCL, no staging */
 }
 
 zs_status zs_nccl_reduce_scatter(struct zs_nccl *n, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,

@@ -1,1 +1,21 @@
-# gpu_nccl.cmake - (filled by its lane)
+# gpu_nccl.cmake - NCCL under the watchdog's deadline, its staging in fixed pieces, on the emulated NCCL (a GPU
+# per rank). Included last from tests/CMakeLists.txt (zs_emu_test, ZS_MPIRUN and ZS_TEST_ENV are defined).
+set(zs_gpu_nccl_tests)
+# A rank that arrives after the deadline (stop) and an asynchronous NCCL error (async): the waiting rank's
+# call fails naming the operation and the rank, within ZS_TIMEOUT=3; a hang is the ctest TIMEOUT.
+zs_emu_test(test_nccl_deadline test_nccl_deadline.c)
+foreach(c stop async)
+  add_test(NAME nccl_deadline_${c}_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_deadline> ${c})
+  list(APPEND zs_gpu_nccl_tests nccl_deadline_${c}_np2)
+endforeach()
+# The ordered and nccl modes walking their chunks in many 4 KiB pieces of the staging buffer: the same bits.
+add_test(NAME nccl_pieces_emu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_emu>)
+list(APPEND zs_gpu_nccl_tests nccl_pieces_emu_np2)
+
+foreach(t ${zs_gpu_nccl_tests})
+  file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t})
+  set_tests_properties(${t} PROPERTIES TIMEOUT 60 LABELS "cuda;comm"
+    ENVIRONMENT "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t};ZS_CUDA_EMU_GPUS=2;ZS_CUDA_EMU_NCCL=1;ZS_TIMEOUT=3")
+endforeach()
+set_property(TEST nccl_deadline_async_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_NCCL_FAULT=0:1)
+set_property(TEST nccl_pieces_emu_np2 APPEND PROPERTY ENVIRONMENT ZS_TEST_NCCL_PIECE=4096)
