@@ -19,3 +19,11 @@ foreach(t ${zs_gpu_nccl_tests})
 endforeach()
 set_property(TEST nccl_deadline_async_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_NCCL_FAULT=0:1)
 set_property(TEST nccl_pieces_emu_np2 APPEND PROPERTY ENVIRONMENT ZS_TEST_NCCL_PIECE=4096)
+
+# nccl.h from a plain directory (NCCL's pip wheel: `ncclGroupStart();`) under -Werror: a scratch configure and
+# comm/comm_nccl.c alone, so it fails where CMake includes the header as a normal one.
+if(ZS_HAVE_CUDA)
+  add_test(NAME nccl_header COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_header.sh ${PROJECT_SOURCE_DIR}
+           ${ZS_NCCL_INCLUDE_DIR})
+  set_tests_properties(nccl_header PROPERTIES TIMEOUT 120 LABELS cuda SKIP_RETURN_CODE 77)
+endif()
