@@ -3,6 +3,7 @@
  * communication stream that an event orders after the caller's compute stream, staged through one buffer
  * of fixed size made at set-up. Every wait is comm_nccl_wait.c's, under the watchdog's deadline. */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,33 +40,60 @@ static zs_status cuda_fail(struct zs_nccl *n, int e, const char *what)
                    cudaGetErrorString((cudaError_t)e));
 }
 
-/* NCCL refuses two ranks on one GPU, and says so obscurely: the ranks compare their GPUs' PCI addresses
- * first and name the pair. Collective. */
-static zs_status check_distinct_gpus(struct zs_nccl *n, MPI_Comm comm)
+/* Collective: every rank's GPU as "PCI bus id@host" (pairs apart: len bytes each) into all, which the
+ * caller frees. */
+static zs_status gather_gpus(MPI_Comm comm, char **all, size_t len)
 {
-    char mine[64] = { 0 }, *all;
-    char host[MPI_MAX_PROCESSOR_NAME] = { 0 };
-    int dev = 0, len = 0;
-    zs_status st = ZS_OK;
+    char mine[64] = { 0 }, host[MPI_MAX_PROCESSOR_NAME] = { 0 };
+    int dev = 0, hlen = 0, size = 0;
 
     cudaGetDevice(&dev);
-    MPI_Get_processor_name(host, &len);
+    MPI_Get_processor_name(host, &hlen);
+    MPI_Comm_size(comm, &size);
     if (cudaDeviceGetPCIBusId(mine, 24, dev) != cudaSuccess)
         strcpy(mine, "?");
     strncat(mine, "@", sizeof(mine) - strlen(mine) - 1);
     strncat(mine, host, sizeof(mine) - strlen(mine) - 1);
-    all = calloc((size_t)n->size, sizeof(mine));
-    if (!all)
+    *all = calloc((size_t)size, len);
+    if (!*all)
         return zs_fail(ZS_ERR_NOMEM, "NCCL set-up: out of memory");
-    if (MPI_Allgather(mine, sizeof(mine), MPI_CHAR, all, sizeof(mine), MPI_CHAR, comm) != MPI_SUCCESS)
-        st = zs_fail(ZS_ERR_COMM, "NCCL set-up: all-gather of the ranks' GPUs failed");
-    for (int32_t a = 0; !st && a < n->size; a++)
-        for (int32_t b = a + 1; !st && b < n->size; b++)
-            if (!strcmp(all + a * sizeof(mine), all + b * sizeof(mine)))
-                st = zs_fail(ZS_ERR_UNSUPPORTED, "NCCL needs one GPU per rank, and ranks %d and %d share %s "
-                             "(use the host-staged transport for ranks sharing a GPU)", a, b, all + a * sizeof(mine));
+    if (MPI_Allgather(mine, (int)len, MPI_CHAR, *all, (int)len, MPI_CHAR, comm) != MPI_SUCCESS)
+        return zs_fail(ZS_ERR_COMM, "NCCL set-up: all-gather of the ranks' GPUs failed");
+    return ZS_OK;
+}
+
+zs_status zs_nccl_shared_gpu(MPI_Comm comm, int32_t *a, int32_t *b, char *gpu, size_t len)
+{
+    enum { PAIR = 64 };
+    char *all = NULL;
+    int size = 0;
+    zs_status st = gather_gpus(comm, &all, PAIR);
+
+    *a = *b = -1;
+    MPI_Comm_size(comm, &size);
+    for (int32_t i = 0; !st && *a < 0 && i < size; i++)
+        for (int32_t j = i + 1; *a < 0 && j < size; j++)
+            if (!strcmp(all + (size_t)i * PAIR, all + (size_t)j * PAIR)) {
+                *a = i;
+                *b = j;
+                snprintf(gpu, len, "%s", all + (size_t)i * PAIR);
+            }
     free(all);
     return st;
+}
+
+/* NCCL refuses two ranks on one GPU, and says so obscurely: the ranks compare their GPUs' PCI addresses
+ * first and name the pair. Collective. */
+static zs_status check_distinct_gpus(MPI_Comm comm)
+{
+    char gpu[64];
+    int32_t a, b;
+    zs_status st = zs_nccl_shared_gpu(comm, &a, &b, gpu, sizeof(gpu));
+
+    if (st || a < 0)
+        return st;
+    return zs_fail(ZS_ERR_UNSUPPORTED, "NCCL needs one GPU per rank, and ranks %d and %d share %s (use the "
+                   "host-staged transport for ranks sharing a GPU)", a, b, gpu);
 }
 
 /* Whether any rank failed so far, so that no rank walks into a collective the others skip. A rank that
@@ -151,7 +179,7 @@ zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mo
     MPI_Comm_size(comm, &n->size);
     st = agree(n, comm, load_api(n));
     if (!st)
-        st = check_distinct_gpus(n, comm); /* the same gathered answer on every rank */
+        st = check_distinct_gpus(comm); /* the same gathered answer on every rank */
     if (!st && n->rank == 0) {
         r = n->api.get_unique_id(&boot.id);
         boot.ok = r == ncclSuccess;

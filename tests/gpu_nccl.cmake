@@ -11,6 +11,12 @@ endforeach()
 # The ordered and nccl modes walking their chunks in many 4 KiB pieces of the staging buffer: the same bits.
 add_test(NAME nccl_pieces_emu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_emu>)
 list(APPEND zs_gpu_nccl_tests nccl_pieces_emu_np2)
+# "auto" by the ranks' PCI bus ids: a GPU each though each rank sees one (per-rank CUDA_VISIBLE_DEVICES) takes
+# NCCL; two ranks on one GPU keep the host-staged transport.
+zs_emu_test(test_nccl_auto test_nccl_auto.c)
+add_test(NAME nccl_auto_own_gpu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> nccl)
+add_test(NAME nccl_auto_shared_gpu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> staged)
+list(APPEND zs_gpu_nccl_tests nccl_auto_own_gpu_np2 nccl_auto_shared_gpu_np2)
 
 foreach(t ${zs_gpu_nccl_tests})
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t})
@@ -19,6 +25,9 @@ foreach(t ${zs_gpu_nccl_tests})
 endforeach()
 set_property(TEST nccl_deadline_async_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_NCCL_FAULT=0:1)
 set_property(TEST nccl_pieces_emu_np2 APPEND PROPERTY ENVIRONMENT ZS_TEST_NCCL_PIECE=4096)
+# after the loop: ZS_CUDA_EMU_GPUS=1 replaces its 2
+set_property(TEST nccl_auto_own_gpu_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_GPUS=1 ZS_CUDA_EMU_BUS=local)
+set_property(TEST nccl_auto_shared_gpu_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_GPUS=1)
 
 # nccl.h from a plain directory (NCCL's pip wheel: `ncclGroupStart();`) under -Werror: a scratch configure and
 # comm/comm_nccl.c alone, so it fails where CMake includes the header as a normal one.
