@@ -109,17 +109,17 @@ static zs_status agree(struct zs_nccl *n, MPI_Comm comm, zs_status st)
     return zs_fail(ZS_ERR_COMM, "NCCL set-up failed on rank %d", first);
 }
 
-size_t zs_nccl_piece_bytes(void)
+size_t zs_nccl_piece_bytes(int32_t nranks)
 {
     const char *e = getenv(ZS_TEST_HOOK_NCCL_PIECE);
     long long v = e ? atoll(e) : 0;
 
-    return v >= 4 ? (size_t)v / 4 * 4 : ZS_NCCL_PIECE_BYTES;
+    return v >= 4 ? (size_t)v / 4 * 4 : zs_nccl_piece_default(nranks);
 }
 
 uint64_t zs_nccl_stage_bytes(int32_t nranks)
 {
-    return (uint64_t)nranks * zs_nccl_piece_bytes();
+    return (uint64_t)nranks * zs_nccl_piece_bytes(nranks);
 }
 
 /* The communicator, non-blocking where libnccl can (its set-up then runs under the deadline too). The
@@ -172,11 +172,11 @@ zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mo
     if (!n)
         return zs_fail(ZS_ERR_NOMEM, "NCCL set-up: out of memory");
     n->mode = mode;
-    n->piece = zs_nccl_piece_bytes();
-    n->timeout_s = watch ? watch->timeout_s : ZS_TIMEOUT_DEFAULT;
-    n->shm = watch ? watch->shm : NULL;
     MPI_Comm_rank(comm, &n->rank);
     MPI_Comm_size(comm, &n->size);
+    n->piece = zs_nccl_piece_bytes(n->size);
+    n->timeout_s = watch ? watch->timeout_s : ZS_TIMEOUT_DEFAULT;
+    n->shm = watch ? watch->shm : NULL;
     st = agree(n, comm, load_api(n));
     if (!st)
         st = check_distinct_gpus(comm); /* the same gathered answer on every rank */

@@ -43,11 +43,20 @@ zs_status zs_nccl_sync(struct zs_nccl *n);
 zs_status zs_nccl_poll(struct zs_nccl *n, double since, const char *what);
 
 /* The staging buffer, allocated once at set-up and counted in the memory plan: nranks pieces of
- * zs_nccl_piece_bytes() (ZS_NCCL_PIECE_BYTES; ZS_TEST_NCCL_PIECE sets it in tests). The ordered mode, and the
- * nccl mode's 16-bit inputs, walk their chunks in pieces of that size. */
-#define ZS_NCCL_PIECE_BYTES ((size_t)4 << 20)
-size_t zs_nccl_piece_bytes(void);
+ * zs_nccl_piece_bytes, ZS_NCCL_STAGE_BYTES shared among the ranks, each piece kept within 64 KiB .. 4 MiB so a
+ * send is neither tiny nor the buffer large on a few ranks (ZS_TEST_NCCL_PIECE sets the piece in tests). The
+ * ordered mode, and the nccl mode's 16-bit inputs, walk their chunks in pieces of that size. */
+#define ZS_NCCL_STAGE_BYTES ((uint64_t)32 << 20)
+size_t zs_nccl_piece_bytes(int32_t nranks);
 uint64_t zs_nccl_stage_bytes(int32_t nranks);
+
+/* The piece without the test knob (comm_nccl_none.c's too). */
+static inline size_t zs_nccl_piece_default(int32_t nranks)
+{
+    uint64_t p = ZS_NCCL_STAGE_BYTES / (uint64_t)(nranks > 0 ? nranks : 1) / 256 * 256;
+
+    return (size_t)(p < (64u << 10) ? (64u << 10) : p > (4u << 20) ? (4u << 20) : p);
+}
 
 /* buf: N chunks of count elements of dt_in; out: rank r's chunk of the sum, times scale, as dt_out (fp32 or
  * dt_in). FAST mode sums 16-bit inputs in fp32 (widened first) and rounds once to dt_out. after: a

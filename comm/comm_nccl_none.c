@@ -35,14 +35,14 @@ zs_status zs_nccl_poll(struct zs_nccl *n, double since, const char *what)
     return ZS_ERR_UNSUPPORTED;
 }
 
-size_t zs_nccl_piece_bytes(void)
+size_t zs_nccl_piece_bytes(int32_t nranks)
 {
-    return ZS_NCCL_PIECE_BYTES;
+    return zs_nccl_piece_default(nranks);
 }
 
 uint64_t zs_nccl_stage_bytes(int32_t nranks)
 {
-    return 0; /* no NCCL, no staging */
+    return (uint64_t)nranks * zs_nccl_piece_bytes(nranks); /* what a CUDA build would hold, for estimates */
 }
 
 zs_status zs_nccl_reduce_scatter(struct zs_nccl *n, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
