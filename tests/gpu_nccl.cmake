@@ -8,6 +8,11 @@ foreach(c stop async)
   add_test(NAME nccl_deadline_${c}_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_deadline> ${c})
   list(APPEND zs_gpu_nccl_tests nccl_deadline_${c}_np2)
 endforeach()
+# A rank that exits before the all-gather (mpirun --enable-recovery keeps the job): the waiting rank names it
+# within seconds, long before its 30 s timeout.
+add_test(NAME nccl_deadline_die_np2 COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --enable-recovery
+         ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:test_nccl_deadline> die)
+list(APPEND zs_gpu_nccl_tests nccl_deadline_die_np2)
 # The ordered and nccl modes walking their chunks in many 4 KiB pieces of the staging buffer: the same bits.
 add_test(NAME nccl_pieces_emu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_emu>)
 list(APPEND zs_gpu_nccl_tests nccl_pieces_emu_np2)
@@ -24,6 +29,9 @@ foreach(t ${zs_gpu_nccl_tests})
     ENVIRONMENT "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t};ZS_CUDA_EMU_GPUS=2;ZS_CUDA_EMU_NCCL=1;ZS_TIMEOUT=3")
 endforeach()
 set_property(TEST nccl_deadline_async_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_NCCL_FAULT=0:1)
+set_property(TEST nccl_deadline_die_np2 APPEND PROPERTY ENVIRONMENT ZS_TIMEOUT=30)
+# mpirun --enable-recovery exits 0 whatever the survivor returns: its summary line decides
+set_tests_properties(nccl_deadline_die_np2 PROPERTIES PASS_REGULAR_EXPRESSION "nccl_deadline die: rank 0: [1-9][0-9]* passed, 0 failed")
 set_property(TEST nccl_pieces_emu_np2 APPEND PROPERTY ENVIRONMENT ZS_TEST_NCCL_PIECE=4096)
 # after the loop: ZS_CUDA_EMU_GPUS=1 replaces its 2
 set_property(TEST nccl_auto_own_gpu_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_GPUS=1 ZS_CUDA_EMU_BUS=local)

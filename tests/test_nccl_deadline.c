@@ -2,8 +2,10 @@
  * (2 ranks, a GPU each). stop: rank 1 arrives at an all-gather only after rank 0's deadline; rank 0's wait
  * ends after the timeout with an error naming ncclAllGather and rank 1, and rank 1 still completes once it
  * comes. async: the emulator fails rank 0's first operation asynchronously (ZS_CUDA_EMU_NCCL_FAULT=0:1);
- * the wait ends at once with an error naming ncclAllGather and NCCL's report. After either, later calls on
- * the communicator fail and zs_nccl_free aborts it instead of waiting. */
+ * the wait ends at once with an error naming ncclAllGather and NCCL's report. die (under mpirun
+ * --enable-recovery, with a long timeout): rank 1 exits before the all-gather; rank 0's wait ends within
+ * seconds naming it as exited, and rank 0 leaves without MPI's clean-up, which would wait for the dead rank.
+ * After each, later calls on the communicator fail and zs_nccl_free aborts it instead of waiting. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,6 +55,26 @@ static void t_stop(struct zs_nccl *n, struct zs_device *dev, float *d, double ti
           "rank 0: a call after the abort: %s", zs_last_error());
 }
 
+static void t_die(struct zs_nccl *n, struct zs_device *dev, float *d, double timeout)
+{
+    double took;
+    zs_status st;
+    const char *msg;
+
+    if (rank == 1)
+        _exit(0);
+    st = gather(n, dev, d, &took);
+    msg = st ? zs_last_error() : "";
+    CHECK(st && took < timeout, "rank 0: the all-gather %s after %.1f s", st ? "ended" : "completed", took);
+    CHECK(strstr(msg, "ncclAllGather of 8000 bytes") && strstr(msg, "has exited: rank 1 (pid"),
+          "rank 0: the message names neither the operation nor the dead rank 1: %s", msg);
+    printf("rank 0: %s\n", msg);
+    zs_nccl_free(n);
+    printf("nccl_deadline die: rank 0: %d passed, %d failed\n", zs_test_pass, zs_test_fail);
+    fflush(stdout);
+    _exit(zs_test_fail ? 1 : 0);
+}
+
 static void t_async(struct zs_nccl *n, struct zs_device *dev, float *d, double timeout)
 {
     double took;
@@ -93,10 +115,12 @@ int main(int argc, char **argv)
     d = dev.ops->alloc(&dev, 2 * COUNT * sizeof(float));
     if (!strcmp(mode, "stop"))
         t_stop(n, &dev, d, opts.timeout_s);
+    else if (!strcmp(mode, "die"))
+        t_die(n, &dev, d, opts.timeout_s);
     else if (!strcmp(mode, "async"))
         t_async(n, &dev, d, opts.timeout_s);
     else
-        CHECK(0, "usage: test_nccl_deadline stop|async, not \"%s\"", mode);
+        CHECK(0, "usage: test_nccl_deadline stop|async|die, not \"%s\"", mode);
     zs_nccl_free(n); /* rank 0 aborts: no wait on the failed work */
     dev.ops->free(&dev, d);
     zs_device_close(&dev);
