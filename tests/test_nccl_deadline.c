@@ -5,13 +5,16 @@
  * the wait ends at once with an error naming ncclAllGather and NCCL's report. die (under mpirun
  * --enable-recovery, with a long timeout): rank 1 exits before the all-gather; rank 0's wait ends within
  * seconds naming it as exited, and rank 0 leaves without MPI's clean-up, which would wait for the dead rank.
- * After each, later calls on the communicator fail and zs_nccl_free aborts it instead of waiting. */
+ * coll: stop through the engine's path (comm/coll.c), whose zs_coll_wait polls the request's event under the
+ * same deadline. After each, later calls on the communicator fail and zs_nccl_free aborts it instead of
+ * waiting. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "base/clock.h" /* defines: zs_now_s */
+#include "comm/coll.h"
 #include "comm/comm.h"
 #include "comm/comm_nccl.h"
 #include "device/device.h"
@@ -75,6 +78,37 @@ static void t_die(struct zs_nccl *n, struct zs_device *dev, float *d, double tim
     _exit(zs_test_fail ? 1 : 0);
 }
 
+/* t_stop through comm/coll.c, which takes n over (zs_coll_close frees it). */
+static void t_coll(struct zs_nccl *n, struct zs_comm *comm, struct zs_device *dev, float *d, double timeout)
+{
+    struct zs_coll c = { 0 };
+    struct zs_coll_req *req = NULL;
+    double t;
+    zs_status st = zs_coll_open(&c, comm, dev);
+    const char *msg;
+
+    c.nccl = n;
+    if (rank == 1)
+        sleep((unsigned)timeout + 3);
+    t = zs_now_s();
+    if (!st)
+        st = zs_coll_all_gather(&c, d, ZS_DTYPE_FP32, COUNT, &req);
+    if (!st)
+        st = zs_coll_wait(&c, req);
+    t = zs_now_s() - t;
+    msg = st ? zs_last_error() : "";
+    if (rank == 1) {
+        CHECK(!st, "rank 1: the late rank's all-gather: %s", msg);
+    } else {
+        CHECK(st && t >= timeout && t < timeout + 30, "rank 0: zs_coll_wait %s after %.1f s (timeout %g s)",
+              st ? "failed" : "completed", t, timeout);
+        CHECK(strstr(msg, "timeout: ncclAllGather of 8000 bytes") && strstr(msg, "ranks not arrived: 1;"),
+              "rank 0: the message names neither the operation nor rank 1: %s", msg);
+        printf("rank 0: %s\n", msg);
+    }
+    zs_coll_close(&c);
+}
+
 static void t_async(struct zs_nccl *n, struct zs_device *dev, float *d, double timeout)
 {
     double took;
@@ -115,12 +149,14 @@ int main(int argc, char **argv)
     d = dev.ops->alloc(&dev, 2 * COUNT * sizeof(float));
     if (!strcmp(mode, "stop"))
         t_stop(n, &dev, d, opts.timeout_s);
+    else if (!strcmp(mode, "coll"))
+        t_coll(n, comm, &dev, d, opts.timeout_s), n = NULL;
     else if (!strcmp(mode, "die"))
         t_die(n, &dev, d, opts.timeout_s);
     else if (!strcmp(mode, "async"))
         t_async(n, &dev, d, opts.timeout_s);
     else
-        CHECK(0, "usage: test_nccl_deadline stop|async|die, not \"%s\"", mode);
+        CHECK(0, "usage: test_nccl_deadline stop|async|die|coll, not \"%s\"", mode);
     zs_nccl_free(n); /* rank 0 aborts: no wait on the failed work */
     dev.ops->free(&dev, d);
     zs_device_close(&dev);
