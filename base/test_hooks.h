@@ -31,6 +31,9 @@
 /* alloc:N:R or grow:N:R: global rank R's N-th shared-memory allocation (growth) fails locally.
  * Read by comm/shm.c. */
 #define ZS_TEST_HOOK_SHM_FAULT "ZS_TEST_SHM_FAULT"
+/* BYTES: the NCCL staging buffer's piece per rank (a multiple of 4), so a short test walks its chunks in several
+ * pieces. Read by comm/comm_nccl.c. */
+#define ZS_TEST_HOOK_NCCL_PIECE "ZS_TEST_NCCL_PIECE"
 
 /* ---------------------------------------------------------------- device/ */
 

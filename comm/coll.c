@@ -6,6 +6,9 @@
  * zs_coll_wait, where the engine needs the result. */
 #include <stdlib.h>
 
+#include <time.h>
+
+#include "base/clock.h" /* defines: zs_now_s */
 #include "base/error.h" /* defines: zs_fail, zs_error_prefix */
 #include "coll.h"
 
@@ -23,6 +26,7 @@ struct zs_coll_req {
     struct zs_comm_req *host;
     struct zs_dev_event *done;
     uint64_t staged;             /* the host-staged operation's number (0: not one), which records `done` */
+    double t0;                   /* when an NCCL collective was queued: its deadline counts from here */
     struct zs_coll_req *next_free, *next_all;
 };
 
@@ -88,7 +92,7 @@ zs_status zs_coll_open(struct zs_coll *c, struct zs_comm *comm, struct zs_device
 
 zs_status zs_coll_nccl_start(struct zs_coll *c, MPI_Comm mpi, enum zs_nccl_mode mode)
 {
-    return zs_nccl_init(&c->nccl, mpi, mode);
+    return zs_nccl_init(&c->nccl, mpi, mode, c->comm); /* the CPU watchdog's deadline and view of the node */
 }
 
 void zs_coll_nccl_stop(struct zs_coll *c)
@@ -151,8 +155,8 @@ static zs_status host_req(struct zs_coll *c, zs_status st, struct zs_comm_req *c
     return ZS_OK;
 }
 
-/* The same for work queued on the device stream s: an event marks its end. Without a request, the stream is
- * waited for here. */
+/* The same for an NCCL collective, queued on NCCL's stream s: an event marks its end. Without a request, the
+ * stream is waited for here, under the deadline. */
 static zs_status dev_req(struct zs_coll *c, zs_status st, struct zs_dev_stream *s, struct zs_coll_req **req)
 {
     struct zs_device *d = c->dev;
@@ -163,13 +167,33 @@ static zs_status dev_req(struct zs_coll *c, zs_status st, struct zs_dev_stream *
     if (!req_get(c, &r)) {
         st = d->ops->event_record(d, r->done, s);
         if (!st) {
+            r->t0 = zs_now_s();
             *req = r;
             return ZS_OK;
         }
         req_put(c, r);
     }
-    st = d->ops->stream_sync(d, s);
-    return st ? dev_fail(st, "communication stream") : ZS_OK;
+    return zs_nccl_sync(c->nccl);
+}
+
+/* An NCCL collective's event, polled: a GPU-side wait alone would leave the host's next synchronize without a
+ * deadline. */
+static zs_status nccl_wait(struct zs_coll *c, struct zs_coll_req *req)
+{
+    struct zs_device *d = c->dev;
+    bool done = false;
+    zs_status st;
+
+    for (uint32_t spins = 0;; spins++) {
+        struct timespec ts = { 0, spins < 64 ? 1000 : 100000 };
+        if ((st = d->ops->event_query(d, req->done, &done)))
+            return dev_fail(st, "event query");
+        if (done)
+            return ZS_OK;
+        if ((st = zs_nccl_poll(c->nccl, req->t0, "an NCCL collective")))
+            return st;
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* A host-staged collective: the communication stream after the compute stream, and the request taken first,
@@ -274,6 +298,8 @@ zs_status zs_coll_wait(struct zs_coll *c, struct zs_coll_req *req)
     else if (req->staged && (st = req->staged > c->staged.finished ? zs_staged_finish(&c->staged) /* lands now */
                                                                       : c->staged.failed))
         ;
+    else if (c->nccl && (st = nccl_wait(c, req)))
+        ;
     else if ((st = d->ops->stream_wait(d, d->compute, req->done)))
         dev_fail(st, "event (communication -> compute)");
     req_put(c, req);
@@ -293,5 +319,7 @@ zs_status zs_coll_test(struct zs_coll *c, struct zs_coll_req *req, bool *done)
     if (req->staged > c->staged.finished && ((st = zs_staged_test(&c->staged, done)) || !*done))
         return st;
     st = d->ops->event_query(d, req->done, done);
-    return st ? dev_fail(st, "event query") : ZS_OK;
+    if (st)
+        return dev_fail(st, "event query");
+    return c->nccl && !*done ? zs_nccl_poll(c->nccl, req->t0, "an NCCL collective") : ZS_OK;
 }

@@ -1,8 +1,9 @@
 /* coll.h - the collectives on the engine's device buffers behind one interface: comm.c's in place where the
  * host reaches the device's memory, NCCL where every rank has a GPU of its own and it started, the
  * host-staged transport otherwise. Each returns a request (*req NULL: already complete); zs_coll_wait makes
- * the result the compute stream's (on a device, without blocking the host), zs_coll_test says whether it
- * has landed. */
+ * the result the compute stream's (on a device, without blocking the host, except NCCL's: its event is polled
+ * to its end under zeroshard.timeout_s, as a GPU-side wait would leave the host's next synchronize without a
+ * deadline), zs_coll_test says whether it has landed (NCCL's: failing past the deadline). */
 #ifndef ZS_COLL_H
 #define ZS_COLL_H
 

@@ -1,48 +1,24 @@
-/* comm_nccl.c - the NCCL transport (comm_nccl.h): libnccl loaded at run time, a communicator bootstrapped
- * over MPI (rank 0's ncclGetUniqueId broadcast with MPI_Bcast), collectives queued on a communication
- * stream that an event orders after the caller's compute stream. */
+/* comm_nccl.c - the NCCL transport (comm_nccl.h): libnccl loaded at run time, a non-blocking communicator
+ * bootstrapped over MPI (rank 0's ncclGetUniqueId broadcast with MPI_Bcast), collectives queued on a
+ * communication stream that an event orders after the caller's compute stream, staged through one buffer
+ * of fixed size made at set-up. Every wait is comm_nccl_wait.c's, under the watchdog's deadline. */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cuda_runtime_api.h>
-#include <nccl.h>
 
-#include "base/error.h"     /* defines: zs_fail, zs_error_prefix */
+#include "base/error.h"      /* defines: zs_fail, zs_log */
+#include "base/test_hooks.h" /* defines: ZS_TEST_HOOK_NCCL_PIECE */
 #include "kernels/comm_cuda.h" /* defines: zs_cuda_sum_ranks, zs_cuda_scale */
-#include "comm_nccl.h"
-
-/* The NCCL functions used, resolved from libnccl.so.2 when a communicator is first made. */
-struct nccl_api {
-    ncclResult_t (*get_unique_id)(ncclUniqueId *);
-    ncclResult_t (*comm_init_rank)(ncclComm_t *, int, ncclUniqueId, int);
-    ncclResult_t (*comm_destroy)(ncclComm_t);
-    ncclResult_t (*reduce_scatter)(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                                   cudaStream_t);
-    ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
-    ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
-    ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
-    ncclResult_t (*group_start)(void);
-    ncclResult_t (*group_end)(void);
-    const char *(*error_string)(ncclResult_t);
-};
-
-struct zs_nccl {
-    struct nccl_api api;
-    void *lib;
-    ncclComm_t comm;
-    int32_t rank, size;
-    enum zs_nccl_mode mode;
-    cudaStream_t stream;
-    cudaEvent_t ready;       /* marks the caller's stream at each collective */
-    void *stage;             /* ordered mode: N received chunks, grown on demand */
-    size_t stage_bytes;
-};
+#include "comm_impl.h"       /* defines: struct zs_comm (its timeout and node) */
+#include "comm_nccl_impl.h"
+#include "shm.h"             /* defines: zs_shm_nccl_count */
 
 static zs_status load_api(struct zs_nccl *n)
 {
-    static const char *const names[] = { "ncclGetUniqueId", "ncclCommInitRank", "ncclCommDestroy",
-                                         "ncclReduceScatter", "ncclAllGather", "ncclSend", "ncclRecv",
-                                         "ncclGroupStart", "ncclGroupEnd", "ncclGetErrorString" };
+    static const char *const names[] = { "ncclGetUniqueId", "ncclCommInitRank", "ncclCommDestroy", "ncclCommAbort",
+                                         "ncclCommGetAsyncError", "ncclReduceScatter", "ncclAllGather", "ncclSend",
+                                         "ncclRecv", "ncclGroupStart", "ncclGroupEnd", "ncclGetErrorString" };
     void **slot = (void **)&n->api;
 
     n->lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
@@ -53,12 +29,9 @@ static zs_status load_api(struct zs_nccl *n)
         if (!slot[i])
             return zs_fail(ZS_ERR_UNSUPPORTED, "NCCL (libnccl.so.2) lacks %s", names[i]);
     }
+    n->api.init_config = (ncclResult_t(*)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *))dlsym(
+        n->lib, "ncclCommInitRankConfig"); /* NCCL 2.14 and later */
     return ZS_OK;
-}
-
-static zs_status nccl_fail(struct zs_nccl *n, ncclResult_t r, const char *what)
-{
-    return zs_fail(ZS_ERR_COMM, "rank %d: %s: %s", n->rank, what, n->api.error_string(r));
 }
 
 static zs_status cuda_fail(struct zs_nccl *n, int e, const char *what)
@@ -67,33 +40,60 @@ static zs_status cuda_fail(struct zs_nccl *n, int e, const char *what)
                    cudaGetErrorString((cudaError_t)e));
 }
 
-/* NCCL refuses two ranks on one GPU, and says so obscurely: the ranks compare their GPUs' PCI addresses
- * first and name the pair. Collective. */
-static zs_status check_distinct_gpus(struct zs_nccl *n, MPI_Comm comm)
+/* Collective: every rank's GPU as "PCI bus id@host" (pairs apart: len bytes each) into all, which the
+ * caller frees. */
+static zs_status gather_gpus(MPI_Comm comm, char **all, size_t len)
 {
-    char mine[64] = { 0 }, *all;
-    char host[MPI_MAX_PROCESSOR_NAME] = { 0 };
-    int dev = 0, len = 0;
-    zs_status st = ZS_OK;
+    char mine[64] = { 0 }, host[MPI_MAX_PROCESSOR_NAME] = { 0 };
+    int dev = 0, hlen = 0, size = 0;
 
     cudaGetDevice(&dev);
-    MPI_Get_processor_name(host, &len);
+    MPI_Get_processor_name(host, &hlen);
+    MPI_Comm_size(comm, &size);
     if (cudaDeviceGetPCIBusId(mine, 24, dev) != cudaSuccess)
         strcpy(mine, "?");
     strncat(mine, "@", sizeof(mine) - strlen(mine) - 1);
     strncat(mine, host, sizeof(mine) - strlen(mine) - 1);
-    all = calloc((size_t)n->size, sizeof(mine));
-    if (!all)
+    *all = calloc((size_t)size, len);
+    if (!*all)
         return zs_fail(ZS_ERR_NOMEM, "NCCL set-up: out of memory");
-    if (MPI_Allgather(mine, sizeof(mine), MPI_CHAR, all, sizeof(mine), MPI_CHAR, comm) != MPI_SUCCESS)
-        st = zs_fail(ZS_ERR_COMM, "NCCL set-up: all-gather of the ranks' GPUs failed");
-    for (int32_t a = 0; !st && a < n->size; a++)
-        for (int32_t b = a + 1; !st && b < n->size; b++)
-            if (!strcmp(all + a * sizeof(mine), all + b * sizeof(mine)))
-                st = zs_fail(ZS_ERR_UNSUPPORTED, "NCCL needs one GPU per rank, and ranks %d and %d share %s "
-                             "(use the host-staged transport for ranks sharing a GPU)", a, b, all + a * sizeof(mine));
+    if (MPI_Allgather(mine, (int)len, MPI_CHAR, *all, (int)len, MPI_CHAR, comm) != MPI_SUCCESS)
+        return zs_fail(ZS_ERR_COMM, "NCCL set-up: all-gather of the ranks' GPUs failed");
+    return ZS_OK;
+}
+
+zs_status zs_nccl_shared_gpu(MPI_Comm comm, int32_t *a, int32_t *b, char *gpu, size_t len)
+{
+    enum { PAIR = 64 };
+    char *all = NULL;
+    int size = 0;
+    zs_status st = gather_gpus(comm, &all, PAIR);
+
+    *a = *b = -1;
+    MPI_Comm_size(comm, &size);
+    for (int32_t i = 0; !st && *a < 0 && i < size; i++)
+        for (int32_t j = i + 1; *a < 0 && j < size; j++)
+            if (!strcmp(all + (size_t)i * PAIR, all + (size_t)j * PAIR)) {
+                *a = i;
+                *b = j;
+                snprintf(gpu, len, "%s", all + (size_t)i * PAIR);
+            }
     free(all);
     return st;
+}
+
+/* NCCL refuses two ranks on one GPU, and says so obscurely: the ranks compare their GPUs' PCI addresses
+ * first and name the pair. Collective. */
+static zs_status check_distinct_gpus(MPI_Comm comm)
+{
+    char gpu[64];
+    int32_t a, b;
+    zs_status st = zs_nccl_shared_gpu(comm, &a, &b, gpu, sizeof(gpu));
+
+    if (st || a < 0)
+        return st;
+    return zs_fail(ZS_ERR_UNSUPPORTED, "NCCL needs one GPU per rank, and ranks %d and %d share %s (use the "
+                   "host-staged transport for ranks sharing a GPU)", a, b, gpu);
 }
 
 /* Whether any rank failed so far, so that no rank walks into a collective the others skip. A rank that
@@ -109,7 +109,56 @@ static zs_status agree(struct zs_nccl *n, MPI_Comm comm, zs_status st)
     return zs_fail(ZS_ERR_COMM, "NCCL set-up failed on rank %d", first);
 }
 
-zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mode)
+size_t zs_nccl_piece_bytes(int32_t nranks)
+{
+    const char *e = getenv(ZS_TEST_HOOK_NCCL_PIECE);
+    long long v = e ? atoll(e) : 0;
+
+    return v >= 4 ? (size_t)v / 4 * 4 : zs_nccl_piece_default(nranks);
+}
+
+uint64_t zs_nccl_stage_bytes(int32_t nranks)
+{
+    return (uint64_t)nranks * zs_nccl_piece_bytes(nranks);
+}
+
+/* The communicator, non-blocking where libnccl can (its set-up then runs under the deadline too). The
+ * node's counts include the set-up, so a rank that never comes to it is named. */
+static zs_status comm_start(struct zs_nccl *n, ncclUniqueId id)
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    ncclResult_t r;
+
+    if (n->shm)
+        zs_shm_nccl_count(n->shm);
+    if (!n->api.init_config) {
+        if (n->rank == 0)
+            zs_log("warning: NCCL (libnccl.so.2) lacks ncclCommInitRankConfig (NCCL < 2.14): its set-up waits for "
+                   "every rank without a deadline");
+        r = n->api.comm_init_rank(&n->comm, n->size, id, n->rank);
+        return r == ncclSuccess ? ZS_OK : zs_nccl_fail(n, r, "ncclCommInitRank");
+    }
+    cfg.blocking = 0;
+    r = n->api.init_config(&n->comm, n->size, id, n->rank, &cfg);
+    return zs_nccl_issued(n, r, "ncclCommInitRankConfig");
+}
+
+/* The stream, the events and the staging buffer: everything but the communicator. */
+static zs_status cuda_start(struct zs_nccl *n)
+{
+    cudaError_t e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking);
+
+    if (e == cudaSuccess)
+        e = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming);
+    for (int i = 0; i < ZS_NCCL_RING && e == cudaSuccess; i++)
+        e = cudaEventCreateWithFlags(&n->ops[i].done, cudaEventDisableTiming);
+    if (e != cudaSuccess)
+        return cuda_fail(n, e, "NCCL set-up: streams and events");
+    e = cudaMalloc(&n->stage, zs_nccl_stage_bytes(n->size));
+    return e == cudaSuccess ? ZS_OK : cuda_fail(n, e, "NCCL staging buffer");
+}
+
+zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mode, struct zs_comm *watch)
 {
     struct zs_nccl *n = calloc(1, sizeof(*n));
     struct {
@@ -125,25 +174,26 @@ zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mo
     n->mode = mode;
     MPI_Comm_rank(comm, &n->rank);
     MPI_Comm_size(comm, &n->size);
+    n->piece = zs_nccl_piece_bytes(n->size);
+    n->timeout_s = watch ? watch->timeout_s : ZS_TIMEOUT_DEFAULT;
+    n->shm = watch ? watch->shm : NULL;
     st = agree(n, comm, load_api(n));
     if (!st)
-        st = check_distinct_gpus(n, comm); /* the same gathered answer on every rank */
+        st = check_distinct_gpus(comm); /* the same gathered answer on every rank */
     if (!st && n->rank == 0) {
         r = n->api.get_unique_id(&boot.id);
         boot.ok = r == ncclSuccess;
         if (!boot.ok)
-            st = nccl_fail(n, r, "ncclGetUniqueId");
+            st = zs_fail(ZS_ERR_COMM, "rank 0: ncclGetUniqueId: %s", n->api.error_string(r));
     }
     if (!st && MPI_Bcast(&boot, sizeof(boot), MPI_BYTE, 0, comm) != MPI_SUCCESS)
         st = zs_fail(ZS_ERR_COMM, "NCCL set-up: broadcast of the unique id failed");
     if (!st && !boot.ok)
         st = zs_fail(ZS_ERR_COMM, "NCCL set-up: rank 0 could not make a unique id");
-    if (!st && (r = n->api.comm_init_rank(&n->comm, n->size, boot.id, n->rank)) != ncclSuccess)
-        st = nccl_fail(n, r, "ncclCommInitRank");
-    if (!st && cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) != cudaSuccess)
-        st = zs_fail(ZS_ERR_COMM, "NCCL set-up: cudaStreamCreateWithFlags failed");
-    if (!st && cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) != cudaSuccess)
-        st = zs_fail(ZS_ERR_COMM, "NCCL set-up: cudaEventCreateWithFlags failed");
+    if (!st)
+        st = cuda_start(n);
+    if (!st)
+        st = comm_start(n, boot.id);
     if (st) {
         zs_nccl_free(n);
         return st;
@@ -152,16 +202,21 @@ zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mo
     return ZS_OK;
 }
 
+/* After a failure the communicator was aborted (comm_nccl_wait.c): nothing is waited for. Otherwise its work
+ * is waited for under the deadline, and aborted if that fails. */
 void zs_nccl_free(struct zs_nccl *n)
 {
     if (!n)
         return;
-    if (n->stream)
-        cudaStreamSynchronize(n->stream);
-    if (n->comm)
+    if (n->comm && !n->broken && n->stream && !zs_nccl_wait_event(n, NULL, "the NCCL work left at close"))
         n->api.comm_destroy(n->comm);
+    else if (n->comm)
+        n->api.comm_abort(n->comm);
     if (n->stage)
         cudaFree(n->stage);
+    for (int i = 0; i < ZS_NCCL_RING; i++)
+        if (n->ops[i].done)
+            cudaEventDestroy(n->ops[i].done);
     if (n->ready)
         cudaEventDestroy(n->ready);
     if (n->stream)
@@ -178,16 +233,20 @@ void *zs_nccl_stream(struct zs_nccl *n)
 
 zs_status zs_nccl_sync(struct zs_nccl *n)
 {
-    cudaError_t e = cudaStreamSynchronize(n->stream);
-
-    return e == cudaSuccess ? ZS_OK : cuda_fail(n, e, "cudaStreamSynchronize");
+    return zs_nccl_wait_event(n, NULL, "the NCCL stream's work");
 }
 
-/* The communication stream waits for what `after` has queued so far. */
-static zs_status order_after(struct zs_nccl *n, void *after)
+/* A collective's start: refused after a failure; counted for the node (who_text); the communication stream
+ * waits for what `after` has queued so far. */
+static zs_status coll_begin(struct zs_nccl *n, void *after)
 {
     cudaError_t e;
 
+    if (n->broken)
+        return zs_fail(n->broken, "comm: rank %d: NCCL unusable after an earlier failure: %s", n->rank,
+                       n->broken_why);
+    if (n->shm)
+        zs_shm_nccl_count(n->shm);
     if (!after)
         return ZS_OK;
     e = cudaEventRecord(n->ready, (cudaStream_t)after);
@@ -206,38 +265,19 @@ static ncclDataType_t nccl_type(zs_dtype dt)
     return dt == ZS_DTYPE_BF16 ? ncclBfloat16 : dt == ZS_DTYPE_FP16 ? ncclFloat16 : ncclFloat32;
 }
 
-/* The staging area only grows; the stream is synchronized first, as an earlier collective may still read it. */
-static zs_status stage_reserve(struct zs_nccl *n, size_t bytes)
+/* One piece of k elements at the same offset of every rank's chunk (buf: rank 0's piece; chunks `stride`
+ * bytes apart): each rank's piece arrives in stage[j] (own piece copied), then one kernel sums them in rank
+ * order. The next piece reuses the stage after this one's sum, in stream order. */
+static zs_status ordered_piece(struct zs_nccl *n, const char *buf, size_t stride, zs_dtype dt_in, void *out,
+                               zs_dtype dt_out, int64_t k, float scale)
 {
-    cudaError_t e;
-
-    if (bytes <= n->stage_bytes)
-        return ZS_OK;
-    cudaStreamSynchronize(n->stream);
-    if (n->stage)
-        cudaFree(n->stage);
-    n->stage = NULL;
-    n->stage_bytes = 0;
-    e = cudaMalloc(&n->stage, bytes);
-    if (e != cudaSuccess)
-        return cuda_fail(n, e, "NCCL staging buffer");
-    n->stage_bytes = bytes;
-    return ZS_OK;
-}
-
-/* Every rank's chunk r arrives in stage[j] (own chunk copied), then one kernel sums them in rank order. */
-static zs_status rs_ordered(struct zs_nccl *n, const char *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
-                            int64_t count, float scale)
-{
-    size_t chunk = (size_t)count * esz(dt_in);
-    zs_status st = stage_reserve(n, chunk * (size_t)n->size);
+    size_t bytes = (size_t)k * esz(dt_in);
+    char *stage = n->stage;
     ncclResult_t r = ncclSuccess, r2;
     cudaError_t e;
-    int k;
+    int err;
 
-    if (st)
-        return st;
-    e = cudaMemcpyAsync((char *)n->stage + (size_t)n->rank * chunk, buf + (size_t)n->rank * chunk, chunk,
+    e = cudaMemcpyAsync(stage + (size_t)n->rank * bytes, buf + (size_t)n->rank * stride, bytes,
                         cudaMemcpyDeviceToDevice, n->stream);
     if (e != cudaSuccess)
         return cuda_fail(n, e, "reduce-scatter: own chunk");
@@ -245,48 +285,76 @@ static zs_status rs_ordered(struct zs_nccl *n, const char *buf, zs_dtype dt_in, 
     for (int32_t j = 0; j < n->size && r == ncclSuccess; j++) {
         if (j == n->rank)
             continue;
-        r = n->api.send(buf + (size_t)j * chunk, chunk, ncclUint8, j, n->comm, n->stream);
+        r = n->api.send(buf + (size_t)j * stride, bytes, ncclUint8, j, n->comm, n->stream);
         if (r == ncclSuccess)
-            r = n->api.recv((char *)n->stage + (size_t)j * chunk, chunk, ncclUint8, j, n->comm, n->stream);
+            r = n->api.recv(stage + (size_t)j * bytes, bytes, ncclUint8, j, n->comm, n->stream);
     }
     r2 = n->api.group_end();
-    if (r != ncclSuccess || r2 != ncclSuccess)
-        return nccl_fail(n, r != ncclSuccess ? r : r2, "reduce-scatter send/recv");
-    k = zs_cuda_sum_ranks(n->stage, dt_in, out, dt_out, count, n->size, scale, n->stream);
-    return k ? cuda_fail(n, k, "reduce-scatter: rank-order sum") : ZS_OK;
+    if (r != ncclSuccess)
+        return zs_nccl_fail(n, r, "reduce-scatter ncclSend/ncclRecv");
+    if (zs_nccl_issued(n, r2, "reduce-scatter ncclSend/ncclRecv"))
+        return n->broken;
+    err = zs_cuda_sum_ranks(stage, dt_in, out, dt_out, k, n->size, scale, n->stream);
+    return err ? cuda_fail(n, err, "reduce-scatter: rank-order sum") : ZS_OK;
 }
 
-/* NCCL's own sum (its ring or tree order: close to comm.c's rank-order sum, not bit-identical), in fp32. A
- * 16-bit input is widened into the staging area first, summed there in place (NCCL takes the receive buffer at
- * this rank's chunk of the send buffer), and scaled and narrowed by the rank-order kernel over one "rank". */
-static zs_status rs_fast(struct zs_nccl *n, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
+/* Walks the chunks in pieces whose staging fits the buffer: each element's sum is the same whatever the
+ * piece, so the bits are comm/comm.c's. */
+static zs_status rs_ordered(struct zs_nccl *n, const char *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
+                            int64_t count, float scale)
+{
+    int64_t per = (int64_t)(n->piece / esz(dt_in));
+    zs_status st = ZS_OK;
+
+    for (int64_t at = 0; !st && at < count; at += per)
+        st = ordered_piece(n, buf + (size_t)at * esz(dt_in), (size_t)count * esz(dt_in), dt_in,
+                           (char *)out + (size_t)at * esz(dt_out), dt_out, count - at < per ? count - at : per, scale);
+    return st;
+}
+
+/* A 16-bit piece for NCCL's own sum: every rank's piece widened into stage[j] as fp32, summed there in place
+ * (NCCL takes the receive buffer at this rank's piece of the send buffer), then scaled and narrowed by the
+ * rank-order kernel over one "rank". */
+static zs_status fast_piece(struct zs_nccl *n, const char *buf, size_t stride, zs_dtype dt_in, void *out,
+                            zs_dtype dt_out, int64_t k, float scale)
+{
+    float *wide = n->stage, *mine = wide + (size_t)n->rank * (size_t)k;
+    ncclResult_t r;
+    int err = 0;
+
+    for (int32_t j = 0; j < n->size && !err; j++)
+        err = zs_cuda_sum_ranks(buf + (size_t)j * stride, dt_in, wide + (size_t)j * (size_t)k, ZS_DTYPE_FP32, k, 1,
+                                1.0f, n->stream);
+    if (err)
+        return cuda_fail(n, err, "reduce-scatter: widen to fp32");
+    r = n->api.reduce_scatter(wide, mine, (size_t)k, ncclFloat32, ncclSum, n->comm, n->stream);
+    if (zs_nccl_issued(n, r, "ncclReduceScatter"))
+        return n->broken;
+    err = zs_cuda_sum_ranks(mine, ZS_DTYPE_FP32, out, dt_out, k, 1, scale, n->stream);
+    return err ? cuda_fail(n, err, "reduce-scatter: scale and narrow") : ZS_OK;
+}
+
+/* NCCL's own sum (its ring or tree order: close to comm.c's rank-order sum, not bit-identical), in fp32:
+ * fp32 inputs straight from buf, 16-bit ones in pieces through the staging buffer. */
+static zs_status rs_fast(struct zs_nccl *n, const char *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
                          int64_t count, float scale)
 {
-    float *wide, *mine;
+    int64_t per = (int64_t)(n->piece / sizeof(float));
     ncclResult_t r;
-    zs_status st;
-    int k;
+    zs_status st = ZS_OK;
+    int err;
 
     if (dt_in == ZS_DTYPE_FP32) { /* then dt_out is fp32 too */
         r = n->api.reduce_scatter(buf, out, (size_t)count, ncclFloat32, ncclSum, n->comm, n->stream);
-        if (r != ncclSuccess)
-            return nccl_fail(n, r, "ncclReduceScatter");
-        k = scale == 1.0f ? 0 : zs_cuda_scale(out, count, scale, n->stream);
-        return k ? cuda_fail(n, k, "reduce-scatter: scale") : ZS_OK;
+        if (zs_nccl_issued(n, r, "ncclReduceScatter"))
+            return n->broken;
+        err = scale == 1.0f ? 0 : zs_cuda_scale(out, count, scale, n->stream);
+        return err ? cuda_fail(n, err, "reduce-scatter: scale") : ZS_OK;
     }
-    st = stage_reserve(n, (size_t)count * (size_t)n->size * sizeof(float));
-    if (st)
-        return st;
-    wide = n->stage;
-    mine = wide + (size_t)n->rank * (size_t)count;
-    k = zs_cuda_sum_ranks(buf, dt_in, wide, ZS_DTYPE_FP32, count * n->size, 1, 1.0f, n->stream);
-    if (k)
-        return cuda_fail(n, k, "reduce-scatter: widen to fp32");
-    r = n->api.reduce_scatter(wide, mine, (size_t)count, ncclFloat32, ncclSum, n->comm, n->stream);
-    if (r != ncclSuccess)
-        return nccl_fail(n, r, "ncclReduceScatter");
-    k = zs_cuda_sum_ranks(mine, ZS_DTYPE_FP32, out, dt_out, count, 1, scale, n->stream);
-    return k ? cuda_fail(n, k, "reduce-scatter: scale and narrow") : ZS_OK;
+    for (int64_t at = 0; !st && at < count; at += per)
+        st = fast_piece(n, buf + (size_t)at * esz(dt_in), (size_t)count * esz(dt_in), dt_in,
+                        (char *)out + (size_t)at * esz(dt_out), dt_out, count - at < per ? count - at : per, scale);
+    return st;
 }
 
 zs_status zs_nccl_reduce_scatter(struct zs_nccl *n, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
@@ -296,18 +364,23 @@ zs_status zs_nccl_reduce_scatter(struct zs_nccl *n, const void *buf, zs_dtype dt
 
     if (count < 0 || (dt_out != ZS_DTYPE_FP32 && dt_out != dt_in))
         return zs_fail(ZS_ERR_INVALID, "NCCL reduce-scatter: output dtype must be fp32 or the input's");
-    st = order_after(n, (void *)after);
+    st = coll_begin(n, after);
     if (st || count == 0)
         return st;
     if (n->mode == ZS_NCCL_ORDERED)
-        return rs_ordered(n, buf, dt_in, out, dt_out, count, scale);
-    return rs_fast(n, buf, dt_in, out, dt_out, count, scale);
+        st = rs_ordered(n, buf, dt_in, out, dt_out, count, scale);
+    else
+        st = rs_fast(n, buf, dt_in, out, dt_out, count, scale);
+    if (!st)
+        zs_nccl_mark(n, n->mode == ZS_NCCL_ORDERED ? "reduce-scatter (ordered: ncclSend/ncclRecv)" : "ncclReduceScatter",
+                     (uint64_t)count * (uint64_t)n->size * esz(dt_in));
+    return st;
 }
 
 zs_status zs_nccl_all_gather(struct zs_nccl *n, void *buf, zs_dtype dt, int64_t count, void *after)
 {
     size_t chunk = (size_t)count * esz(dt);
-    zs_status st = order_after(n, after);
+    zs_status st = coll_begin(n, after);
     ncclResult_t r;
 
     if (st || count <= 0)
@@ -315,7 +388,10 @@ zs_status zs_nccl_all_gather(struct zs_nccl *n, void *buf, zs_dtype dt, int64_t 
     /* in place: NCCL takes the send buffer at this rank's offset of the receive buffer */
     r = n->api.all_gather((char *)buf + (size_t)n->rank * chunk, buf, (size_t)count, nccl_type(dt), n->comm,
                           n->stream);
-    return r == ncclSuccess ? ZS_OK : nccl_fail(n, r, "ncclAllGather");
+    if (zs_nccl_issued(n, r, "ncclAllGather"))
+        return n->broken;
+    zs_nccl_mark(n, "ncclAllGather", chunk * (size_t)n->size);
+    return ZS_OK;
 }
 
 zs_status zs_nccl_all_reduce(struct zs_nccl *n, void *buf, zs_dtype dt, int64_t count, float scale, void *after)

@@ -42,6 +42,7 @@ struct flags {
     uint64_t done[ZS_SHM_FLAG_RING];
     int64_t pid;    /* so a waiting peer can tell a slow rank from a dead one */
     uint64_t votes; /* heap votes entered: a timed-out vote names the ranks with fewer */
+    uint64_t nccl_ops; /* NCCL operations queued: NCCL cannot say who has not arrived, these counts can */
 };
 
 /* ZS_TEST_SHM_FAULT: which local failure to fake, on which global rank, at which call. */
@@ -539,4 +540,20 @@ int32_t zs_shm_gone(const struct zs_shm *s, int64_t *pid)
 void zs_shm_set_timeout(struct zs_shm *s, double timeout_s)
 {
     s->timeout_s = timeout_s;
+}
+
+void zs_shm_nccl_count(struct zs_shm *s)
+{
+    __atomic_add_fetch(&s->mine->nccl_ops, 1, __ATOMIC_RELEASE);
+}
+
+int32_t zs_shm_nccl_behind(const struct zs_shm *s, int32_t *out, int32_t max)
+{
+    uint64_t mine = __atomic_load_n(&s->mine->nccl_ops, __ATOMIC_ACQUIRE);
+    int32_t n = 0;
+
+    for (int32_t l = 0; l < s->local_size && n < max; l++)
+        if (__atomic_load_n(&s->peer_flags[l]->nccl_ops, __ATOMIC_ACQUIRE) < mine)
+            out[n++] = s->global_of[l];
+    return n;
 }

@@ -67,5 +67,9 @@ int32_t zs_shm_not_done(const struct zs_shm *s, uint64_t seq, int32_t *out, int3
 void zs_shm_set_timeout(struct zs_shm *s, double timeout_s);
 /* A local peer whose process has exited (its global rank, and its pid in *pid), or -1. */
 int32_t zs_shm_gone(const struct zs_shm *s, int64_t *pid);
+/* NCCL's operations, counted per rank as they are queued (comm_nccl.c): the global ranks of this node that
+ * have queued fewer than this rank, for a timed-out NCCL wait's message. */
+void zs_shm_nccl_count(struct zs_shm *s);
+int32_t zs_shm_nccl_behind(const struct zs_shm *s, int32_t *out, int32_t max);
 
 #endif /* ZS_SHM_H */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/dtype.h" /* defines: zs_dtype_bytes */
+#include "comm/comm_nccl.h" /* defines: zs_nccl_stage_bytes */
 #include "plan.h"
 
 const char *const zs_mem_cat_names[ZS_MEM_NCAT] = { "parameters", "gradients", "fp32 masters", "optimizer state",
@@ -33,6 +34,9 @@ void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_plac
     p->bucket_cap = cfg->zero.reduce_bucket_size;
     p->max_live = cfg->zero.max_live_parameters;
     p->bucket_elem_bytes = p->psz + (cfg->comm_dtype != cfg->param_dtype ? c : 0);
+    /* where NCCL may carry the collectives: "auto" takes it when the ranks have GPUs of their own */
+    if (!strcmp(cfg->zs.device, "cuda") && world > 1 && strcmp(cfg->zs.device_comm, "staged"))
+        p->nccl_stage_bytes = zs_nccl_stage_bytes(world);
 }
 
 static void put(struct zs_plan_unit *u, enum zs_slot slot, enum zs_mem_cat cat, enum zs_home home, int64_t elems,
@@ -142,5 +146,5 @@ void zs_plan_finish(struct zs_plan *p)
 uint64_t zs_plan_device_need(const struct zs_plan *p)
 {
     return p->home[ZS_HOME_DEV] + p->home[ZS_HOME_COMM] + p->bucket_elem_bytes * (uint64_t)p->bucket_elems +
-           p->live_bytes;
+           p->live_bytes + p->nccl_stage_bytes;
 }

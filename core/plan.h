@@ -83,6 +83,8 @@ struct zs_plan {
     uint64_t bucket_bytes;        /* its bytes, with each unit's 64-byte alignment slack */
     uint64_t live_bytes;          /* stage 3: the gathered cap (max_live_parameters, at least the largest unit) */
     uint64_t exact_bytes;         /* deterministic mode: whole gradient buffers (stages 2-3) and the counters */
+    uint64_t nccl_stage_bytes;    /* device "cuda", several ranks, device_comm not "staged": the NCCL transport's
+                                   * staging buffer (comm/comm_nccl.c), made once whatever the collective's size */
     uint64_t cat[ZS_MEM_NCAT];    /* what set-up allocates, by category (nothing on NVMe, nothing gathered) */
 };
 
@@ -105,7 +107,7 @@ int zs_plan_add(struct zs_plan *p, int64_t numel, bool frozen);
 void zs_plan_finish(struct zs_plan *p);
 
 /* Device bytes as the budget check weighs a placement: the units' device and comm-heap buffers, the bucket's
- * elements and the gathered cap. */
+ * elements, the gathered cap and the NCCL staging buffer. */
 uint64_t zs_plan_device_need(const struct zs_plan *p);
 
 #endif /* ZS_PLAN_H */

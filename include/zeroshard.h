@@ -98,6 +98,8 @@ typedef struct zs_memory_report {
     uint64_t swap_buffers;  /* NVMe swap slots and parameter read-ahead (in the pinned pool) */
     uint64_t prefetch_cap;  /* stage 3: the most gathered-parameter bytes alive at once (live cap) */
     uint64_t pinned_pool;   /* the host pool's size (offloaded state and swap buffers live in it) */
+    uint64_t nccl_staging;  /* the NCCL transport's staging buffer in GPU memory, fixed at set-up (not in
+                             * buffers); the estimate counts it wherever NCCL may carry the collectives */
 } zs_memory_report;
 
 /* Predicts zs_memory's figures before launching: the config (JSON text) at `world` ranks for a model of

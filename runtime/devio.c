@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "comm/comm_nccl.h" /* defines: zs_nccl_shared_gpu */
 #include "core/ctx.h"
 #include "core/ranks.h"
 #include "runtime.h"
@@ -39,20 +40,26 @@ static zs_status device_comm(struct zs_ctx *ctx, const char **mode, const char *
     return ZS_OK;
 }
 
-/* Collective. "auto": NCCL (ordered) where every rank of every node has a GPU of its own (NCCL refuses two
- * ranks on one); where NCCL cannot start on some rank (no libnccl, ...), every rank keeps the host-staged
- * transport and rank 0 says why. "nccl" and "ordered" ask for NCCL and fail, naming the key, where it cannot
- * start; "staged" keeps the host-staged transport. */
+/* Collective. "auto": NCCL (ordered) where no two ranks share a GPU, by the ranks' gathered (PCI bus id, host)
+ * pairs (NCCL refuses two ranks on one; a count of visible GPUs says nothing where each rank's
+ * CUDA_VISIBLE_DEVICES shows it one); where NCCL cannot start on some rank (no libnccl, ...), every rank keeps
+ * the host-staged transport and rank 0 says why. "nccl" and "ordered" ask for NCCL and fail, naming the key,
+ * where it cannot start; "staged" keeps the host-staged transport. */
 zs_status zs_dev_nccl_open(struct zs_ctx *ctx)
 {
     const char *mode, *key;
     zs_status st = zs_agree(ctx, device_comm(ctx, &mode, &key));
     bool asked = !st && (!strcmp(mode, "nccl") || !strcmp(mode, "ordered"));
-    bool want = !st && ctx->dev.kind == ZS_DEV_CUDA && strcmp(mode, "staged") &&
-                (asked || ctx->dev.ops->count() >= ctx->local_size);
+    bool want = !st && ctx->dev.kind == ZS_DEV_CUDA && strcmp(mode, "staged");
+    char gpu[64];
+    int32_t a = -1, b = -1;
 
     if (st || ctx->dev.host_access || zs_agree(ctx, want ? ZS_OK : ZS_ERR_UNSUPPORTED))
-        return st; /* some rank shares its GPU, or "staged": host-staged everywhere */
+        return st; /* "staged": host-staged everywhere */
+    if (!asked && (st = zs_agree(ctx, zs_nccl_shared_gpu(zs_comm_mpi(ctx->comm), &a, &b, gpu, sizeof(gpu)))))
+        return st;
+    if (a >= 0)
+        return ZS_OK; /* ranks a and b share a GPU (every rank has the same gathered answer): host-staged */
     st = zs_agree(ctx, zs_coll_nccl_start(&ctx->coll, zs_comm_mpi(ctx->comm),
                                           !strcmp(mode, "nccl") ? ZS_NCCL_FAST : ZS_NCCL_ORDERED));
     if (st) {

@@ -11,6 +11,7 @@
 #include "core/ctx.h"
 #include "core/host_pool.h"
 #include "core/memory.h"
+#include "comm/comm_nccl.h" /* defines: zs_nccl_stage_bytes */
 #include "offload/nvme_optim.h"
 #include "sharding/sharding.h"
 #include "runtime.h"
@@ -54,6 +55,7 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->numel = ctx->numel;
     out->numel_padded = ctx->numel_padded;
     out->nvme = zs_nvme_optim_file_bytes(ctx->nvme);
+    out->nccl_staging = ctx->coll.nccl ? zs_nccl_stage_bytes(ctx->world) : 0;
     expect(&ctx->cfg, ctx->numel, ctx->plan.numel_trained, (uint64_t)ctx->world, out);
     return ZS_OK;
 }
@@ -92,8 +94,9 @@ void zs_memory_log(const struct zs_ctx *ctx)
            ratio(r.grads, r.expect_grads), placed(r.optimizer, dopt, a[4], 64), mib(r.master, a[5], 64),
            mib(r.expect_optimizer, a[6], 64), ratio(r.optimizer + dopt, r.expect_optimizer));
     zs_log("buffers per rank: communication %s, stage-3 gathered cap %s, pinned host pool %s (swap buffers %s), "
-           "on NVMe %s", mib(r.comm_buffers, a[0], 64), mib(r.prefetch_cap, a[1], 64), mib(r.pinned_pool, a[2], 64),
-           mib(r.swap_buffers, a[3], 64), mib(r.nvme, a[4], 64));
+           "on NVMe %s%s%s", mib(r.comm_buffers, a[0], 64), mib(r.prefetch_cap, a[1], 64), mib(r.pinned_pool, a[2], 64),
+           mib(r.swap_buffers, a[3], 64), mib(r.nvme, a[4], 64), r.nccl_staging ? ", NCCL staging " : "",
+           r.nccl_staging ? mib(r.nccl_staging, a[5], 64) : "");
 }
 
 /* ---------------------------------------------------------------- the estimator */
@@ -128,6 +131,7 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     out->prefetch_cap = p.live_bytes;
     out->host = out->pinned_pool = p.host_pool;
     out->nvme = p.home[ZS_HOME_NVME];
+    out->nccl_staging = p.nccl_stage_bytes;
     out->numel = p.numel;
     out->numel_padded = p.numel_padded;
     expect(&cfg, p.numel, p.numel, (uint64_t)world, out);

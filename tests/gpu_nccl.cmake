@@ -1,1 +1,47 @@
-# gpu_nccl.cmake - (filled by its lane)
+# gpu_nccl.cmake - NCCL under the watchdog's deadline, its staging in fixed pieces, on the emulated NCCL (a GPU
+# per rank). Included last from tests/CMakeLists.txt (zs_emu_test, ZS_MPIRUN and ZS_TEST_ENV are defined).
+set(zs_gpu_nccl_tests)
+# A rank that arrives after the deadline (stop; coll: through comm/coll.c's request) and an asynchronous NCCL
+# error (async): the waiting rank's call fails naming the operation and the rank, within ZS_TIMEOUT=3; a hang
+# is the ctest TIMEOUT.
+zs_emu_test(test_nccl_deadline test_nccl_deadline.c)
+foreach(c stop async coll)
+  add_test(NAME nccl_deadline_${c}_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_deadline> ${c})
+  list(APPEND zs_gpu_nccl_tests nccl_deadline_${c}_np2)
+endforeach()
+# A rank that exits before the all-gather (mpirun --enable-recovery keeps the job): the waiting rank names it
+# within seconds, long before its 30 s timeout.
+add_test(NAME nccl_deadline_die_np2 COMMAND ${MPIEXEC_EXECUTABLE} --oversubscribe --enable-recovery
+         ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:test_nccl_deadline> die)
+list(APPEND zs_gpu_nccl_tests nccl_deadline_die_np2)
+# The ordered and nccl modes walking their chunks in many 4 KiB pieces of the staging buffer: the same bits.
+add_test(NAME nccl_pieces_emu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_emu>)
+list(APPEND zs_gpu_nccl_tests nccl_pieces_emu_np2)
+# "auto" by the ranks' PCI bus ids: a GPU each though each rank sees one (per-rank CUDA_VISIBLE_DEVICES) takes
+# NCCL; two ranks on one GPU keep the host-staged transport.
+zs_emu_test(test_nccl_auto test_nccl_auto.c)
+add_test(NAME nccl_auto_own_gpu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> nccl)
+add_test(NAME nccl_auto_shared_gpu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> staged)
+list(APPEND zs_gpu_nccl_tests nccl_auto_own_gpu_np2 nccl_auto_shared_gpu_np2)
+
+foreach(t ${zs_gpu_nccl_tests})
+  file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t})
+  set_tests_properties(${t} PROPERTIES TIMEOUT 60 LABELS "cuda;comm"
+    ENVIRONMENT "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t};ZS_CUDA_EMU_GPUS=2;ZS_CUDA_EMU_NCCL=1;ZS_TIMEOUT=3")
+endforeach()
+set_property(TEST nccl_deadline_async_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_NCCL_FAULT=0:1)
+set_property(TEST nccl_deadline_die_np2 APPEND PROPERTY ENVIRONMENT ZS_TIMEOUT=30)
+# mpirun --enable-recovery exits 0 whatever the survivor returns: its summary line decides
+set_tests_properties(nccl_deadline_die_np2 PROPERTIES PASS_REGULAR_EXPRESSION "nccl_deadline die: rank 0: [1-9][0-9]* passed, 0 failed")
+set_property(TEST nccl_pieces_emu_np2 APPEND PROPERTY ENVIRONMENT ZS_TEST_NCCL_PIECE=4096)
+# after the loop: ZS_CUDA_EMU_GPUS=1 replaces its 2
+set_property(TEST nccl_auto_own_gpu_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_GPUS=1 ZS_CUDA_EMU_BUS=local)
+set_property(TEST nccl_auto_shared_gpu_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_GPUS=1)
+
+# nccl.h from a plain directory (NCCL's pip wheel: `ncclGroupStart();`) under -Werror: a scratch configure and
+# comm/comm_nccl.c alone, so it fails where CMake includes the header as a normal one.
+if(ZS_HAVE_CUDA)
+  add_test(NAME nccl_header COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/nccl_header.sh ${PROJECT_SOURCE_DIR}
+           ${ZS_NCCL_INCLUDE_DIR})
+  set_tests_properties(nccl_header PROPERTIES TIMEOUT 120 LABELS cuda SKIP_RETURN_CODE 77)
+endif()

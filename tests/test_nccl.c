@@ -225,7 +225,8 @@ int main(int argc, char **argv)
         return 77;
     }
     if (zs_device_open(&dev, "cuda", "test_nccl", NULL, ZS_KPATH_SCALAR, local_rank, local_size) ||
-        zs_nccl_init(&ordered, MPI_COMM_WORLD, ZS_NCCL_ORDERED) || zs_nccl_init(&fast, MPI_COMM_WORLD, ZS_NCCL_FAST)) {
+        zs_nccl_init(&ordered, MPI_COMM_WORLD, ZS_NCCL_ORDERED, NULL) ||
+        zs_nccl_init(&fast, MPI_COMM_WORLD, ZS_NCCL_FAST, NULL)) {
         printf("FAIL: rank %d: set-up: %s\n", rank, zs_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }

@@ -215,15 +215,15 @@ int main(int argc, char **argv)
         free(a.units);
         return 1;
     }
-    uint64_t device = r.params + r.grads + r.optimizer + r.buffers + r.prefetch_cap - r.host;
+    uint64_t device = r.params + r.grads + r.optimizer + r.buffers + r.prefetch_cap + r.nccl_staging - r.host;
     static const char *const dt[] = {"fp32", "bf16", "fp16"};
     if (a.json) {
         printf("{\"estimate\": {\"world\": %d, \"stage\": %d, \"dtype\": \"%s\", \"numel\": %" PRIu64 ", "
                "\"params\": %" PRIu64 ", \"grads\": %" PRIu64 ", \"optimizer\": %" PRIu64 ", \"master\": %" PRIu64
                ", \"buffers\": %" PRIu64 ", \"prefetch_cap\": %" PRIu64 ", \"host\": %" PRIu64 ", \"nvme\": %" PRIu64
-               ", \"formula\": %" PRIu64 ", \"device\": %" PRIu64 "}}\n",
+               ", \"nccl_staging\": %" PRIu64 ", \"formula\": %" PRIu64 ", \"device\": %" PRIu64 "}}\n",
                r.world, r.stage, dt[r.dtype], r.numel, r.params, r.grads, r.optimizer, r.master, r.buffers,
-               r.prefetch_cap, r.host, r.nvme, r.formula, device);
+               r.prefetch_cap, r.host, r.nvme, r.nccl_staging, r.formula, device);
     } else {
         printf("%" PRIu64 " parameters, %d ranks, ZeRO stage %d, %s; per rank:\n", r.numel, r.world, r.stage,
                dt[r.dtype]);
@@ -235,6 +235,9 @@ int main(int argc, char **argv)
         if (r.stage == 3)
             printf("  gathered cap   %10.3f GiB   (stage3_max_live_parameters, at least the largest unit)\n",
                    gib(r.prefetch_cap));
+        if (r.nccl_staging)
+            printf("  NCCL staging   %10.3f GiB   (fixed: ranks x piece, wherever NCCL may carry the collectives)\n",
+                   gib(r.nccl_staging));
         printf("  => device %.3f GiB, pinned host %.3f GiB, NVMe %.3f GiB (collective scratch not included)\n",
                gib(device), gib(r.host), gib(r.nvme));
     }

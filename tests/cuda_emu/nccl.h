@@ -8,12 +8,21 @@
 #include "cuda_runtime_api.h"
 
 typedef enum { ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3,
-               ncclInvalidArgument = 4 } ncclResult_t;
+               ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7 } ncclResult_t;
 typedef enum { ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5,
                ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 } ncclDataType_t;
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4 } ncclRedOp_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 typedef struct emu_nccl_comm *ncclComm_t;
+
+/* The fields comm_nccl.c sets, under NCCL's names; NCCL's initializer leaves the others undefined. */
+#define NCCL_CONFIG_UNDEF_INT (-2147483647 - 1)
+typedef struct {
+    size_t size;
+    unsigned int magic, version;
+    int blocking;
+} ncclConfig_t;
+#define NCCL_CONFIG_INITIALIZER { sizeof(ncclConfig_t), 0xcafebeef, 0, NCCL_CONFIG_UNDEF_INT }
 
 #ifdef __cplusplus
 extern "C" {

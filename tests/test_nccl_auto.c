@@ -1,0 +1,52 @@
+/* test_nccl_auto.c EXPECT - which transport zeroshard.device_comm "auto" picks on the emulated GPUs: "nccl"
+ * where no two ranks share a GPU by their PCI bus ids, even when each rank sees only one GPU (per-rank
+ * CUDA_VISIBLE_DEVICES: ZS_CUDA_EMU_GPUS=1 ZS_CUDA_EMU_BUS=local), "staged" (host-staged) where ranks really
+ * share one. Every rank must agree. The memory report names the NCCL staging buffer it holds (none when
+ * host-staged), and the estimate before launch the same bytes. */
+#include <string.h>
+#include <mpi.h>
+
+#include "check.h"
+#include "comm/comm_nccl.h" /* defines: zs_nccl_stage_bytes */
+#include "core/ctx.h" /* defines: struct zs_ctx (its collectives' NCCL transport) */
+#include "zeroshard.h"
+
+int main(int argc, char **argv)
+{
+    const char *expect = argc > 1 ? argv[1] : "";
+    const char *json = "{\"train_micro_batch_size_per_gpu\": 1, \"zeroshard\": {\"device\": \"cuda\", "
+                       "\"device_comm\": \"auto\"}}";
+    zs_init_opts o = { .config_json = json, .use_comm = 1, .comm = MPI_COMM_WORLD, .quiet = 1 };
+    zs_ctx *ctx = NULL;
+    const char *got = "none";
+    int rank, fails;
+    zs_status st;
+
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    st = zs_init(&ctx, &o);
+    if (!st)
+        got = ctx->coll.nccl ? "nccl" : "staged";
+    CHECK(!st && !strcmp(got, expect), "rank %d: \"auto\" picked %s, expected %s%s%s", rank, got, expect,
+          st ? ": " : "", st ? zs_last_error() : "");
+    if (!st) {
+        zs_memory_report r, e;
+        int64_t unit = 1000;
+        uint64_t want = ctx->coll.nccl ? zs_nccl_stage_bytes(ctx->world) : 0;
+        st = zs_memory(ctx, &r);
+        CHECK(!st && r.nccl_staging == want && (want > 0) == !strcmp(expect, "nccl"),
+              "rank %d: the report's NCCL staging %llu bytes, held %llu", rank, (unsigned long long)r.nccl_staging,
+              (unsigned long long)want);
+        st = zs_estimate_memory(json, ctx->world, 1, &unit, &e);
+        CHECK(!st && e.nccl_staging == zs_nccl_stage_bytes(ctx->world),
+              "rank %d: the estimate's NCCL staging %llu bytes, the transport's %llu", rank,
+              (unsigned long long)e.nccl_staging, (unsigned long long)zs_nccl_stage_bytes(ctx->world));
+    }
+    if (ctx)
+        zs_finalize(ctx);
+    MPI_Allreduce(&zs_test_fail, &fails, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("nccl_auto: rank 0 picked %s (expected %s); all ranks: %d failed\n", got, expect, fails);
+    MPI_Finalize();
+    return fails ? 1 : 0;
+}
