@@ -4,7 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "base/error.h" /* defines: zs_fail */
-#include "kernels/gradops.h" /* defines: zs_cuda_grad_accumulate, zs_cuda_grad_scale, zs_cuda_grad_convert, zs_cuda_grad_sumsq */
+#include "kernels/gradops.h" /* defines: zs_cuda_grad_accumulate, zs_cuda_grad_scale, zs_cuda_grad_convert, zs_cuda_grad_sumsq[_free] */
 #include "device.h"
 
 static zs_status cuda_fail(cudaError_t e, const char *what)
@@ -42,6 +42,8 @@ static zs_status cuda_open(struct zs_device *d, int32_t local_rank, int32_t loca
 
 static void cuda_close(struct zs_device *d)
 {
+    zs_cuda_grad_sumsq_free(d->norm_scratch);
+    d->norm_scratch = NULL;
     if (d->compute)
         cudaStreamDestroy((cudaStream_t)d->compute);
     d->compute = NULL;
@@ -185,7 +187,7 @@ static zs_status cuda_convert(struct zs_device *d, void *dst, zs_dtype dt, const
 static zs_status cuda_sumsq(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
                             double *out, struct zs_dev_stream *s)
 {
-    return kernel_status(zs_cuda_grad_sumsq(x, n, count, dt, out, s), "gradient norm kernel");
+    return kernel_status(zs_cuda_grad_sumsq(&d->norm_scratch, x, n, count, dt, out, s), "gradient norm kernel");
 }
 
 static zs_status cuda_host_register(struct zs_device *d, void *p, size_t bytes)
