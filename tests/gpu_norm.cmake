@@ -21,3 +21,6 @@ endforeach()
 set_tests_properties(arena_zero_np2 PROPERTIES LABELS "device;comm")
 set_tests_properties(arena_zero_cuda_emu_np1 PROPERTIES LABELS "cuda;device;comm")
 
+# zs-bench norm, small: it runs, and the threaded norm keeps the reference's bits (its exit status)
+add_test(NAME bench_norm_cpu COMMAND $<TARGET_FILE:zs-bench> norm --device cpu --size 1M --reps 3)
+set_tests_properties(bench_norm_cpu PROPERTIES TIMEOUT 60 LABELS "bench;kernels")
