@@ -39,6 +39,10 @@ extern const char bench_device_usage[];
 int bench_offload(int argc, char **argv);
 extern const char bench_offload_usage[];
 
+/* The gradient norm's fixed order against the sequential sum it replaced, on the CPU or a GPU. */
+int bench_norm(int argc, char **argv);
+extern const char bench_norm_usage[];
+
 /* Monotonic seconds. */
 double bench_now(void);
 

@@ -21,14 +21,14 @@ static void *counted(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t 
 }
 
 /* From the device arena where the device has one (setup.c: open_arena), else one device allocation. */
-void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+static void *device_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes, enum zs_mem_fill fill)
 {
     void *p;
 
     if (!zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]))
         return NULL;
     if (ctx->dev_arena.open) {
-        p = zs_dev_arena_alloc(&ctx->dev_arena, (int32_t)cat, bytes);
+        p = zs_dev_arena_alloc(&ctx->dev_arena, (int32_t)cat, bytes, fill == ZS_FILL_ZERO);
         ctx->over_budget = !p; /* the arena's message names the region and the sizes */
     } else {
         p = ctx->dev.ops->alloc(&ctx->dev, (size_t)bytes);
@@ -36,16 +36,27 @@ void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
     return counted(ctx, cat, p, bytes);
 }
 
-void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes)
+void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
+{
+    return device_alloc(ctx, cat, bytes, ZS_FILL_ZERO);
+}
+
+void *zs_mem_alloc_fill(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes,
+                        enum zs_mem_fill fill)
 {
     if (!ctx->dev.host_access) /* peers reach device buffers through the collectives' staging, not in place */
-        return zs_mem_alloc(ctx, cat, bytes);
+        return device_alloc(ctx, cat, bytes, fill);
     /* The budget is this rank's; the shared heap is the node's: a refusal here is put to the node, so
      * that no peer allocates (or grows the heap, a collective) without this rank. */
     bool admitted = zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]);
     void *p = zs_comm_alloc_agreed(comm, (size_t)bytes, admitted);
 
     return counted(ctx, cat, p, bytes);
+}
+
+void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes)
+{
+    return zs_mem_alloc_fill(ctx, comm, cat, bytes, ZS_FILL_ZERO);
 }
 
 void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)

@@ -14,6 +14,14 @@
 struct zs_comm;
 struct zs_ctx;
 
+/* Whether a device block must come zero-filled. Every buffer made at set-up must: the parameters' padding tails
+ * (the all-gathers and the optimizer read them), gradients and the exact sum's counters (accumulated into),
+ * optimizer states and fp32 masters (they start at zero or are filled only up to the unit's elements), the
+ * gradient bucket (the reduce-scatter reads its padding tails). A stage-3 gathered unit need not: the all-gather
+ * writes every element of it, padding included, before anything reads it. A zero-fill of the arena costs a
+ * memset of the block on the device; a fresh device allocation is zero-filled whatever the fill. */
+enum zs_mem_fill { ZS_FILL_ZERO, ZS_FILL_NONE };
+
 /* Accounted allocation: every byte the runtime holds is counted in one category. 64-byte aligned,
  * zero-filled. */
 void *zs_mem_alloc(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes);
@@ -24,6 +32,9 @@ void *zs_mem_alloc_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes);
 /* The same on another communicator of the engine (deterministic mode's own). */
 void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes);
+/* zs_mem_alloc_on with the fill the caller needs (ZS_FILL_NONE: it writes every byte before any read). */
+void *zs_mem_alloc_fill(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes,
+                        enum zs_mem_fill fill);
 void zs_mem_free_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, void *p, uint64_t bytes);
 /* From the host pool (offloaded state): counted, and in mem_host too. */
 void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes);

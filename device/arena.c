@@ -168,7 +168,7 @@ zs_status zs_dev_arena_open(struct zs_dev_arena *a, struct zs_device *d, const u
     return ZS_OK;
 }
 
-void *zs_dev_arena_alloc(struct zs_dev_arena *a, int32_t i, uint64_t bytes)
+void *zs_dev_arena_alloc(struct zs_dev_arena *a, int32_t i, uint64_t bytes, bool zero)
 {
     struct zs_dev_region *r;
     uint64_t off = 0, rounded = 0;
@@ -189,8 +189,11 @@ void *zs_dev_arena_alloc(struct zs_dev_arena *a, int32_t i, uint64_t bytes)
         return NULL;
     }
     void *p = r->base + off;
+    if (!zero)
+        return p;
     /* a block given back and handed out again holds its last owner's bytes */
     zs_status st = a->dev->ops->zero(a->dev, p, (size_t)bytes, a->dev->compute);
+    a->zeroed[i] += st ? 0 : bytes;
     if (st) {
         zs_suballoc_free(&r->sa, off, bytes);
         zs_error_prefix("device arena: zero-filling %llu bytes of the %s region", (unsigned long long)bytes, r->name);

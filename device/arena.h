@@ -53,6 +53,7 @@ struct zs_dev_region {
 struct zs_dev_arena {
     struct zs_device *dev;
     struct zs_dev_region r[ZS_ARENA_REGIONS];
+    uint64_t zeroed[ZS_ARENA_REGIONS]; /* bytes zero-filled in each region since open (what the tests read) */
     int32_t n;
     bool open;
 };
@@ -61,9 +62,10 @@ struct zs_dev_arena {
  * On failure nothing stays allocated and the message names the region and its size. */
 zs_status zs_dev_arena_open(struct zs_dev_arena *a, struct zs_device *d, const uint64_t *bytes,
                             const char *const *names, int32_t n);
-/* A zero-filled block of region i (zeroed on the device's compute stream); NULL with the message naming the
+/* A block of region i; zero-filled (on the device's compute stream) when `zero`, else holding whatever its last
+ * owner left, for a caller that writes every byte before anything reads it. NULL with the message naming the
  * region, the request and what is left, when the plan did not provide for it. */
-void *zs_dev_arena_alloc(struct zs_dev_arena *a, int32_t i, uint64_t bytes);
+void *zs_dev_arena_alloc(struct zs_dev_arena *a, int32_t i, uint64_t bytes, bool zero);
 /* Gives back a block; an address outside region i or a double free is an error (an engine bug). */
 zs_status zs_dev_arena_free(struct zs_dev_arena *a, int32_t i, void *p, uint64_t bytes);
 /* Frees the regions (every block with them). */

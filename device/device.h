@@ -87,6 +87,7 @@ struct zs_device {
     enum zs_kpath kpath;      /* CPU: the kernel path */
     struct zs_dev_stream *compute; /* CUDA: the stream the program computes on (zs_cuda_stream) */
     void *priv;               /* the backend's own state */
+    void *norm_scratch;       /* CUDA: the norm's scratch, kept from step to step (kernels/gradops_cuda.cu) */
 };
 
 extern const struct zs_device_ops zs_device_cpu_ops;

@@ -7,7 +7,7 @@
 
 #include "base/error.h"   /* defines: zs_fail */
 #include "base/test_hooks.h"
-#include "kernels/gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_sumsq, zs_grad_convert */
+#include "kernels/gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_sumsq_pool, zs_grad_convert */
 #include "kernels/threads.h" /* defines: zs_pool_run */
 #include "device.h"
 
@@ -154,8 +154,8 @@ static zs_status cpu_convert(struct zs_device *d, void *dst, zs_dtype dt, const 
 static zs_status cpu_sumsq(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
                            double *out, struct zs_dev_stream *s)
 {
-    for (int32_t k = 0; k < count; k++)
-        out[k] = zs_grad_sumsq(x[k], dt, n[k]);
+    if (zs_grad_sumsq_pool(d->pool, x, n, count, dt, out))
+        return zs_fail(ZS_ERR_NOMEM, "the gradient norm: out of memory for its segment sums");
     return ZS_OK;
 }
 
@@ -481,13 +481,19 @@ static zs_status sep_convert(struct zs_device *d, void *dst, zs_dtype dt, const 
 static zs_status sep_sumsq(struct zs_device *d, const void *const *x, const int64_t *n, int32_t count, zs_dtype dt,
                            double *out, struct zs_dev_stream *s)
 {
+    const void **h = malloc((size_t)(count > 0 ? count : 1) * sizeof(*h));
+    zs_status st = h ? ZS_OK : zs_fail(ZS_ERR_NOMEM, "separate test device: out of memory");
+
     sep_drain((struct sep_stream *)s);
-    for (int32_t k = 0; k < count; k++) {
+    for (int32_t k = 0; !st && k < count; k++) {
         if (n[k] && sep_check(x[k], "sumsq"))
-            return ZS_ERR_INVALID;
-        out[k] = zs_grad_sumsq(sep_host(x[k]), dt, n[k]);
+            st = ZS_ERR_INVALID;
+        h[k] = sep_host(x[k]);
     }
-    return ZS_OK;
+    if (!st)
+        st = cpu_sumsq(d, h, n, count, dt, out, s);
+    free(h);
+    return st;
 }
 
 static int32_t sep_count(void)

@@ -4,7 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include "base/error.h" /* defines: zs_fail */
-#include "kernels/gradops.h" /* defines: zs_cuda_grad_accumulate, zs_cuda_grad_scale, zs_cuda_grad_convert, zs_cuda_grad_sumsq */
+#include "kernels/gradops.h" /* defines: zs_cuda_grad_accumulate, zs_cuda_grad_scale, zs_cuda_grad_convert, zs_cuda_grad_sumsq[_free] */
 #include "device.h"
 
 /* The error is the caller's status from here on, so the thread's last error is cleared: left there, the next
@@ -77,6 +77,8 @@ static zs_status cuda_open(struct zs_device *d, int32_t local_rank, int32_t loca
 static void cuda_close(struct zs_device *d)
 {
     cuda_use_quiet(d);
+    zs_cuda_grad_sumsq_free(d->norm_scratch);
+    d->norm_scratch = NULL;
     if (d->compute && cudaStreamDestroy((cudaStream_t)d->compute) != cudaSuccess)
         cudaGetLastError();
     d->compute = NULL;
@@ -253,7 +255,7 @@ static zs_status cuda_sumsq(struct zs_device *d, const void *const *x, const int
                             double *out, struct zs_dev_stream *s)
 {
     CUDA_USE(d);
-    return kernel_status(zs_cuda_grad_sumsq(x, n, count, dt, out, s), "gradient norm kernel");
+    return kernel_status(zs_cuda_grad_sumsq(&d->norm_scratch, x, n, count, dt, out, s), "gradient norm kernel");
 }
 
 static zs_status cuda_host_register(struct zs_device *d, void *p, size_t bytes)

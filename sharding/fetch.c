@@ -77,7 +77,8 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
     struct zs_unit *un = &ctx->units[u];
     zs_status st;
 
-    un->gathered = zs_mem_alloc_comm(ctx, ZS_MEM_LIVE, unit_bytes(ctx, un));
+    /* not zero-filled: the all-gather writes all of it (world x shard = padded elements) before a read */
+    un->gathered = zs_mem_alloc_fill(ctx, ctx->comm, ZS_MEM_LIVE, unit_bytes(ctx, un), ZS_FILL_NONE);
     if (!un->gathered) { /* this rank's budget, or the node's verdict (which names the rank that refused) */
         zs_error_prefix("fetch unit '%s' (%lld elements)", un->name, (long long)un->part.padded);
         return ZS_ERR_NOMEM;

@@ -3,14 +3,15 @@
  * query says done once its stream is synchronized (on the separate device, not before: its streams are late),
  * a multi-tensor optimizer launch (every optimizer x dtype pair x SGD form, two steps, awkward lengths, more tensors
  * than one CUDA kernel takes, hostile values) gives the CPU scalar reference's bits in every array, and so
- * do the kernels around it (accumulate, scale, convert, zero, the norm's partials) per dtype.
+ * do the kernels around it (accumulate, scale, convert, zero, the norm's partials) per dtype, and the norm's
+ * partials follow gradops.h's fixed order bit for bit at every segment and group boundary.
  * Exits 77 (skip) when the backend sees no device (no GPU, or no CUDA backend in this build). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-#include "kernels/convert.h" /* defines: zs_float, zs_cvt_f32_bf16, zs_cvt_f32_f16 */
+#include "kernels/convert.h" /* defines: zs_float, zs_cvt_f32_bf16, zs_cvt_f32_f16, zs_elem_get */
 #include "device/device.h"
 #include "kernels/gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_convert, zs_grad_sumsq */
 #include "kernels/threads.h"
@@ -334,6 +335,85 @@ static void t_gradops(zs_dtype dt)
     }
 }
 
+/* The norm's order as gradops.h states it, spelled out here on its own: segments of ZS_SUMSQ_SEG elements,
+ * each summed left to right in double; the segments of each group of ZS_SUMSQ_GROUP folded left to right; the
+ * groups folded left to right. The reference, the CPU's pooled form and the device must all give its bits. */
+static double order_sumsq(const void *x, zs_dtype dt, int64_t n)
+{
+    const int64_t group = (int64_t)ZS_SUMSQ_SEG * ZS_SUMSQ_GROUP;
+    double total = 0.0;
+
+    for (int64_t g = 0; g < n; g += group) {
+        double grp = 0.0;
+        for (int64_t s = g; s < n && s < g + group; s += ZS_SUMSQ_SEG) {
+            double seg = 0.0;
+            for (int64_t i = s; i < n && i < s + ZS_SUMSQ_SEG; i++) {
+                double v = (double)zs_elem_get(x, i, (int)dt);
+                seg += v * v;
+            }
+            grp += seg;
+        }
+        total += grp;
+    }
+    return total;
+}
+
+/* n finite values over a wide range of magnitudes (2^-12 .. 2^7), so that any other order of the additions
+ * rounds differently. */
+static void *spread_array(zs_dtype dt, int64_t n)
+{
+    size_t esz = dt == ZS_DTYPE_FP32 ? 4 : 2;
+    unsigned char *h = malloc((size_t)n * esz + 4);
+
+    for (int64_t i = 0; h && i < n; i++) {
+        float v = ldexpf((float)(next32() & 0xffffff) / 16777216.0f + 0.5f, (int)(next32() % 20) - 12);
+        v = next32() & 1 ? -v : v;
+        if (dt == ZS_DTYPE_FP32)
+            memcpy(h + i * 4, &v, 4);
+        else {
+            uint16_t r = dt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(v) : zs_cvt_f32_f16(v);
+            memcpy(h + i * 2, &r, 2);
+        }
+    }
+    return h;
+}
+
+/* Lengths at the segment and group boundaries, all in one call: the reference, and the device (the CPU's pooled
+ * form on cpu and separate, the kernels on cuda) give the order's bits for each tensor. */
+static void t_norm_order(zs_dtype dt)
+{
+    const int64_t S = ZS_SUMSQ_SEG, G = (int64_t)ZS_SUMSQ_SEG * ZS_SUMSQ_GROUP;
+    const int64_t len[] = { 0, 1, S - 1, S, S + 1, 17 * S + 5, G - 1, G, G + S + 1, 2 * G + 3 };
+    enum { NL = sizeof(len) / sizeof(len[0]) };
+    size_t esz = dt == ZS_DTYPE_FP32 ? 4 : 2;
+    void *h[NL], *d[NL];
+    const void *dx[NL];
+    double got[NL];
+    const char *dn = zs_dtype_name(dt);
+    bool ok = true;
+
+    for (int k = 0; k < NL; k++) {
+        h[k] = spread_array(dt, len[k]);
+        d[k] = h[k] ? dev_put(h[k], (size_t)len[k] * esz) : NULL;
+        dx[k] = d[k];
+        ok = ok && d[k];
+    }
+    CHECK(ok, "%s: allocation failed", dn);
+    CHECK(ok && !dev.ops->sumsq(&dev, dx, len, NL, dt, got, NULL), "%s sumsq failed: %s", dn, zs_last_error());
+    for (int k = 0; ok && k < NL; k++) {
+        double want = order_sumsq(h[k], dt, len[k]), ref = zs_grad_sumsq(h[k], dt, len[k]);
+        CHECK(!memcmp(&ref, &want, sizeof(double)), "%s reference, n %lld: %.17g, the fixed order %.17g", dn,
+              (long long)len[k], ref, want);
+        CHECK(!memcmp(&got[k], &want, sizeof(double)), "%s sumsq on the device, n %lld: %.17g, the fixed order %.17g",
+              dn, (long long)len[k], got[k], want);
+    }
+    for (int k = 0; k < NL; k++) {
+        if (d[k])
+            dev.ops->free(&dev, d[k]);
+        free(h[k]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *arg = argc > 1 ? argv[1] : "cpu";
@@ -358,6 +438,8 @@ int main(int argc, char **argv)
     t_event_query(!strcmp(arg, "separate"));
     for (int dt = 0; dt < 3; dt++)
         t_gradops((zs_dtype)dt);
+    for (int dt = 0; dt < 3; dt++)
+        t_norm_order((zs_dtype)dt);
     for (int opt = 0; opt < ZS_KOPT_COUNT; opt++)
         for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
             for (int form = 0; form < (opt == ZS_KOPT_SGD ? 3 : 1); form++)

@@ -1,7 +1,7 @@
 /* test_devmem.c [CASE] - where device-side memory lives: the device arena's sub-allocator (alignment, overflow,
  * exhaustion, coalescing, against a shadow map under random traffic), the arena on the separate test device
- * (aligned, zero-filled blocks; a request beyond the plan is a named error), the PCI-to-NUMA lookup on topologies
- * written here in XML, and the engine on the separate device: its buffers come from the arena, a stage-3 fetch
+ * (aligned blocks, zero-filled unless the caller writes them whole; a request beyond the plan is a named error),
+ * the PCI-to-NUMA lookup on topologies written here in XML, and the engine on the separate device: its buffers come from the arena, a stage-3 fetch
  * beyond the gathered region fails by name, the host pool is pinned through the device (or stays pageable on
  * every rank that is refused, ZS_TEST_PIN_FAIL, while training goes on), and a named PCI device moves the
  * threads near it. CASE: "unit" (no MPI ranks needed), "engine" (the separate device, under mpirun at 1-2 ranks)
@@ -140,29 +140,38 @@ static void test_arena_separate(void)
     unsetenv("ZS_TEST_DEVICE");
     CHECK(zs_dev_arena_open(&a, &d, sizes, names, 3) == ZS_OK, "arena: %s", zs_last_error());
     CHECK(zs_dev_arena_size(&a) == 10240 + 1024, "size %llu", (unsigned long long)zs_dev_arena_size(&a));
-    void *p = zs_dev_arena_alloc(&a, 0, 100), *q = zs_dev_arena_alloc(&a, 0, 100);
+    void *p = zs_dev_arena_alloc(&a, 0, 100, true), *q = zs_dev_arena_alloc(&a, 0, 100, true);
     CHECK(p && q && (uintptr_t)p % 256 == 0 && (uintptr_t)q % 256 == 0 && (char *)q - (char *)p == 256,
           "blocks %p %p not 256 apart and aligned", p, q);
-    CHECK(!zs_dev_arena_alloc(&a, 1, 1), "a block from a region the plan left empty");
+    CHECK(!zs_dev_arena_alloc(&a, 1, 1, true), "a block from a region the plan left empty");
     CHECK(strstr(zs_last_error(), "gradients region") && strstr(zs_last_error(), "1 bytes"), "message: %s",
           zs_last_error());
-    CHECK(!zs_dev_arena_alloc(&a, 0, 20000), "20000 bytes from a 10240-byte region");
+    CHECK(!zs_dev_arena_alloc(&a, 0, 20000, true), "20000 bytes from a 10240-byte region");
     CHECK(strstr(zs_last_error(), "20000 bytes") && strstr(zs_last_error(), "10240 bytes"), "message: %s",
           zs_last_error());
     /* a block given back and handed out again is zero-filled */
-    void *g = zs_dev_arena_alloc(&a, 2, sizeof(host));
+    void *g = zs_dev_arena_alloc(&a, 2, sizeof(host), true);
     memset(host, 0xab, sizeof(host));
     CHECK(g && d.ops->copy(&d, g, host, sizeof(host), ZS_COPY_H2D, NULL) == ZS_OK, "fill");
     CHECK(zs_dev_arena_free(&a, 2, g, sizeof(host)) == ZS_OK, "free");
     CHECK(zs_dev_arena_free(&a, 2, g, sizeof(host)) != ZS_OK, "double free accepted");
     CHECK(zs_dev_arena_free(&a, 0, g, sizeof(host)) != ZS_OK, "a block freed into another region");
-    void *g2 = zs_dev_arena_alloc(&a, 2, sizeof(host));
+    void *g2 = zs_dev_arena_alloc(&a, 2, sizeof(host), true);
     memset(back, 0x55, sizeof(back));
     CHECK(g2 == g && d.ops->copy(&d, back, g2, sizeof(back), ZS_COPY_D2H, NULL) == ZS_OK, "reuse");
     int nonzero = 0;
     for (size_t i = 0; i < sizeof(back); i++)
         nonzero += back[i] != 0;
     CHECK(!nonzero, "%d bytes of a reused block not zeroed", nonzero);
+    /* one asked for without zeroing keeps its last owner's bytes, and the count of zero-filled bytes stays */
+    uint64_t zeroed = a.zeroed[2];
+    CHECK(d.ops->copy(&d, g2, host, sizeof(host), ZS_COPY_H2D, NULL) == ZS_OK &&
+          zs_dev_arena_free(&a, 2, g2, sizeof(host)) == ZS_OK, "refill and free");
+    void *g3 = zs_dev_arena_alloc(&a, 2, sizeof(host), false);
+    CHECK(g3 == g && d.ops->copy(&d, back, g3, sizeof(back), ZS_COPY_D2H, NULL) == ZS_OK && !memcmp(back, host, sizeof(host)),
+          "a block handed out without zeroing was changed");
+    CHECK(zeroed == 2 * sizeof(host) && a.zeroed[2] == zeroed, "zero-filled bytes: %llu, then %llu",
+          (unsigned long long)zeroed, (unsigned long long)a.zeroed[2]);
     zs_dev_arena_close(&a);
     zs_device_close(&d);
 }
