@@ -72,10 +72,11 @@ pack_ompi() {
     cp "$f" "$out/${pkglib#$prefix/}/"
   done
   cp -r "$pkgdata"/. "$out/${pkgdata#$prefix/}/"
-  cp "$(ompi_dir Sysconfdir)/openmpi-mca-params.conf" "$out/etc/" 2>/dev/null || : > "$out/etc/openmpi-mca-params.conf"
-  # Copies between ranks through shared memory alone: cross-memory attach needs ptrace rights that a VM's
-  # kernel may refuse, and a refused one fails the run.
-  printf '# gpu_bundle.sh\nbtl_vader_single_copy_mechanism = none\n' >> "$out/etc/openmpi-mca-params.conf"
+  grep -v '^btl *=' "$(ompi_dir Sysconfdir)/openmpi-mca-params.conf" > "$out/etc/openmpi-mca-params.conf" || :
+  # One node: ranks talk through shared memory (TCP would look for network interfaces the machine may not
+  # have), and by copies through it alone: cross-memory attach needs ptrace rights a VM's kernel may refuse.
+  printf '# gpu_bundle.sh: one node\nbtl = self,vader\nbtl_vader_single_copy_mechanism = none\n' \
+    >> "$out/etc/openmpi-mca-params.conf"
 }
 
 # pack_pmix: PMIx's help files (its library comes with the plugin that loads it)
