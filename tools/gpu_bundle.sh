@@ -105,7 +105,7 @@ pack_hwloc() {
 # under its soname in lib/, except the image's own; the CUDA ones the image must have are listed in needs.
 pack_deps() {
   local f name path
-  find "$out/bin" "$out/lib" -type f -name '*' ! -name '*.conf' ! -name '*.txt' | while read -r f; do
+  find "$out/bin" "$out/lib" -type f | while read -r f; do
     [ "$(head -c 4 "$f" | tail -c 3)" = ELF ] || continue
     ldd "$f" | awk '$2 == "=>" {print $1, $3}'
   done | sort -u | while read -r name path; do
@@ -139,7 +139,9 @@ find "$out/bin" "$out/lib" -maxdepth 1 -type f -size +${GZIP_ABOVE}c ! -name '*.
 cp "$root/tools/gpu_bundle_env.sh" "$out/env.sh"
 
 size=$(du -sb "$out" | awk '{print $1}')
-tree=$(cd "$root" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | awk '{print $1}')
+# what a call carries besides: the tracked files and the untracked ones git does not ignore
+tree=$(cd "$root" && git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null |
+       tail -1 | awk '{print $1}')
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
 echo "gpu_bundle: $out: $(mib "$size") ($(ls "$out/lib" | wc -l) libraries, $(ls "$out/bin" | wc -l) programs);" \
      "with the working tree ($(mib "$tree")): $(mib $((size + tree))) of the 64 MiB a call carries"

@@ -6,14 +6,15 @@
 # nvidia-smi lists a GPU a SKIP counts as a FAIL (a CUDA runtime that cannot start must not look like a pass).
 # Exits 0 when every check passed, 77 when no GPU is visible (every GPU line SKIP) and the rest passed, else 1.
 set -u
-cd "$(dirname "$0")/.."
-[ $# -eq 1 ] && [ -f "$1/env.sh" ] || { echo "usage: gpu_check.sh BUNDLE (a folder made by tools/gpu_bundle.sh)" >&2; exit 2; }
-bundle=$(cd "$1" && pwd)
 t0=$(date +%s)
 end=$((t0 + ${ZS_GPU_CHECK_DEADLINE:-480}))
 MIN_START=5 # seconds: a step with less left than this is not started
+[ $# -eq 1 ] && [ -f "$1/env.sh" ] || { echo "usage: gpu_check.sh BUNDLE (a folder made by tools/gpu_bundle.sh)" >&2; exit 2; }
+bundle=$(cd "$1" && pwd)
 mkdir -p "${OUT:-.}"
 log=$(cd "${OUT:-.}" && pwd)/gpu_check.log
+: > "$log"
+cd "$(dirname "$0")/.."
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch" "${ZS_BUNDLE_RUN:-}"' EXIT
 . "$bundle/env.sh" 2>> "$log"
