@@ -100,8 +100,9 @@ step "bundle's mpirun, 2 ranks on the CPU" 60 cpu params-hash \
 # accumulate, scale, conversions, zero-fill and the norm's partials per dtype
 step "CUDA kernels = CPU bits" 60 gpu passed test_device cuda
 # The engine oracle (model states in GPU memory; stages 0-3 x offload none/cpu/nvme x fp32/bf16/fp16 give the CPU
-# device's params-hash): at one rank the collectives take NCCL's ordered mode through the wheel's libnccl
-step "engine oracle np1 (NCCL ordered)" 120 gpu passed $MPIRUN 1 test_devpath cuda
+# device's params-hash), at one rank through NCCL's ordered mode (named, so that a NCCL that cannot start fails
+# zs_init rather than leaving the staged transport to run instead), the wheel's libnccl
+step "engine oracle np1 (NCCL ordered)" 120 gpu passed env ZS_DEVICE_COMM=ordered $MPIRUN 1 -x ZS_DEVICE_COMM test_devpath cuda
 step "NCCL transport np1" 60 gpu passed $MPIRUN 1 test_nccl
 # NCCL's own reduce-scatter in the engine: with one rank its sum is a copy, so the oracle's bits hold
 step "engine oracle np1, device_comm nccl" 120 gpu passed env ZS_DEVICE_COMM=nccl $MPIRUN 1 -x ZS_DEVICE_COMM test_devpath cuda
@@ -111,7 +112,7 @@ step "device arena, pinned host pool" 60 gpu passed $MPIRUN 1 test_devmem cuda
 step "comm kernels np2 = comm.c bits" 60 gpu passed $MPIRUN 2 test_comm_cuda
 step "host-staged collectives np2" 90 gpu passed $MPIRUN 2 test_staged cuda
 for n in 2 3 4; do
-  step "engine oracle np$n (host-staged)" 150 gpu passed $MPIRUN $n test_devpath cuda
+  step "engine oracle np$n (host-staged)" 150 gpu passed env ZS_DEVICE_COMM=staged $MPIRUN $n -x ZS_DEVICE_COMM test_devpath cuda
 done
 # The examples on the GPU against their CPU runs: the MLP bit for bit, the GPT to stated tolerances
 step "MLP --device cuda = CPU bits" 240 gpu passed bash tests/mlp_device.sh cuda zs-train-mlp
