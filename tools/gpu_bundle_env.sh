@@ -3,6 +3,7 @@
 # image keeps them (the pip wheels under python3's site-packages, else the linker's cache). Unpacks the programs
 # and libraries stored gzipped into ZS_BUNDLE_RUN, a scratch folder the caller removes. Prints nothing unless a
 # library the image must provide is missing.
+# shellcheck shell=bash
 zs_bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # zs_bundle_unpack: bin/X.gz and lib/X.gz unpacked into ZS_BUNDLE_RUN (a scratch folder, so that the bundle
@@ -35,7 +36,8 @@ zs_bundle_cuda_dirs() {
 }
 
 zs_bundle_cuda=$(zs_bundle_cuda_dirs | paste -sd: -)
-export ZS_BUNDLE_RUN=$(mktemp -d "${TMPDIR:-/tmp}/zs-bundle.XXXXXX")
+ZS_BUNDLE_RUN=$(mktemp -d "${TMPDIR:-/tmp}/zs-bundle.XXXXXX")
+export ZS_BUNDLE_RUN
 zs_bundle_unpack
 export LD_LIBRARY_PATH=$ZS_BUNDLE_RUN/lib:$zs_bundle/lib${zs_bundle_cuda:+:$zs_bundle_cuda}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$ZS_BUNDLE_RUN/bin:$zs_bundle/bin:$PATH

@@ -14,7 +14,7 @@ bundle=$(cd "$1" && pwd)
 mkdir -p "${OUT:-.}"
 log=$(cd "${OUT:-.}" && pwd)/gpu_check.log
 : > "$log"
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch" "${ZS_BUNDLE_RUN:-}"' EXIT
 . "$bundle/env.sh" 2>> "$log"
