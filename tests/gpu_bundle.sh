@@ -7,7 +7,8 @@
 #            line SKIP, and exits 77. Skips (77) without root or unshare.
 #   fakegpu: with an nvidia-smi on PATH that lists a GPU (and none to run on), gpu_check.sh under a short
 #            deadline prints the same lines, every GPU line FAIL (a SKIP with a GPU visible is a failure,
-#            whether the CUDA runtime did not start or the deadline came), and exits 1.
+#            whether the CUDA runtime did not start or the deadline came), and exits 1; with its deadline
+#            already past it starts no step and prints every line as a FAIL at the deadline.
 set -u
 MODE=$1 BUILD=$2 BUNDLE=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -102,6 +103,14 @@ case $MODE in
     echo "gpu_check.sh with a GPU listed and none usable: rc $rc, $(grep -c '|FAIL' "$tmp/got") FAIL of $(wc -l < "$tmp/got") lines: $r"
     [ $r = ok ] || diff "$tmp/want" "$tmp/got"
     check $r "a SKIP with a GPU visible did not count as a FAIL (want rc 1 and the no-GPU run's SKIPs as FAILs)"
+    # a deadline already past: no step starts, each line still printed and a FAIL naming the deadline
+    PATH=$tmp/shim:$PATH ZS_GPU_CHECK_DEADLINE=0 OUT=$tmp/late bash "$root/tools/gpu_check.sh" "$BUNDLE" > "$tmp/late.out" 2>&1
+    rc=$?
+    n=$(grep -c 'FAIL (skipped with a GPU visible: deadline' "$tmp/late.out")
+    [ $rc -eq 1 ] && [ "$n" -eq "$(wc -l < "$tmp/want")" ] && ! grep -q '^=== ' "$tmp/late/gpu_check.log" && r=ok || r=bad
+    echo "gpu_check.sh past its deadline: rc $rc, $n of $(wc -l < "$tmp/want") lines FAIL at the deadline, none run: $r"
+    [ $r = ok ] || cat "$tmp/late.out"
+    check $r "past the deadline a step still started, or a line went missing"
     finish gpu_check_fakegpu ;;
   *) echo "usage: gpu_bundle.sh pack|masked|fakegpu BUILD_DIR BUNDLE" >&2; exit 2 ;;
 esac
