@@ -259,6 +259,16 @@ static int gpus(void)
     return n < 1 ? 1 : n > EMU_MAX_GPUS ? EMU_MAX_GPUS : n;
 }
 
+/* Device d's PCI bus number. ZS_CUDA_EMU_BUS=local: each process sees its own of the node's GPUs, from its
+ * node-local rank (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK), as per-rank CUDA_VISIBLE_DEVICES (Slurm, torchrun)
+ * shows every rank one GPU with its own bus id. */
+static int bus_of(int d)
+{
+    const char *e = getenv("ZS_CUDA_EMU_BUS"), *l = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+
+    return d + 1 + (e && !strcmp(e, "local") && l ? atoi(l) * gpus() : 0);
+}
+
 cudaError_t cudaGetDeviceCount(int *n)
 {
     *n = gpus();
@@ -288,7 +298,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int d)
 
     if (d < 0 || d >= gpus() || len < 1)
         return fail(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId");
-    snprintf(bus, (size_t)len, "0000:%02x:00.0", d + 1);
+    snprintf(bus, (size_t)len, "0000:%02x:00.0", bus_of(d));
     return cudaSuccess;
 }
 
@@ -302,7 +312,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d)
     snprintf(p->name, sizeof(p->name), "ZeroShard CUDA emulator (tests/cuda_emu)");
     p->totalGlobalMem = (size_t)16 << 30;
     p->major = 9;
-    p->pciBusID = d + 1;
+    p->pciBusID = bus_of(d);
     p->multiProcessorCount = 4;
     p->warpSize = 32;
     p->maxThreadsPerBlock = 1024;
