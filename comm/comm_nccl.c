@@ -40,43 +40,45 @@ static zs_status cuda_fail(struct zs_nccl *n, int e, const char *what)
                    cudaGetErrorString((cudaError_t)e));
 }
 
-/* Collective: every rank's GPU as "PCI bus id@host" (pairs apart: len bytes each) into all, which the
- * caller frees. */
-static zs_status gather_gpus(MPI_Comm comm, char **all, size_t len)
+#define GPU_ID 64 /* "PCI bus id@host", NUL-padded */
+
+/* Collective: every rank's GPU id into all (GPU_ID bytes each, by rank), which the caller frees. */
+static zs_status gather_gpus(MPI_Comm comm, char **all)
 {
-    char mine[64] = { 0 }, host[MPI_MAX_PROCESSOR_NAME] = { 0 };
+    char mine[GPU_ID] = { 0 }, host[MPI_MAX_PROCESSOR_NAME] = { 0 };
     int dev = 0, hlen = 0, size = 0;
 
     cudaGetDevice(&dev);
     MPI_Get_processor_name(host, &hlen);
     MPI_Comm_size(comm, &size);
-    if (cudaDeviceGetPCIBusId(mine, 24, dev) != cudaSuccess)
+    if (cudaDeviceGetPCIBusId(mine, 24, dev) != cudaSuccess) {
+        (void)cudaGetLastError(); /* tolerated: not the next launch's error */
         strcpy(mine, "?");
+    }
     strncat(mine, "@", sizeof(mine) - strlen(mine) - 1);
     strncat(mine, host, sizeof(mine) - strlen(mine) - 1);
-    *all = calloc((size_t)size, len);
+    *all = calloc((size_t)size, GPU_ID);
     if (!*all)
         return zs_fail(ZS_ERR_NOMEM, "NCCL set-up: out of memory");
-    if (MPI_Allgather(mine, (int)len, MPI_CHAR, *all, (int)len, MPI_CHAR, comm) != MPI_SUCCESS)
+    if (MPI_Allgather(mine, GPU_ID, MPI_CHAR, *all, GPU_ID, MPI_CHAR, comm) != MPI_SUCCESS)
         return zs_fail(ZS_ERR_COMM, "NCCL set-up: all-gather of the ranks' GPUs failed");
     return ZS_OK;
 }
 
 zs_status zs_nccl_shared_gpu(MPI_Comm comm, int32_t *a, int32_t *b, char *gpu, size_t len)
 {
-    enum { PAIR = 64 };
     char *all = NULL;
     int size = 0;
-    zs_status st = gather_gpus(comm, &all, PAIR);
+    zs_status st = gather_gpus(comm, &all);
 
     *a = *b = -1;
     MPI_Comm_size(comm, &size);
     for (int32_t i = 0; !st && *a < 0 && i < size; i++)
         for (int32_t j = i + 1; *a < 0 && j < size; j++)
-            if (!strcmp(all + (size_t)i * PAIR, all + (size_t)j * PAIR)) {
+            if (!strcmp(all + (size_t)i * GPU_ID, all + (size_t)j * GPU_ID)) {
                 *a = i;
                 *b = j;
-                snprintf(gpu, len, "%s", all + (size_t)i * PAIR);
+                snprintf(gpu, len, "%s", all + (size_t)i * GPU_ID);
             }
     free(all);
     return st;
@@ -86,7 +88,7 @@ zs_status zs_nccl_shared_gpu(MPI_Comm comm, int32_t *a, int32_t *b, char *gpu, s
  * first and name the pair. Collective. */
 static zs_status check_distinct_gpus(MPI_Comm comm)
 {
-    char gpu[64];
+    char gpu[GPU_ID];
     int32_t a, b;
     zs_status st = zs_nccl_shared_gpu(comm, &a, &b, gpu, sizeof(gpu));
 
