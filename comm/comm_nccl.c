@@ -40,43 +40,77 @@ static zs_status cuda_fail(struct zs_nccl *n, int e, const char *what)
                    cudaGetErrorString((cudaError_t)e));
 }
 
-/* Collective: every rank's GPU as "PCI bus id@host" (pairs apart: len bytes each) into all, which the
- * caller frees. */
-static zs_status gather_gpus(MPI_Comm comm, char **all, size_t len)
+#define GPU_ID 64 /* "PCI bus id@host", NUL-padded */
+
+/* A set-up exchange, nonblocking and waited for under the watchdog's deadline (watch NULL: the default), so a
+ * rank that never comes to NCCL's set-up ends it with an error rather than a hang. After a timeout the request
+ * stays posted (MPI cannot cancel a collective): the caller keeps its buffers, on the heap, for MPI to land in. */
+static void *kept[16]; /* buffers of timed-out exchanges, still reachable for MPI (and leak checkers) */
+
+static void keep(void *p)
 {
-    char mine[64] = { 0 }, host[MPI_MAX_PROCESSOR_NAME] = { 0 };
+    for (size_t i = 0; i < sizeof(kept) / sizeof(kept[0]); i++)
+        if (!kept[i]) {
+            kept[i] = p;
+            return;
+        }
+}
+
+static zs_status boot_wait(MPI_Comm comm, MPI_Request *r, int rc, struct zs_comm *watch, const char *what)
+{
+    int rank = 0;
+
+    MPI_Comm_rank(comm, &rank);
+    if (rc != MPI_SUCCESS)
+        return zs_fail(ZS_ERR_COMM, "NCCL set-up: %s failed", what);
+    return zs_mpi_wait_timeout(r, watch ? watch->timeout_s : ZS_TIMEOUT_DEFAULT, rank, what, watch ? watch->shm : NULL);
+}
+
+/* Collective: every rank's GPU id into all (GPU_ID bytes each, by rank), which the caller frees. */
+static zs_status gather_gpus(MPI_Comm comm, struct zs_comm *watch, char **all)
+{
+    MPI_Request r;
+    char mine[GPU_ID] = { 0 }, host[MPI_MAX_PROCESSOR_NAME] = { 0 }, *buf;
     int dev = 0, hlen = 0, size = 0;
+    zs_status st;
 
     cudaGetDevice(&dev);
     MPI_Get_processor_name(host, &hlen);
     MPI_Comm_size(comm, &size);
-    if (cudaDeviceGetPCIBusId(mine, 24, dev) != cudaSuccess)
+    if (cudaDeviceGetPCIBusId(mine, 24, dev) != cudaSuccess) {
+        (void)cudaGetLastError(); /* tolerated: not the next launch's error */
         strcpy(mine, "?");
+    }
     strncat(mine, "@", sizeof(mine) - strlen(mine) - 1);
     strncat(mine, host, sizeof(mine) - strlen(mine) - 1);
-    *all = calloc((size_t)size, len);
-    if (!*all)
+    *all = NULL;
+    buf = calloc((size_t)size + 1, GPU_ID); /* every rank's, then this rank's own */
+    if (!buf)
         return zs_fail(ZS_ERR_NOMEM, "NCCL set-up: out of memory");
-    if (MPI_Allgather(mine, (int)len, MPI_CHAR, *all, (int)len, MPI_CHAR, comm) != MPI_SUCCESS)
-        return zs_fail(ZS_ERR_COMM, "NCCL set-up: all-gather of the ranks' GPUs failed");
-    return ZS_OK;
+    memcpy(buf + (size_t)size * GPU_ID, mine, GPU_ID);
+    st = boot_wait(comm, &r, MPI_Iallgather(buf + (size_t)size * GPU_ID, GPU_ID, MPI_CHAR, buf, GPU_ID, MPI_CHAR, comm,
+                                            &r), watch, "NCCL set-up: the all-gather of the ranks' GPUs");
+    if (st)
+        keep(buf);
+    else
+        *all = buf;
+    return st;
 }
 
-zs_status zs_nccl_shared_gpu(MPI_Comm comm, int32_t *a, int32_t *b, char *gpu, size_t len)
+zs_status zs_nccl_shared_gpu(MPI_Comm comm, struct zs_comm *watch, int32_t *a, int32_t *b, char *gpu, size_t len)
 {
-    enum { PAIR = 64 };
     char *all = NULL;
     int size = 0;
-    zs_status st = gather_gpus(comm, &all, PAIR);
+    zs_status st = gather_gpus(comm, watch, &all);
 
     *a = *b = -1;
     MPI_Comm_size(comm, &size);
     for (int32_t i = 0; !st && *a < 0 && i < size; i++)
         for (int32_t j = i + 1; *a < 0 && j < size; j++)
-            if (!strcmp(all + (size_t)i * PAIR, all + (size_t)j * PAIR)) {
+            if (!strcmp(all + (size_t)i * GPU_ID, all + (size_t)j * GPU_ID)) {
                 *a = i;
                 *b = j;
-                snprintf(gpu, len, "%s", all + (size_t)i * PAIR);
+                snprintf(gpu, len, "%s", all + (size_t)i * GPU_ID);
             }
     free(all);
     return st;
@@ -84,11 +118,11 @@ zs_status zs_nccl_shared_gpu(MPI_Comm comm, int32_t *a, int32_t *b, char *gpu, s
 
 /* NCCL refuses two ranks on one GPU, and says so obscurely: the ranks compare their GPUs' PCI addresses
  * first and name the pair. Collective. */
-static zs_status check_distinct_gpus(MPI_Comm comm)
+static zs_status check_distinct_gpus(MPI_Comm comm, struct zs_comm *watch)
 {
-    char gpu[64];
+    char gpu[GPU_ID];
     int32_t a, b;
-    zs_status st = zs_nccl_shared_gpu(comm, &a, &b, gpu, sizeof(gpu));
+    zs_status st = zs_nccl_shared_gpu(comm, watch, &a, &b, gpu, sizeof(gpu));
 
     if (st || a < 0)
         return st;
@@ -98,12 +132,23 @@ static zs_status check_distinct_gpus(MPI_Comm comm)
 
 /* Whether any rank failed so far, so that no rank walks into a collective the others skip. A rank that
  * failed keeps its own message; the others name it. */
-static zs_status agree(struct zs_nccl *n, MPI_Comm comm, zs_status st)
+static zs_status agree(struct zs_nccl *n, MPI_Comm comm, struct zs_comm *watch, zs_status st)
 {
-    int32_t mine = st ? n->rank : -1, first = -1;
+    int32_t *v = malloc(2 * sizeof(*v)), first; /* this rank's, the highest failed rank */
+    MPI_Request r;
+    zs_status vote;
 
-    if (MPI_Allreduce(&mine, &first, 1, MPI_INT32_T, MPI_MAX, comm) != MPI_SUCCESS)
-        return st ? st : zs_fail(ZS_ERR_COMM, "NCCL set-up: all-reduce of the ranks' status failed");
+    if (!v)
+        return st ? st : zs_fail(ZS_ERR_NOMEM, "NCCL set-up: out of memory");
+    v[0] = st ? n->rank : -1;
+    vote = boot_wait(comm, &r, MPI_Iallreduce(&v[0], &v[1], 1, MPI_INT32_T, MPI_MAX, comm, &r), watch,
+                     "NCCL set-up: the all-reduce of the ranks' status");
+    if (vote) {
+        keep(v);
+        return st ? st : vote;
+    }
+    first = v[1];
+    free(v);
     if (st || first < 0)
         return st;
     return zs_fail(ZS_ERR_COMM, "NCCL set-up failed on rank %d", first);
@@ -122,15 +167,12 @@ uint64_t zs_nccl_stage_bytes(int32_t nranks)
     return (uint64_t)nranks * zs_nccl_piece_bytes(nranks);
 }
 
-/* The communicator, non-blocking where libnccl can (its set-up then runs under the deadline too). The
- * node's counts include the set-up, so a rank that never comes to it is named. */
+/* The communicator, non-blocking where libnccl can (its set-up then runs under the deadline too). */
 static zs_status comm_start(struct zs_nccl *n, ncclUniqueId id)
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     ncclResult_t r;
 
-    if (n->shm)
-        zs_shm_nccl_count(n->shm);
     if (!n->api.init_config) {
         if (n->rank == 0)
             zs_log("warning: NCCL (libnccl.so.2) lacks ncclCommInitRankConfig (NCCL < 2.14): its set-up waits for "
@@ -161,39 +203,54 @@ static zs_status cuda_start(struct zs_nccl *n)
 zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mode, struct zs_comm *watch)
 {
     struct zs_nccl *n = calloc(1, sizeof(*n));
-    struct {
+    struct boot {
         ncclUniqueId id;
         int32_t ok;
-    } boot = { .ok = 0 };
+    } *boot = calloc(1, sizeof(*boot));
     ncclResult_t r = ncclSuccess;
     zs_status st;
 
     *out = NULL;
-    if (!n)
+    if (!n || !boot) {
+        free(n);
+        free(boot);
         return zs_fail(ZS_ERR_NOMEM, "NCCL set-up: out of memory");
+    }
     n->mode = mode;
     MPI_Comm_rank(comm, &n->rank);
     MPI_Comm_size(comm, &n->size);
     n->piece = zs_nccl_piece_bytes(n->size);
     n->timeout_s = watch ? watch->timeout_s : ZS_TIMEOUT_DEFAULT;
     n->shm = watch ? watch->shm : NULL;
-    st = agree(n, comm, load_api(n));
+    if (n->shm)
+        zs_shm_nccl_count(n->shm); /* the set-up is counted, so a rank that never comes to it is named */
+    st = agree(n, comm, watch, load_api(n));
     if (!st)
-        st = check_distinct_gpus(comm); /* the same gathered answer on every rank */
+        st = check_distinct_gpus(comm, watch); /* the same gathered answer on every rank */
     if (!st && n->rank == 0) {
-        r = n->api.get_unique_id(&boot.id);
-        boot.ok = r == ncclSuccess;
-        if (!boot.ok)
+        r = n->api.get_unique_id(&boot->id);
+        boot->ok = r == ncclSuccess;
+        if (!boot->ok)
             st = zs_fail(ZS_ERR_COMM, "rank 0: ncclGetUniqueId: %s", n->api.error_string(r));
     }
-    if (!st && MPI_Bcast(&boot, sizeof(boot), MPI_BYTE, 0, comm) != MPI_SUCCESS)
-        st = zs_fail(ZS_ERR_COMM, "NCCL set-up: broadcast of the unique id failed");
-    if (!st && !boot.ok)
+    if (!st) {
+        MPI_Request rq;
+        st = boot_wait(comm, &rq, MPI_Ibcast(boot, sizeof(*boot), MPI_BYTE, 0, comm, &rq), watch,
+                       "NCCL set-up: the broadcast of the unique id");
+        if (st) {
+            keep(boot);
+            boot = NULL;
+        }
+    }
+    if (st == ZS_ERR_COMM && strstr(zs_last_error(), "timeout: NCCL set-up"))
+        st = zs_nccl_late(n, st);
+    if (!st && !boot->ok)
         st = zs_fail(ZS_ERR_COMM, "NCCL set-up: rank 0 could not make a unique id");
     if (!st)
         st = cuda_start(n);
     if (!st)
-        st = comm_start(n, boot.id);
+        st = comm_start(n, boot->id);
+    free(boot);
     if (st) {
         zs_nccl_free(n);
         return st;

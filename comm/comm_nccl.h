@@ -31,8 +31,8 @@ enum zs_nccl_mode { ZS_NCCL_FAST, ZS_NCCL_ORDERED };
 zs_status zs_nccl_init(struct zs_nccl **n, MPI_Comm comm, enum zs_nccl_mode mode, struct zs_comm *watch);
 /* Collective over comm: whether two ranks share a GPU, by the (PCI bus id, host) pairs of the ranks' current
  * devices, whatever each rank's CUDA_VISIBLE_DEVICES: the first such ranks in *a < *b and their GPU in gpu,
- * or *a = *b = -1 when every rank has a GPU of its own. */
-zs_status zs_nccl_shared_gpu(MPI_Comm comm, int32_t *a, int32_t *b, char *gpu, size_t len);
+ * or *a = *b = -1 when every rank has a GPU of its own. Under watch's deadline, as zs_nccl_init's exchanges. */
+zs_status zs_nccl_shared_gpu(MPI_Comm comm, struct zs_comm *watch, int32_t *a, int32_t *b, char *gpu, size_t len);
 void zs_nccl_free(struct zs_nccl *n);
 /* The communication stream (a cudaStream_t). Work queued here starts after what the compute stream had
  * queued when the collective was called (an event orders them); zs_nccl_sync waits for all of it. */

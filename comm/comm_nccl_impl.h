@@ -61,6 +61,8 @@ zs_status zs_nccl_fail(struct zs_nccl *n, ncclResult_t r, const char *what);
 /* After an NCCL call returned r: ncclInProgress (a non-blocking communicator) is polled to its end under
  * the deadline; other errors abort the communicator. */
 zs_status zs_nccl_issued(struct zs_nccl *n, ncclResult_t r, const char *what);
+/* st, its message followed by the node's ranks behind this one in NCCL operations (a timed-out set-up). */
+zs_status zs_nccl_late(struct zs_nccl *n, zs_status st);
 /* Marks the operation just queued, for the messages of a wait that times out. */
 void zs_nccl_mark(struct zs_nccl *n, const char *name, uint64_t bytes);
 /* Waits under the deadline until ev (NULL: everything queued on the stream) completes. */

@@ -10,7 +10,7 @@ zs_status zs_nccl_init(struct zs_nccl **n, MPI_Comm comm, enum zs_nccl_mode mode
     return zs_fail(ZS_ERR_UNSUPPORTED, "NCCL: this library was built without the CUDA backend");
 }
 
-zs_status zs_nccl_shared_gpu(MPI_Comm comm, int32_t *a, int32_t *b, char *gpu, size_t len)
+zs_status zs_nccl_shared_gpu(MPI_Comm comm, struct zs_comm *watch, int32_t *a, int32_t *b, char *gpu, size_t len)
 {
     *a = *b = -1;
     return zs_fail(ZS_ERR_UNSUPPORTED, "NCCL: this library was built without the CUDA backend");

@@ -35,6 +35,15 @@ static void who_text(const struct zs_nccl *n, char *b, size_t len)
                  zs_shm_nodes(n->shm) > 1 ? "; ranks on other nodes unchecked" : "");
 }
 
+zs_status zs_nccl_late(struct zs_nccl *n, zs_status st)
+{
+    char msg[768], who[256];
+
+    snprintf(msg, sizeof(msg), "%s", zs_last_error());
+    who_text(n, who, sizeof(who));
+    return zs_fail(st, "%s; ranks not arrived: %s", msg, who);
+}
+
 /* The first marked operation that has not completed, else what the caller waits for. */
 static void op_text(struct zs_nccl *n, char *b, size_t len, const char *what)
 {

@@ -56,7 +56,9 @@ zs_status zs_dev_nccl_open(struct zs_ctx *ctx)
 
     if (st || ctx->dev.host_access || zs_agree(ctx, want ? ZS_OK : ZS_ERR_UNSUPPORTED))
         return st; /* "staged": host-staged everywhere */
-    if (!asked && (st = zs_agree(ctx, zs_nccl_shared_gpu(zs_comm_mpi(ctx->comm), &a, &b, gpu, sizeof(gpu)))))
+    if (!asked)
+        st = zs_agree(ctx, zs_nccl_shared_gpu(zs_comm_mpi(ctx->comm), ctx->comm, &a, &b, gpu, sizeof(gpu)));
+    if (st)
         return st;
     if (a >= 0)
         return ZS_OK; /* ranks a and b share a GPU (every rank has the same gathered answer): host-staged */

@@ -1,11 +1,11 @@
 # gpu_nccl.cmake - NCCL under the watchdog's deadline, its staging in fixed pieces, on the emulated NCCL (a GPU
 # per rank). Included last from tests/CMakeLists.txt (zs_emu_test, ZS_MPIRUN and ZS_TEST_ENV are defined).
 set(zs_gpu_nccl_tests)
-# A rank that arrives after the deadline (stop; coll: through comm/coll.c's request) and an asynchronous NCCL
-# error (async): the waiting rank's call fails naming the operation and the rank, within ZS_TIMEOUT=3; a hang
-# is the ctest TIMEOUT.
+# A rank that arrives after the deadline (stop; coll: through comm/coll.c's request; init: at NCCL's set-up)
+# and an asynchronous NCCL error (async): the waiting rank's call fails naming the operation and the rank,
+# within ZS_TIMEOUT=3; a hang is the ctest TIMEOUT.
 zs_emu_test(test_nccl_deadline test_nccl_deadline.c)
-foreach(c stop async coll)
+foreach(c stop async coll init)
   add_test(NAME nccl_deadline_${c}_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_deadline> ${c})
   list(APPEND zs_gpu_nccl_tests nccl_deadline_${c}_np2)
 endforeach()

@@ -6,7 +6,7 @@
  * --enable-recovery, with a long timeout): rank 1 exits before the all-gather; rank 0's wait ends within
  * seconds naming it as exited, and rank 0 leaves without MPI's clean-up, which would wait for the dead rank.
  * coll: stop through the engine's path (comm/coll.c), whose zs_coll_wait polls the request's event under the
- * same deadline. After each, later calls on the communicator fail and zs_nccl_free aborts it instead of
+ * same deadline. init: rank 1 comes to zs_nccl_init after the deadline; rank 0's set-up fails naming it. After each, later calls on the communicator fail and zs_nccl_free aborts it instead of
  * waiting. */
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +125,31 @@ static void t_async(struct zs_nccl *n, struct zs_device *dev, float *d, double t
     printf("rank 0: %s\n", msg);
 }
 
+/* Over a duplicate of the world: the timed-out exchanges stay posted there, out of the world's way. */
+static void t_init(struct zs_comm *comm, double timeout)
+{
+    struct zs_nccl *n = NULL;
+    MPI_Comm boot;
+    double t;
+    zs_status st;
+
+    MPI_Comm_dup(MPI_COMM_WORLD, &boot);
+    if (rank == 1)
+        sleep((unsigned)timeout + 3);
+    t = zs_now_s();
+    st = zs_nccl_init(&n, boot, ZS_NCCL_ORDERED, comm);
+    t = zs_now_s() - t;
+    CHECK(st && !n, "rank %d: the set-up completed without its peer", rank);
+    if (rank == 0) {
+        CHECK(t >= timeout && t < timeout + 30, "rank 0: the set-up ended after %.1f s (timeout %g s)", t, timeout);
+        CHECK(strstr(zs_last_error(), "timeout: NCCL set-up: the all-reduce of the ranks' status") &&
+              strstr(zs_last_error(), "ranks not arrived: 1"),
+              "rank 0: the message names neither NCCL's set-up nor rank 1: %s", zs_last_error());
+        printf("rank 0: %s\n", zs_last_error());
+    }
+    zs_nccl_free(n);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -141,7 +166,7 @@ int main(int argc, char **argv)
     if (zs_comm_opts_from_env(&opts, err, sizeof(err)) || !opts.timeout_s || zs_comm_init(&comm, MPI_COMM_WORLD, &opts) ||
         zs_device_open(&dev, "cuda", "test_nccl_deadline", NULL, ZS_KPATH_SCALAR, zs_comm_local_rank(comm),
                        zs_comm_local_size(comm)) ||
-        zs_nccl_init(&n, MPI_COMM_WORLD, ZS_NCCL_ORDERED, comm)) {
+        (strcmp(mode, "init") && zs_nccl_init(&n, MPI_COMM_WORLD, ZS_NCCL_ORDERED, comm))) {
         printf("FAIL: rank %d: set-up (needs ZS_TIMEOUT, ZS_CUDA_EMU_GPUS=2, ZS_CUDA_EMU_NCCL=1): %s\n", rank,
                comm ? zs_last_error() : err);
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -151,12 +176,14 @@ int main(int argc, char **argv)
         t_stop(n, &dev, d, opts.timeout_s);
     else if (!strcmp(mode, "coll"))
         t_coll(n, comm, &dev, d, opts.timeout_s), n = NULL;
+    else if (!strcmp(mode, "init"))
+        t_init(comm, opts.timeout_s);
     else if (!strcmp(mode, "die"))
         t_die(n, &dev, d, opts.timeout_s);
     else if (!strcmp(mode, "async"))
         t_async(n, &dev, d, opts.timeout_s);
     else
-        CHECK(0, "usage: test_nccl_deadline stop|async|die|coll, not \"%s\"", mode);
+        CHECK(0, "usage: test_nccl_deadline stop|async|die|coll|init, not \"%s\"", mode);
     zs_nccl_free(n); /* rank 0 aborts: no wait on the failed work */
     dev.ops->free(&dev, d);
     zs_device_close(&dev);
