@@ -138,7 +138,8 @@ enum { TABLE_WORDS = 4 }; /* 8-byte words per tensor in the tables: x, n, sfirst
 static size_t table_bytes(int32_t count) { return ((size_t)TABLE_WORDS * count + 2) * 8; }
 
 /* Room for the tables, count results and nseg + ngrp partials; a larger launch frees and allocates again (a
- * device-wide sync, once per new size, never per step). */
+ * device-wide sync, once per new size, never per step). A few bytes per 4096 elements, outside the memory
+ * plan: about 2 MB for a billion elements. */
 static cudaError_t scratch_reserve(struct sumsq_scratch *sc, int32_t count, int64_t nseg, int64_t ngrp)
 {
     size_t host = table_bytes(count) + (size_t)count * 8, dev = host + (size_t)(nseg + ngrp) * 8;
@@ -148,7 +149,7 @@ static cudaError_t scratch_reserve(struct sumsq_scratch *sc, int32_t count, int6
         cudaFree(sc->dev);
         sc->dev = NULL;
         sc->dev_bytes = 0;
-        dev += dev / 2; /* a unit's shard grows by a little at most: room for it without a second round */
+        dev += dev / 2; /* half as much again: a launch a little larger than this one allocates nothing */
         if ((e = cudaMalloc((void **)&sc->dev, dev)) != cudaSuccess)
             return e;
         sc->dev_bytes = dev;
