@@ -26,6 +26,7 @@ struct emu_stream {
     std::deque<emu_op> q;
     unsigned long long issued = 0, done = 0; /* operations queued so far, operations run so far */
     int dev = 0;                             /* the device current when it was made: its context's */
+    bool destroyed = false;                  /* by cudaStreamDestroy while work was still held in it */
 };
 
 struct emu_event {
@@ -56,6 +57,7 @@ extern cudaError_t sticky;
 __attribute__((format(printf, 2, 3))) cudaError_t fail(cudaError_t e, const char *fmt, ...);
 cudaError_t broken(void); /* the fault again, as the last error too */
 emu_stream *stream_of(cudaStream_t s); /* 0: the current device's legacy stream */
+bool live(emu_stream *s);              /* a handle the program may still use */
 void enqueue(emu_stream *s, emu_op op);
 /* runs s to `upto` operations or to one not ready yet (whether it got there); drain waits for `upto` */
 bool run_until(emu_stream *s, unsigned long long upto);

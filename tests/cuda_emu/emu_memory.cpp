@@ -122,7 +122,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
         return cudaSuccess;
     if (side_of(p, bytes) != DEVICE)
         return fail(cudaErrorInvalidValue, "cudaMemset(Async) outside a device allocation");
-    if (!streams.count(q))
+    if (!live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync");
     enqueue(q, emu_op{ nullptr, [p, v, bytes]() { memset(p, v, bytes); } });
     return cudaSuccess;
@@ -145,7 +145,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     STICKY();
     if (!bytes)
         return cudaSuccess;
-    if (!streams.count(q))
+    if (!live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync");
     ds = side_of(dst, bytes);
     ss = side_of(src, bytes);

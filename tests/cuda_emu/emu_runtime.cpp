@@ -50,6 +50,8 @@ cudaError_t broken(void) { return last_error = sticky; }
 
 emu_stream *stream_of(cudaStream_t s) { return s ? s : &legacy[current]; }
 
+bool live(emu_stream *s) { return streams.count(s) && !s->destroyed; }
+
 /* Runs s's queue until `upto` operations have run or one is not ready yet; whether it got there. A wait met on
  * the way first runs the stream it waits on as far as its event. */
 bool run_until(emu_stream *s, unsigned long long upto)
@@ -166,7 +168,7 @@ void emu_enqueue_kernel(cudaStream_t s, std::function<void()> kernel)
         broken();
         return;
     }
-    if (!streams.count(q)) {
+    if (!live(q)) {
         fail(cudaErrorInvalidResourceHandle, "kernel launch on a destroyed stream");
         return;
     }
@@ -351,15 +353,20 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 
-/* CUDA lets queued work finish after the destroy; here it runs first. */
+/* CUDA lets queued work finish after the destroy and returns at once: here what can run runs first, and a
+ * stream held by an operation that is not ready (a collective whose peer is gone) stays, unusable, for the
+ * device's synchronizations and the events recorded on it. */
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     guard g;
 
     STICKY();
-    if (!s || !streams.count(s))
+    if (!s || !live(s))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy");
-    drain(s, s->issued);
+    if (!run_until(s, s->issued)) {
+        s->destroyed = true;
+        return cudaSuccess;
+    }
     streams.erase(s);
     for (emu_event *e : events)
         if (e->s == s)
@@ -375,7 +382,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
     emu_stream *q = stream_of(s);
 
     STICKY();
-    if (!streams.count(q))
+    if (!live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize");
     drain(q, q->issued);
     STICKY();
@@ -391,7 +398,7 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
     bool pending;
 
     STICKY();
-    if (!streams.count(q))
+    if (!live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamQuery");
     pending = q->done < q->issued;
     run_until(q, q->issued);
@@ -431,7 +438,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     emu_stream *q = stream_of(s);
 
     STICKY();
-    if (!events.count(e) || !streams.count(q))
+    if (!events.count(e) || !live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord");
     if (e->dev != q->dev)
         return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord of an event of device %d on a stream of device %d",
@@ -477,7 +484,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
     unsigned long long seq;
 
     STICKY();
-    if (!events.count(e) || !streams.count(q))
+    if (!events.count(e) || !live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
     on = e->s;
     seq = e->seq;
