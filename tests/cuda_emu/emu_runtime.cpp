@@ -9,8 +9,20 @@
 
 namespace emu_rt {
 
-std::recursive_mutex lock;
-thread_local int held;
+static std::recursive_mutex lock;
+static thread_local int held; /* how deep this thread holds `lock` (spin() lets go of every level) */
+
+guard::guard()
+{
+    lock.lock();
+    held++;
+}
+
+guard::~guard()
+{
+    held--;
+    lock.unlock();
+}
 
 emu_stream legacy[EMU_MAX_GPUS]; /* stream 0 of each device */
 std::set<emu_stream *> streams = [] {
@@ -21,8 +33,9 @@ std::set<emu_stream *> streams = [] {
     }
     return all;
 }();
-thread_local cudaError_t last_error = cudaSuccess;
-thread_local int current;
+/* CUDA keeps the last error and the current device per host thread; a new thread starts on device 0 */
+static thread_local cudaError_t last_error = cudaSuccess;
+static thread_local int current;
 cudaError_t sticky = cudaSuccess;
 
 static std::set<emu_event *> events;
@@ -49,6 +62,8 @@ static cudaError_t not_ready(void) { return last_error = cudaErrorNotReady; }
 cudaError_t broken(void) { return last_error = sticky; }
 
 emu_stream *stream_of(cudaStream_t s) { return s ? s : &legacy[current]; }
+
+int current_device(void) { return current; }
 
 bool live(emu_stream *s) { return streams.count(s) && !s->destroyed; }
 
