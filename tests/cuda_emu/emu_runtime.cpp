@@ -172,8 +172,9 @@ void emu_enqueue_until(cudaStream_t s, std::function<bool()> ready, std::functio
     enqueue(stream_of(s), emu_op{ std::move(ready), std::move(op) });
 }
 
-/* A kernel runs in the context of its stream's device, so the stream must be the current device's; the K-th
- * (ZS_CUDA_EMU_FAULT) is queued as a fault instead. The launch itself reports neither. */
+/* A kernel runs in the context of its stream's device, so the stream must be the current device's (a launch
+ * elsewhere fails through the last error, as CUDA's does); the K-th (ZS_CUDA_EMU_FAULT) is queued as a fault
+ * instead, which the launch does not report: the next synchronizing call does. */
 void emu_enqueue_kernel(cudaStream_t s, std::function<void()> kernel)
 {
     guard g;
