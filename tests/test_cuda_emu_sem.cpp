@@ -159,8 +159,20 @@ static void t_enqueue_until(void)
     CHECK(go && ran == 1 && after == 1, "synchronize returned before the condition held: %d %d %d", (int)go, ran, after);
     pthread_join(t, NULL);
     CHECK(cudaEventQuery(e) == cudaSuccess && cudaStreamQuery(s) == cudaSuccess, "queries after");
+
+    /* a stream destroyed while an operation holds it: the destroy returns at once (as CUDA's does), the work
+     * still runs once ready, and a device synchronization waits for it */
+    go = false;
+    ran = 0;
+    emu_enqueue_until(s, []() { return go.load(); }, [&ran]() { ran++; });
+    CHECK(cudaEventRecord(e, s) == cudaSuccess && cudaStreamDestroy(s) == cudaSuccess && !ran, "destroy held");
+    CHECK(cudaStreamQuery(s) == cudaErrorInvalidResourceHandle && cudaGetLastError(), "a destroyed stream in use");
+    CHECK(cudaEventQuery(e) == cudaErrorNotReady && cudaGetLastError() == cudaErrorNotReady, "its event ready");
+    CHECK(pthread_create(&t, NULL, release_later, NULL) == 0, "thread");
+    CHECK(cudaDeviceSynchronize() == cudaSuccess && go && ran == 1, "device sync did not wait: %d %d", (int)go, ran);
+    pthread_join(t, NULL);
+    CHECK(cudaEventQuery(e) == cudaSuccess, "its event after the device sync");
     cudaEventDestroy(e);
-    cudaStreamDestroy(s);
     cudaStreamDestroy(w);
 }
 

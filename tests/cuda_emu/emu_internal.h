@@ -26,6 +26,7 @@ struct emu_stream {
     std::deque<emu_op> q;
     unsigned long long issued = 0, done = 0; /* operations queued so far, operations run so far */
     int dev = 0;                             /* the device current when it was made: its context's */
+    bool destroyed = false;                  /* by cudaStreamDestroy while work was still held in it */
 };
 
 struct emu_event {
@@ -36,19 +37,16 @@ struct emu_event {
 
 namespace emu_rt {
 
-/* One lock serializes every call; a call holds it for its whole length, nested calls nest. */
-extern std::recursive_mutex lock;
-extern thread_local int held; /* how deep this thread holds `lock` (spin() lets go of every level) */
+/* One lock serializes every call; a call holds it for its whole length, nested calls nest. The per-thread
+ * state stays inside emu_runtime.cpp (a thread_local shared across files trips UBSan in some links). */
 struct guard {
-    guard() { lock.lock(); held++; }
-    ~guard() { held--; lock.unlock(); }
+    guard();
+    ~guard();
 };
 
 extern emu_stream legacy[EMU_MAX_GPUS]; /* stream 0 of each device */
 extern std::set<emu_stream *> streams;
-/* CUDA keeps the last error and the current device per host thread; a new thread starts on device 0 */
-extern thread_local cudaError_t last_error;
-extern thread_local int current;
+int current_device(void); /* the calling thread's (CUDA keeps it per host thread; 0 on a new one) */
 /* set when a kernel faults: the context is broken, every call from then on returns it (process-wide here) */
 extern cudaError_t sticky;
 
@@ -56,6 +54,7 @@ extern cudaError_t sticky;
 __attribute__((format(printf, 2, 3))) cudaError_t fail(cudaError_t e, const char *fmt, ...);
 cudaError_t broken(void); /* the fault again, as the last error too */
 emu_stream *stream_of(cudaStream_t s); /* 0: the current device's legacy stream */
+bool live(emu_stream *s);              /* a handle the program may still use */
 void enqueue(emu_stream *s, emu_op op);
 /* runs s to `upto` operations or to one not ready yet (whether it got there); drain waits for `upto` */
 bool run_until(emu_stream *s, unsigned long long upto);

@@ -70,7 +70,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
 
     STICKY();
     for (auto &a : device_mem)
-        if (device_of[a.first] == current)
+        if (device_of[a.first] == current_device())
             used += a.second;
     *total_bytes = (size_t)16 << 30;
     *free_bytes = used < *total_bytes ? *total_bytes - used : 0;
@@ -89,7 +89,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
         return fail(cudaErrorMemoryAllocation, "cudaMalloc");
     memset(m, 0xff, bytes); /* NaN: a value read before it is written shows in the results */
     device_mem[m] = bytes ? bytes : 1;
-    device_of[m] = current;
+    device_of[m] = current_device();
     return cudaSuccess;
 }
 
@@ -122,7 +122,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t s)
         return cudaSuccess;
     if (side_of(p, bytes) != DEVICE)
         return fail(cudaErrorInvalidValue, "cudaMemset(Async) outside a device allocation");
-    if (!streams.count(q))
+    if (!live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaMemsetAsync");
     enqueue(q, emu_op{ nullptr, [p, v, bytes]() { memset(p, v, bytes); } });
     return cudaSuccess;
@@ -145,7 +145,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     STICKY();
     if (!bytes)
         return cudaSuccess;
-    if (!streams.count(q))
+    if (!live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaMemcpyAsync");
     ds = side_of(dst, bytes);
     ss = side_of(src, bytes);
@@ -175,7 +175,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 
     if (!e && !(side_of(dst, bytes) == DEVICE && side_of(src, bytes) == DEVICE))
-        drain(&legacy[current], legacy[current].issued);
+        drain(stream_of(nullptr), stream_of(nullptr)->issued);
     return e ? e : sticky ? broken() : cudaSuccess;
 }
 

@@ -9,8 +9,20 @@
 
 namespace emu_rt {
 
-std::recursive_mutex lock;
-thread_local int held;
+static std::recursive_mutex lock;
+static thread_local int held; /* how deep this thread holds `lock` (spin() lets go of every level) */
+
+guard::guard()
+{
+    lock.lock();
+    held++;
+}
+
+guard::~guard()
+{
+    held--;
+    lock.unlock();
+}
 
 emu_stream legacy[EMU_MAX_GPUS]; /* stream 0 of each device */
 std::set<emu_stream *> streams = [] {
@@ -21,8 +33,9 @@ std::set<emu_stream *> streams = [] {
     }
     return all;
 }();
-thread_local cudaError_t last_error = cudaSuccess;
-thread_local int current;
+/* CUDA keeps the last error and the current device per host thread; a new thread starts on device 0 */
+static thread_local cudaError_t last_error = cudaSuccess;
+static thread_local int current;
 cudaError_t sticky = cudaSuccess;
 
 static std::set<emu_event *> events;
@@ -49,6 +62,10 @@ static cudaError_t not_ready(void) { return last_error = cudaErrorNotReady; }
 cudaError_t broken(void) { return last_error = sticky; }
 
 emu_stream *stream_of(cudaStream_t s) { return s ? s : &legacy[current]; }
+
+int current_device(void) { return current; }
+
+bool live(emu_stream *s) { return streams.count(s) && !s->destroyed; }
 
 /* Runs s's queue until `upto` operations have run or one is not ready yet; whether it got there. A wait met on
  * the way first runs the stream it waits on as far as its event. */
@@ -155,8 +172,9 @@ void emu_enqueue_until(cudaStream_t s, std::function<bool()> ready, std::functio
     enqueue(stream_of(s), emu_op{ std::move(ready), std::move(op) });
 }
 
-/* A kernel runs in the context of its stream's device, so the stream must be the current device's; the K-th
- * (ZS_CUDA_EMU_FAULT) is queued as a fault instead. The launch itself reports neither. */
+/* A kernel runs in the context of its stream's device, so the stream must be the current device's (a launch
+ * elsewhere fails through the last error, as CUDA's does); the K-th (ZS_CUDA_EMU_FAULT) is queued as a fault
+ * instead, which the launch does not report: the next synchronizing call does. */
 void emu_enqueue_kernel(cudaStream_t s, std::function<void()> kernel)
 {
     guard g;
@@ -166,7 +184,7 @@ void emu_enqueue_kernel(cudaStream_t s, std::function<void()> kernel)
         broken();
         return;
     }
-    if (!streams.count(q)) {
+    if (!live(q)) {
         fail(cudaErrorInvalidResourceHandle, "kernel launch on a destroyed stream");
         return;
     }
@@ -361,15 +379,20 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
 
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, cudaStreamDefault); }
 
-/* CUDA lets queued work finish after the destroy; here it runs first. */
+/* CUDA lets queued work finish after the destroy and returns at once: here what can run runs first, and a
+ * stream held by an operation that is not ready (a collective whose peer is gone) stays, unusable, for the
+ * device's synchronizations and the events recorded on it. */
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
     guard g;
 
     STICKY();
-    if (!s || !streams.count(s))
+    if (!s || !live(s))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamDestroy");
-    drain(s, s->issued);
+    if (!run_until(s, s->issued)) {
+        s->destroyed = true;
+        return cudaSuccess;
+    }
     streams.erase(s);
     for (emu_event *e : events)
         if (e->s == s)
@@ -385,7 +408,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s)
     emu_stream *q = stream_of(s);
 
     STICKY();
-    if (!streams.count(q))
+    if (!live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamSynchronize");
     drain(q, q->issued);
     STICKY();
@@ -401,7 +424,7 @@ cudaError_t cudaStreamQuery(cudaStream_t s)
     bool pending;
 
     STICKY();
-    if (!streams.count(q))
+    if (!live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamQuery");
     pending = q->done < q->issued;
     run_until(q, q->issued);
@@ -441,7 +464,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     emu_stream *q = stream_of(s);
 
     STICKY();
-    if (!events.count(e) || !streams.count(q))
+    if (!events.count(e) || !live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord");
     if (e->dev != q->dev)
         return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord of an event of device %d on a stream of device %d",
@@ -487,7 +510,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags)
     unsigned long long seq;
 
     STICKY();
-    if (!events.count(e) || !streams.count(q))
+    if (!events.count(e) || !live(q))
         return fail(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent");
     on = e->s;
     seq = e->seq;
