@@ -217,6 +217,8 @@ zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mo
         return zs_fail(ZS_ERR_NOMEM, "NCCL set-up: out of memory");
     }
     n->mode = mode;
+    if (cudaGetDevice(&n->dev) != cudaSuccess)
+        (void)cudaGetLastError(); /* the set-up's first call on the GPU reports it */
     MPI_Comm_rank(comm, &n->rank);
     MPI_Comm_size(comm, &n->size);
     n->piece = zs_nccl_piece_bytes(n->size);
@@ -265,6 +267,7 @@ void zs_nccl_free(struct zs_nccl *n)
 {
     if (!n)
         return;
+    zs_nccl_use(n);
     if (n->comm && !n->broken && n->stream && !zs_nccl_wait_event(n, NULL, "the NCCL work left at close"))
         n->api.comm_destroy(n->comm);
     else if (n->comm)
@@ -299,6 +302,7 @@ static zs_status coll_begin(struct zs_nccl *n, void *after)
 {
     cudaError_t e;
 
+    zs_nccl_use(n);
     if (n->broken)
         return zs_fail(n->broken, "comm: rank %d: NCCL unusable after an earlier failure: %s", n->rank,
                        n->broken_why);

@@ -42,6 +42,7 @@ struct zs_nccl {
     void *lib;
     ncclComm_t comm;
     int32_t rank, size;
+    int dev;                 /* the rank's GPU, current on the thread that made the communicator */
     enum zs_nccl_mode mode;
     cudaStream_t stream;
     cudaEvent_t ready;       /* marks the caller's stream at each collective */
@@ -55,6 +56,19 @@ struct zs_nccl {
     zs_status broken;        /* the communicator was aborted: every later call fails with this */
     char broken_why[512];
 };
+
+/* Makes the rank's GPU current on the calling thread: the stream, the staging and the rank-order kernels are
+ * that GPU's, and a framework may call from a thread whose current device is another (item 5 of issue 26). */
+static inline void zs_nccl_use(const struct zs_nccl *n)
+{
+    int cur = -1;
+
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != n->dev) {
+        (void)cudaGetLastError();
+        if (cudaSetDevice(n->dev) != cudaSuccess)
+            (void)cudaGetLastError(); /* the next call on the GPU reports it */
+    }
+}
 
 /* Sets the message (naming what failed and r), aborts the communicator. */
 zs_status zs_nccl_fail(struct zs_nccl *n, ncclResult_t r, const char *what);

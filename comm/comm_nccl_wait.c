@@ -141,6 +141,7 @@ zs_status zs_nccl_wait_event(struct zs_nccl *n, cudaEvent_t ev, const char *what
 {
     double start = zs_now_s();
 
+    zs_nccl_use(n);
     if (n->broken)
         return broken_fail(n);
     for (uint32_t spins = 0;; spins++) {

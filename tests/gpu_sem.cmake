@@ -27,9 +27,13 @@ add_test(NAME devmem_cuda_emu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_devm
 zs_emu_test(test_cuda_sem test_cuda_sem.c)
 add_test(NAME cuda_sem_overlap_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_cuda_sem> overlap)
 add_test(NAME cuda_sem_thread_np2 COMMAND ${ZS_MPIRUN} 2 -x ZS_CUDA_EMU_GPUS=2 $<TARGET_FILE:test_cuda_sem> thread)
+# the same over the emulated NCCL (comm/comm_nccl.c's own runtime calls, its stream and staging on the rank's GPU)
+add_test(NAME cuda_sem_thread_nccl_np2 COMMAND ${ZS_MPIRUN} 2 -x ZS_CUDA_EMU_GPUS=2 -x ZS_CUDA_EMU_NCCL=1
+         $<TARGET_FILE:test_cuda_sem> thread)
 add_test(NAME cuda_sem_fault_np1 COMMAND ${ZS_MPIRUN} 1 $<TARGET_FILE:test_cuda_sem> fault)
 
-foreach(t cuda_emu_sem devmem_cuda_emu_np2 cuda_sem_overlap_np2 cuda_sem_thread_np2 cuda_sem_fault_np1)
+foreach(t cuda_emu_sem devmem_cuda_emu_np2 cuda_sem_overlap_np2 cuda_sem_thread_np2 cuda_sem_thread_nccl_np2
+          cuda_sem_fault_np1)
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t})
   set_tests_properties(${t} PROPERTIES TIMEOUT 120 LABELS "cuda;device"
     ENVIRONMENT "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t}")

@@ -156,6 +156,11 @@ static zs_status run_all(const char *device, bool overlap, bool on_thread, int s
         st = r.st;
     }
     *hash = r.hash;
+    if (!st && getenv("ZS_CUDA_EMU_NCCL")) { /* the NCCL variant: the collectives really were NCCL's */
+        zs_memory_report m = { 0 };
+        CHECK(!zs_memory(r.ctx, &m) && m.nccl_staging > 0, "rank %d: ZS_CUDA_EMU_NCCL=1 but no NCCL staging "
+              "(%llu bytes): the collectives stayed host-staged", rank, (unsigned long long)m.nccl_staging);
+    }
     zs_finalize(r.ctx);
     return st;
 }
