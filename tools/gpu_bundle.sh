@@ -24,11 +24,11 @@ PROGRAMS="tests/test_device tests/test_comm_cuda tests/test_nccl tests/test_stag
 # and the CUDA libraries that come with the toolkit or as pip wheels (env.sh finds the wheels' copies).
 SYSTEM_LIBS='^(linux-vdso|ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libutil|libresolv|libanl|libstdc\+\+|libgcc_s)\.so'
 CUDA_LIBS='^(libcuda|libnvidia-[a-z-]+|libcudart|libnccl|libcublas|libcublasLt)\.so'
-# Open MPI plugins left out: network fabrics (a one-node run talks through shared memory and loopback TCP, and
-# their libraries are tens of MiB the image lacks) and OpenSHMEM, which ZeroShard does not use.
+# Open MPI plugins left out: network fabrics (a one-node run talks through shared memory, and their libraries
+# are tens of MiB the image lacks) and OpenSHMEM, which ZeroShard does not use.
 FABRIC_LIBS='^(libfabric|libucp|libucs|libuct|libucm|libpsm_infinipath|libpsm2|libibverbs|librdmacm|liboshmem)\.so'
 # Programs and libraries above this many bytes are stored gzipped (OpenBLAS and oneDNN alone are 36 and 40 MB,
-# the programs 2 MB each; a third of that gzipped); env.sh unpacks them where they lie.
+# the programs 2 MB each; a third of that gzipped); env.sh unpacks them into a scratch folder.
 GZIP_ABOVE=$((1024 * 1024))
 
 build() {
@@ -122,6 +122,10 @@ pack_deps() {
 [ -n "$from" ] || build
 from=$(cd "$from" && pwd)
 check_from
+# a folder that is there is replaced only if it is an earlier bundle (or empty)
+if [ -e "$out" ] && ! { [ -f "$out/MANIFEST" ] && [ -f "$out/env.sh" ]; } && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
+  die "$out is there and is not a bundle: give another folder"
+fi
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 out=$(cd "$out" && pwd)
@@ -143,7 +147,8 @@ size=$(du -sb "$out" | awk '{print $1}')
 tree=$(cd "$root" && git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null |
        tail -1 | awk '{print $1}')
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
-echo "gpu_bundle: $out: $(mib "$size") ($(ls "$out/lib" | wc -l) libraries, $(ls "$out/bin" | wc -l) programs);" \
+echo "gpu_bundle: $out: $(mib "$size") ($(find "$out/lib" -maxdepth 1 -type f | wc -l) libraries," \
+     "$(find "$out/bin" -maxdepth 1 -type f | wc -l) programs);" \
      "with the working tree ($(mib "$tree")): $(mib $((size + tree))) of the 64 MiB a call carries"
 echo "gpu_bundle: the image must provide: $(tr '\n' ' ' < "$out/needs")and $(sed -n 's/^glibc needed //p' "$out/MANIFEST")"
 [ $((size + tree)) -lt $((64 * 1024 * 1024)) ] || die "the bundle and the working tree exceed 64 MiB"

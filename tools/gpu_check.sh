@@ -92,40 +92,42 @@ gpt_tokens() {
 export -f bundle_loads gpt_tokens
 export bundle scratch MPIRUN
 
+# The caps (seconds) are backstops for an H200: a test that passes takes seconds (CUDA and NCCL start-up included),
+# the MLP check's 68 short runs about a minute, a benchmark well under one; a hang costs only its cap.
 # Before the GPU: the bundle itself (a failure here explains every later one)
 step "bundle's libraries load" 30 cpu '' bash -c bundle_loads
 step "bundle's mpirun, 2 ranks on the CPU" 60 cpu params-hash \
   $MPIRUN 2 zs-train-mlp --config examples/configs/zero3.json --steps 4 --quiet
 # Kernels bit for bit: every optimizer x dtype pair, the multi-tensor launch against the CPU scalar reference, and
 # accumulate, scale, conversions, zero-fill and the norm's partials per dtype
-step "CUDA kernels = CPU bits" 60 gpu passed test_device cuda
+step "CUDA kernels = CPU bits" 30 gpu passed test_device cuda
 # The engine oracle (model states in GPU memory; stages 0-3 x offload none/cpu/nvme x fp32/bf16/fp16 give the CPU
 # device's params-hash), at one rank through NCCL's ordered mode (named, so that a NCCL that cannot start fails
 # zs_init rather than leaving the staged transport to run instead), the wheel's libnccl
-step "engine oracle np1 (NCCL ordered)" 120 gpu passed env ZS_DEVICE_COMM=ordered $MPIRUN 1 -x ZS_DEVICE_COMM test_devpath cuda
-step "NCCL transport np1" 60 gpu passed $MPIRUN 1 test_nccl
+step "engine oracle np1 (NCCL ordered)" 60 gpu passed env ZS_DEVICE_COMM=ordered $MPIRUN 1 -x ZS_DEVICE_COMM test_devpath cuda
+step "NCCL transport np1" 30 gpu passed $MPIRUN 1 test_nccl
 # NCCL's own reduce-scatter in the engine: with one rank its sum is a copy, so the oracle's bits hold
-step "engine oracle np1, device_comm nccl" 120 gpu passed env ZS_DEVICE_COMM=nccl $MPIRUN 1 -x ZS_DEVICE_COMM test_devpath cuda
+step "engine oracle np1, device_comm nccl" 60 gpu passed env ZS_DEVICE_COMM=nccl $MPIRUN 1 -x ZS_DEVICE_COMM test_devpath cuda
 # The device arena, the pinned host pool (a refused pin tolerated) and the placement near the GPU
-step "device arena, pinned host pool" 60 gpu passed $MPIRUN 1 test_devmem cuda
+step "device arena, pinned host pool" 30 gpu passed $MPIRUN 1 test_devmem cuda
 # 2-4 ranks sharing the one GPU (NCCL refuses that): the host-staged transport, bit for bit
-step "comm kernels np2 = comm.c bits" 60 gpu passed $MPIRUN 2 test_comm_cuda
-step "host-staged collectives np2" 90 gpu passed $MPIRUN 2 test_staged cuda
+step "comm kernels np2 = comm.c bits" 30 gpu passed $MPIRUN 2 test_comm_cuda
+step "host-staged collectives np2" 45 gpu passed $MPIRUN 2 test_staged cuda
 for n in 2 3 4; do
-  step "engine oracle np$n (host-staged)" 150 gpu passed env ZS_DEVICE_COMM=staged $MPIRUN $n -x ZS_DEVICE_COMM test_devpath cuda
+  step "engine oracle np$n (host-staged)" $((30 + 15 * n)) gpu passed env ZS_DEVICE_COMM=staged $MPIRUN $n -x ZS_DEVICE_COMM test_devpath cuda
 done
 # The examples on the GPU against their CPU runs: the MLP bit for bit, the GPT to stated tolerances
-step "MLP --device cuda = CPU bits" 240 gpu passed bash tests/mlp_device.sh cuda zs-train-mlp
-step "GPT --device cuda follows its CPU run" 150 gpu passed bash tests/gpt_device.sh cuda zs-train-gpt tests/data/parity.txt
+step "MLP --device cuda = CPU bits" 150 gpu passed bash tests/mlp_device.sh cuda zs-train-mlp
+step "GPT --device cuda follows its CPU run" 90 gpu passed bash tests/gpt_device.sh cuda zs-train-gpt tests/data/parity.txt
 # Benchmarks: the fused AdamW step against a device-to-device copy of the same bytes in the same run (goal 0.90
 # of the copy), the ZeRO-Offload step against the pinned PCIe copy of the same bytes, the GPT example's tokens/s
-step "bench AdamW vs D2D copy (goal 0.90)" 90 gpu '^bench-device' zs-bench device --device cuda --size 256M --reps 20
+step "bench AdamW vs D2D copy (goal 0.90)" 60 gpu '^bench-device' zs-bench device --device cuda --size 256M --reps 20
 for dt in fp32 bf16; do
-  step "bench offload step $dt vs PCIe copy" 90 gpu '^bench-offload' zs-bench offload --device cuda --size 64M --reps 10 --dtype $dt
+  step "bench offload step $dt vs PCIe copy" 60 gpu '^bench-offload' zs-bench offload --device cuda --size 64M --reps 10 --dtype $dt
 done
-step "bench GPT tokens/s, GPU, batch 8" 90 gpu tokens/s bash -c 'gpt_tokens 8 cuda'
-step "bench GPT tokens/s, CPU, batch 8" 90 gpu tokens/s bash -c 'gpt_tokens 8 cpu'
-step "bench GPT tokens/s, GPU, batch 32" 90 gpu tokens/s bash -c 'gpt_tokens 32 cuda'
+step "bench GPT tokens/s, GPU, batch 8" 60 gpu tokens/s bash -c 'gpt_tokens 8 cuda'
+step "bench GPT tokens/s, CPU, batch 8" 60 gpu tokens/s bash -c 'gpt_tokens 8 cpu'
+step "bench GPT tokens/s, GPU, batch 32" 60 gpu tokens/s bash -c 'gpt_tokens 32 cuda'
 
 printf 'gpu_check: summary: %d passed, %d failed, %d skipped in %d s (deadline %d s, %d GPU(s)); log %s\n' \
   $npass $nfail $nskip $(($(date +%s) - t0)) $((end - t0)) "$gpus" "$log" | tee -a "$log"
