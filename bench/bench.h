@@ -68,6 +68,17 @@ int bench_parse_options(const char *cmd, int argc, char **argv, const char *cons
                         int (*set)(void *arg, int which, const char *v), bool (*flag)(void *arg, const char *opt),
                         void *arg, bool loud);
 
+/* The options of the benchmarks that run on one device (device, norm): --device cpu|cuda, --size N, --reps R
+ * (at most BENCH_DEV_MAX_REPS), --threads T (the CPU's pool); for bench_parse_options. */
+#define BENCH_DEV_MAX_REPS 1000
+struct bench_dev_args {
+    const char *device;
+    int64_t n;
+    int reps, threads;
+};
+extern const char *const bench_dev_option_names[4];
+int bench_dev_set_option(void *arg, int which, const char *v);
+
 /* The command line as one string for the header line; truncated to fit. */
 void bench_cmdline(int argc, char **argv, char *buf, size_t len);
 

@@ -14,28 +14,6 @@
 const char bench_device_usage[] = "[--device cpu|cuda] [--size N] [--reps R] [--threads T]\n"
                                   "    defaults: cpu, 64M parameters, 20 reps, every online core (cpu only)";
 
-#define MAX_REPS 1000
-
-struct device_args {
-    const char *device;
-    int64_t n;
-    int reps, threads;
-};
-
-static const char *const option_names[] = {"--device", "--size", "--reps", "--threads"};
-
-static int set_option(void *arg, int which, const char *v)
-{
-    struct device_args *a = arg;
-
-    switch (which) {
-    case 0: return bench_parse_device(v, &a->device);
-    case 1: return bench_parse_count(v, &a->n);
-    case 2: return bench_parse_int(v, MAX_REPS, &a->reps);
-    default: return bench_parse_int(v, 4096, &a->threads);
-    }
-}
-
 /* Seconds of one call followed by a wait for the device to finish it. */
 static double timed_sync(struct zs_device *d, zs_status (*call)(struct zs_device *d, void *arg), void *arg,
                          zs_status *st)
@@ -69,7 +47,7 @@ static zs_status run_copy(struct zs_device *d, void *arg)
     return d->ops->copy(d, b->copy_dst, b->copy_src, b->bytes * 7 / 2, ZS_COPY_D2D, NULL);
 }
 
-static int measure(struct zs_device *d, const struct device_args *a)
+static int measure(struct zs_device *d, const struct bench_dev_args *a)
 {
     struct zs_optim_step s = { .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .one_minus_beta1 = 0.1f,
                                .one_minus_beta2 = 0.001f, .eps = 1e-8f, .step_size = 1e-3f, .inv_sqrt_bc2 = 1.0f,
@@ -133,11 +111,12 @@ out:
 
 int bench_device(int argc, char **argv)
 {
-    struct device_args a = { .device = "cpu", .n = 64 << 20, .reps = 20 };
+    struct bench_dev_args a = { .device = "cpu", .n = 64 << 20, .reps = 20 };
     struct zs_pool *pool = NULL;
     struct zs_device d;
     char cmd[1024];
-    int rc = bench_parse_options("device", argc, argv, option_names, 4, set_option, NULL, &a, true);
+    int rc = bench_parse_options("device", argc, argv, bench_dev_option_names, 4, bench_dev_set_option,
+                                 NULL, &a, true);
 
     if (rc)
         return rc < 0 ? BENCH_OK : rc;

@@ -15,28 +15,6 @@
 const char bench_norm_usage[] = "[--device cpu|cuda] [--size N] [--reps R] [--threads T]\n"
                                 "    defaults: cpu, 64M fp32 elements, 11 reps, every online core (cpu only)";
 
-#define MAX_REPS 1000
-
-struct norm_args {
-    const char *device;
-    int64_t n;
-    int reps, threads;
-};
-
-static const char *const option_names[] = {"--device", "--size", "--reps", "--threads"};
-
-static int set_option(void *arg, int which, const char *v)
-{
-    struct norm_args *a = arg;
-
-    switch (which) {
-    case 0: return bench_parse_device(v, &a->device);
-    case 1: return bench_parse_count(v, &a->n);
-    case 2: return bench_parse_int(v, MAX_REPS, &a->reps);
-    default: return bench_parse_int(v, 4096, &a->threads);
-    }
-}
-
 enum { SEQUENTIAL, REFERENCE, DEVICE, FORMS };
 static const char *const form_names[FORMS] = {"sequential (before)", "fixed order, scalar", "fixed order, device"};
 
@@ -55,7 +33,7 @@ static double timed(int form, struct zs_device *d, const float *h, const void *d
     return bench_now() - t0;
 }
 
-static int measure(struct zs_device *d, const struct norm_args *a)
+static int measure(struct zs_device *d, const struct bench_dev_args *a)
 {
     size_t bytes = (size_t)a->n * sizeof(float);
     float *h = bench_alloc(bytes);
@@ -105,11 +83,12 @@ out:
 
 int bench_norm(int argc, char **argv)
 {
-    struct norm_args a = { .device = "cpu", .n = 64 << 20, .reps = 11 };
+    struct bench_dev_args a = { .device = "cpu", .n = 64 << 20, .reps = 11 };
     struct zs_pool *pool = NULL;
     struct zs_device d;
     char cmd[1024];
-    int rc = bench_parse_options("norm", argc, argv, option_names, 4, set_option, NULL, &a, true);
+    int rc = bench_parse_options("norm", argc, argv, bench_dev_option_names, 4, bench_dev_set_option,
+                                 NULL, &a, true);
 
     if (rc)
         return rc < 0 ? BENCH_OK : rc;

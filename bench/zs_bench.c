@@ -104,6 +104,20 @@ int bench_parse_device(const char *s, const char **out)
     return 0;
 }
 
+const char *const bench_dev_option_names[4] = {"--device", "--size", "--reps", "--threads"};
+
+int bench_dev_set_option(void *arg, int which, const char *v)
+{
+    struct bench_dev_args *a = arg;
+
+    switch (which) {
+    case 0: return bench_parse_device(v, &a->device);
+    case 1: return bench_parse_count(v, &a->n);
+    case 2: return bench_parse_int(v, BENCH_DEV_MAX_REPS, &a->reps);
+    default: return bench_parse_int(v, 4096, &a->threads);
+    }
+}
+
 int bench_parse_double(const char *s, double *out)
 {
     char *end;
