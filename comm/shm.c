@@ -304,11 +304,20 @@ static zs_status grow(struct zs_shm *s, size_t bytes)
         goto out_free_block;
     g = &s->segs[s->nsegs];
     memset(g, 0, sizeof(*g));
-    ok = MPI_Win_allocate_shared((MPI_Aint)size, 1, MPI_INFO_NULL, s->node, &g->base, &g->win) == MPI_SUCCESS;
+    /* one line more than asked: the window comes 8-byte aligned, and every block must start on a cache line
+     * (ZS_SHM_ALIGN), in every process: a program's kernels (PyTorch's BLAS among them) may take another path,
+     * and round differently, for a parameter that is not 64-byte aligned */
+    ok = MPI_Win_allocate_shared((MPI_Aint)(size + ZS_SHM_ALIGN), 1, MPI_INFO_NULL, s->node, &g->base,
+                                 &g->win) == MPI_SUCCESS;
     if (ok && map_window(s, g->win, g->base, &peers)) {
         free(peers);
         peers = NULL;
         ok = false;
+    }
+    if (ok) { /* the same page offset in every process, so the same blocks */
+        g->base = align64(g->base);
+        for (int32_t l = 0; l < s->local_size; l++)
+            peers[l] = (char *)align64(peers[l]);
     }
     st = vote_agree(s, ok, size, true, &v);
     if (!st && v.refuse != INT64_MAX)

@@ -3,6 +3,7 @@
  * (run it with ZS_COMM_PIECE small), many requests are in flight at once, and every check runs twice:
  * on buffers from zs_comm_alloc (zero copy between ranks of a node) and on plain malloc'd buffers.
  * The backend comes from ZS_COMM / ZS_FAKE_NODE_SIZE. Run under mpirun -np 1..4. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <mpi.h>
@@ -36,9 +37,15 @@ static float reference_sum(int world, int64_t i, int op, float scale)
 
 static int use_heap;
 
+/* A shared-heap block starts on a cache line in every process (a program's BLAS may round differently for a
+ * parameter that does not: comm/shm.c). */
 static float *tbuf(struct zs_comm *c, int64_t n)
 {
-    return use_heap ? zs_comm_alloc(c, (size_t)(n + 1) * sizeof(float)) : malloc((size_t)(n + 1) * sizeof(float));
+    float *p = use_heap ? zs_comm_alloc(c, (size_t)(n + 1) * sizeof(float)) : malloc((size_t)(n + 1) * sizeof(float));
+
+    CHECK(!use_heap || ((uintptr_t)p & 63) == 0, "a shared-heap block of %lld floats at %p: not 64-byte aligned",
+          (long long)n + 1, (void *)p);
+    return p;
 }
 
 static void tfree(struct zs_comm *c, float *p)
