@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kernels/convert.h" /* defines: zs_float, zs_cvt_f32_bf16, zs_cvt_f32_f16, zs_elem_get */
+#include "kernels/convert.h" /* defines: zs_float, zs_cvt_f32_bf16, zs_cvt_f32_f16, zs_elem_get, zs_elem_set */
 #include "device/device.h"
 #include "kernels/gradops.h" /* defines: zs_grad_accumulate, zs_grad_scale, zs_grad_convert, zs_grad_sumsq */
 #include "kernels/threads.h"
@@ -253,22 +253,19 @@ static void t_event_query(bool late)
         dev.ops->free(&dev, a);
 }
 
-/* n hostile values of dtype dt on the host (fp32, or rounded to the 16-bit dtype). */
+/* n values of gen() as dtype dt on the host (fp32, or rounded to the 16-bit dtype by zs_elem_set). */
+static void *array_of(zs_dtype dt, int64_t n, float (*gen)(void))
+{
+    unsigned char *h = malloc((size_t)n * (dt == ZS_DTYPE_FP32 ? 4 : 2) + 4);
+
+    for (int64_t i = 0; h && i < n; i++)
+        zs_elem_set(h, i, dt, gen());
+    return h;
+}
+
 static void *hostile_array(zs_dtype dt, int64_t n)
 {
-    size_t esz = dt == ZS_DTYPE_FP32 ? 4 : 2;
-    unsigned char *h = malloc((size_t)n * esz + 4);
-
-    for (int64_t i = 0; h && i < n; i++) {
-        float v = hostile();
-        if (dt == ZS_DTYPE_FP32)
-            memcpy(h + i * 4, &v, 4);
-        else {
-            uint16_t r = dt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(v) : zs_cvt_f32_f16(v);
-            memcpy(h + i * 2, &r, 2);
-        }
-    }
-    return h;
+    return array_of(dt, n, hostile);
 }
 
 /* n elements of device memory at d equal the host's at h, byte for byte. */
@@ -358,24 +355,13 @@ static double order_sumsq(const void *x, zs_dtype dt, int64_t n)
     return total;
 }
 
-/* n finite values over a wide range of magnitudes (2^-12 .. 2^7), so that any other order of the additions
+/* A finite value over a wide range of magnitudes (2^-12 .. 2^7), so that any other order of the additions
  * rounds differently. */
-static void *spread_array(zs_dtype dt, int64_t n)
+static float spread(void)
 {
-    size_t esz = dt == ZS_DTYPE_FP32 ? 4 : 2;
-    unsigned char *h = malloc((size_t)n * esz + 4);
+    float v = ldexpf((float)(next32() & 0xffffff) / 16777216.0f + 0.5f, (int)(next32() % 20) - 12);
 
-    for (int64_t i = 0; h && i < n; i++) {
-        float v = ldexpf((float)(next32() & 0xffffff) / 16777216.0f + 0.5f, (int)(next32() % 20) - 12);
-        v = next32() & 1 ? -v : v;
-        if (dt == ZS_DTYPE_FP32)
-            memcpy(h + i * 4, &v, 4);
-        else {
-            uint16_t r = dt == ZS_DTYPE_BF16 ? zs_cvt_f32_bf16(v) : zs_cvt_f32_f16(v);
-            memcpy(h + i * 2, &r, 2);
-        }
-    }
-    return h;
+    return next32() & 1 ? -v : v;
 }
 
 /* Lengths at the segment and group boundaries, all in one call: the reference, and the device (the CPU's pooled
@@ -393,7 +379,7 @@ static void t_norm_order(zs_dtype dt)
     bool ok = true;
 
     for (int k = 0; k < NL; k++) {
-        h[k] = spread_array(dt, len[k]);
+        h[k] = array_of(dt, len[k], spread);
         d[k] = h[k] ? dev_put(h[k], (size_t)len[k] * esz) : NULL;
         dx[k] = d[k];
         ok = ok && d[k];
