@@ -35,7 +35,11 @@ run() { # run N NAME [FLAGS...] -> its output in $tmp/NAME.N.out; prints the par
     mpirun --oversubscribe -np "$n" "$TRAIN" --config "$tmp/$name.json" --data "$DATA" --layers 2 --dim 32 \
       --heads 2 --ctx 16 --val-every 0 --val-batches 1 --sample 0 --seed 4 --quiet "$@" > "$tmp/$name.$n.out" 2>&1
   fi
-  if [ $? -ne 0 ]; then run_failed "$KIND $name at $n ranks: $(why_failed "$tmp/$name.$n.out")"; echo "FAILED-$name"; return; fi
+  if [ $? -ne 0 ]; then
+    run_failed "$KIND $name at $n ranks: $(why_failed "$tmp/$name.$n.out")"
+    grep -v '^step ' "$tmp/$name.$n.out" | tail -n 25 | sed "s/^/  $name.$n | /" >&2 # the rest of why, in the test log
+    echo "FAILED-$name"; return
+  fi
   h=$(awk '/^params-hash/ {print $2}' "$tmp/$name.$n.out")
   [ -n "$h" ] || { run_failed "$KIND $name at $n ranks printed no params-hash"; h="FAILED-$name"; }
   echo "$h"

@@ -9,8 +9,15 @@ check() { if [ "$1" = ok ]; then pass=$((pass + 1)); else fail=$((fail + 1)); ec
 # runs must never compare equal, an empty hash must never vanish from a list). Recorded in a file, so a
 # run inside a command substitution counts too.
 run_failed() { echo "$*" | tr '\n' ' ' >> "$tmp/failed_runs"; echo >> "$tmp/failed_runs"; echo "FAIL: run failed: $*" >&2; }
-# the line that says why a run stopped: its first error line, else its last line
-why_failed() { grep -m1 'error:' "$1" || tail -n 1 "$1"; }
+# the line that says why a run stopped: its first error line (ours, or a sanitizer's), else what mpirun said
+# of the process that stopped it (its banner lines of dashes skipped), else its last line
+why_failed() {
+  local m
+  grep -m1 -e 'error:' -e 'ERROR: [A-Za-z]*Sanitizer' -e 'runtime error' "$1" && return
+  m=$(grep -e 'exited on signal' -e 'Process name:' -e 'Exit code:' -e 'Signal:' "$1" | tr -s ' ' | tr '\n' ' ')
+  [ -n "$m" ] && { echo "mpirun: $m"; return; }
+  grep -v -e '^-*$' -e '^ *$' "$1" | tail -n 1
+}
 failed_runs() { if [ -f "$tmp/failed_runs" ]; then wc -l < "$tmp/failed_runs"; else echo 0; fi; }
 finish() {
   local nf
