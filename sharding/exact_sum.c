@@ -132,12 +132,28 @@ static void sum_failed(struct zs_ctx *ctx, struct zs_unit *un)
     xu->sumq = NULL;
 }
 
+/* Hybrid sharding: the shard group's integer sums added across the groups holding the same shard. Integers add
+ * exactly in any order, so the result is the flat run's sum, bit for bit. Blocking, under the watchdog's limit. */
+static zs_status sum_replicas(struct zs_ctx *ctx, const struct zs_unit *un, i64_alias *sums)
+{
+    MPI_Request r;
+    char what[160];
+
+    if (ctx->nreplicas == 1)
+        return ZS_OK;
+    if (MPI_Iallreduce(MPI_IN_PLACE, sums, (int)un->part.shard, MPI_INT64_T, MPI_SUM, ctx->rmpi, &r) != MPI_SUCCESS)
+        return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': the sum across shard groups: MPI error",
+                       un->name);
+    snprintf(what, sizeof(what), "deterministic gradient sum of unit '%s': the sum across shard groups", un->name);
+    return zs_vote_wait(ctx, &r, what);
+}
+
 /* Unit u's collective has completed: the local work that follows it, and the next collective. */
 static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
     struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
-    int64_t n = un->part.padded, b = zs_partition_begin(&un->part, ctx->rank);
+    int64_t n = un->part.padded, b = zs_partition_begin(&un->part, ctx->shard_rank);
     int32_t *acc = ctx->exact->acc + xu->off * XK;
     int8_t *agreed = ctx->exact->vote + xu->off;
     int rc = MPI_SUCCESS;
@@ -159,6 +175,9 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
         return ZS_OK;
     } else if (xu->phase == XPH_SUM) {
         bool bad = agreed[0] == XBAD; /* some rank saw a non-finite value: the unit's result is not finite */
+        zs_status st = sum_replicas(ctx, un, (i64_alias *)(void *)acc + b);
+        if (st)
+            return st;
         void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
         ctx->exact->anybad |= bad;
         round_range((const i64_alias *)(void *)acc + b, agreed + b, un->part.shard, bad, (double)zs_exact_window_shards(ctx),
@@ -308,6 +327,8 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
      * the norm's bands; a sum of hashes that is not world times this rank's own fails the step on every rank
      * (but with odds of 2^-64), before the optimizer reads anything. */
     memcpy(buf, ctx->exact->sq, sizeof(ctx->exact->sq));
+    if (ctx->replica != 0) /* hybrid: each shard's squares once, from the first shard group */
+        memset(buf, 0, sizeof(ctx->exact->sq));
     buf[SQ_BANDS] = ctx->exact->order;
     rc = MPI_Iallreduce(MPI_IN_PLACE, buf, SQ_BANDS + 1, MPI_UINT64_T, MPI_SUM, ctx->exact->comm[0], &r);
     if (rc)
