@@ -332,6 +332,8 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     zs_status st;
 
     st = zs_grads_flush(ctx);
+    if (!st)
+        st = zs_grads_sum_replicas(ctx);
     if (st)
         return st;
     t1 = zs_now_s();

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h" /* defines: zs_now_s */
 #include "base/error.h"
 #include "kernels/optim.h"   /* defines: zs_dtype_name */
 #include "core/ctx.h"
@@ -34,6 +35,14 @@ static zs_status sum_replicas(struct zs_ctx *ctx, int32_t u, void *shard, zs_dty
         return ZS_OK;
     zs_label_on(ctx, ctx->rcomm, ZS_PURPOSE_GRAD, u);
     st = zs_coll_all_reduce(&ctx->rcoll, shard, dt, un->part.shard / ctx->nreplicas, 1.0f, &req);
+    /* the group's operations in flight (stage 3's prefetched gathers) move on meanwhile: a peer of the group
+     * may wait on them while its replica waits on this rank */
+    double t0 = zs_now_s(); /* past the watchdog's limit, zs_coll_wait names the late ranks */
+    for (bool done = false; !st && req && !done && zs_now_s() - t0 < zs_wait_limit_s(ctx);) {
+        st = zs_coll_test(&ctx->rcoll, req, &done);
+        if (!st && !done)
+            st = zs_comm_progress(ctx->scomm);
+    }
     if (!st)
         st = zs_coll_wait(&ctx->rcoll, req);
     if (st)
@@ -42,25 +51,18 @@ static zs_status sum_replicas(struct zs_ctx *ctx, int32_t u, void *shard, zs_dty
 }
 
 /* Completion of one unit's reduction: at stages 2-3 the reduced shard lands in the accumulator
- * (copied for the first micro-batch so that no extra rounding or -0.0 + 0.0 creeps in). */
+ * (copied for the first micro-batch so that no extra rounding or -0.0 + 0.0 creeps in). Hybrid sharding: the
+ * sum across shard groups waits for the step (zs_grads_sum_replicas), and so does the offloaded optimizer's copy. */
 static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
     struct zs_device *d = &ctx->dev;
-    bool dev = !d->host_access;
+    bool dev = !d->host_access, hybrid = ctx->nreplicas > 1;
     zs_status st;
 
     un->grad_state = ZS_GRAD_IDLE;
-    if (ctx->cfg.zero.stage < 2) { /* reduced once, at the boundary: final (stage 1 may offload) */
-        if (ctx->cfg.zero.stage == 0)
-            return ZS_OK;
-        st = sum_replicas(ctx, u, zs_at(un->grad, zs_partition_begin(&un->part, ctx->shard_rank), ctx->psz),
-                          ctx->pdt);
-        return st ? st : zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u));
-    }
-    st = sum_replicas(ctx, u, un->reduced, ctx->cdt);
-    if (st)
-        return st;
+    if (ctx->cfg.zero.stage < 2) /* reduced once, at the boundary: final (stage 1 may offload) */
+        return ctx->cfg.zero.stage == 1 && !hybrid ? zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u)) : ZS_OK;
     if (un->accumulated == 0)
         st = zs_device_copy(&ctx->dev, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
     else
@@ -71,8 +73,29 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
     if (st)
         zs_error_prefix("fold the reduced gradients of unit '%s'", un->name);
     /* the window's last micro-batch: an offloaded optimizer's gradients start down now, not at the step */
-    if (!st && un->accumulated == ctx->cfg.grad_accum_steps)
+    if (!st && un->accumulated == ctx->cfg.grad_accum_steps && !hybrid)
         st = zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u));
+    return st;
+}
+
+/* Collective at the step, after zs_grads_flush: each unit's window of gradients, reduced inside the shard
+ * group, summed across the groups. Here, with every group operation of the window landed on every rank, no
+ * rank can wait on a replica while its group waits on it (a sum taken as reductions land could: a stage-3
+ * gather's shared-heap vote on one side, the replicas' sum on the other). */
+zs_status zs_grads_sum_replicas(struct zs_ctx *ctx)
+{
+    zs_status st = ZS_OK;
+
+    if (ctx->nreplicas == 1 || ctx->cfg.zs.deterministic) /* deterministic mode: summed exactly (exact_sum.c) */
+        return ZS_OK;
+    for (int32_t u = 0; !st && u < ctx->nunits; u++) {
+        if (ctx->units[u].frozen)
+            continue;
+        void *g = zs_unit_grad_shard(ctx, u);
+        st = sum_replicas(ctx, u, g, ctx->cfg.zero.stage >= 2 ? ctx->cdt : ctx->pdt);
+        if (!st)
+            st = zs_offdev_grads_final(ctx, u, g);
+    }
     return st;
 }
 
