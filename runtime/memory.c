@@ -118,6 +118,9 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     if (cfg.zero.mics_shard_size > 0 && world % cfg.zero.mics_shard_size != 0)
         return zs_fail(ZS_ERR_CONFIG, "zero_optimization.mics_shard_size %lld does not divide the world size %d",
                        (long long)cfg.zero.mics_shard_size, world);
+    if (cfg.zero.mics_shard_size > 0 && cfg.zero.mics_shard_size < world && cfg.zero.stage == 0)
+        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.mics_shard_size %lld needs ZeRO stage 1, 2 or 3 (stage 0 "
+                       "shards nothing)", (long long)cfg.zero.mics_shard_size);
     zs_plan_init(&p, &cfg, zs_placement_of(&cfg), world);
     for (int32_t u = 0; u < nunits; u++)
         if (zs_plan_add(&p, unit_numel[u], false))

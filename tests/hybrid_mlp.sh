@@ -6,7 +6,7 @@
 # a flat one into a hybrid run) to the straight run's hash; a size that does not divide the world, stage 0 and
 # mics_hierarchical_params_gather true are refused naming the key.
 set -u
-TRAIN=$1 CMP=$2
+TRAIN=$1 CMP=$2 EST=$3
 . "$(dirname "$0")/lib.sh"
 export ZS_FAKE_NODE_SIZE=2 ZS_TIMEOUT=${ZS_TIMEOUT:-120} # a hang fails in bounded time
 
@@ -63,6 +63,12 @@ want=$((4 * psi / 2 + 4 * psi / 2 + 8 * psi / 2))
 echo "memory per rank, hybrid 4 ranks G 2: params $hp grads $hg optimizer $ho formula $hf; flat 2 ranks: $fp $fg $fo;" \
   "formula for N = 2 and Psi = $psi: $want $r"
 check $r "hybrid memory per rank differs from the flat run at 2 ranks or from the formula with N = 2"
+# zs-estimate, before launching: the same bytes and formula, and the shard group's size
+est=$("$EST" --world 4 --mics-shard-size 2 --mlp 64,2 --config "$tmp/n3.json" --json)
+e=$(echo "$est" | sed 's/.*"shard_size": \([0-9]*\).*"params": \([0-9]*\), "grads": \([0-9]*\), "optimizer": \([0-9]*\),.*"formula": \([0-9]*\).*/\1 \2 \3 \4 \5/')
+[ "$e" = "2 $hp $hg $ho $hf" ] && r=ok || r=bad
+echo "zs-estimate --world 4 --mics-shard-size 2: shard_size params grads optimizer formula = $e $r"
+check $r "zs-estimate: '$e' != '2 $hp $hg $ho $hf' (the hybrid run's)"
 
 # checkpoints (saved at step 3 above): hybrid stage 3 at 4 ranks -> flat at 2; flat stage 1 at 4 ranks -> hybrid
 # stage 3; each to the straight run's hash
