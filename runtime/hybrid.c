@@ -43,8 +43,9 @@ static zs_status fake_sizes(struct zs_ctx *ctx, int32_t f, int32_t g)
     return ZS_OK;
 }
 
-static zs_status open_sub(struct zs_ctx *ctx, int32_t color, const char *name, int32_t fake, struct zs_comm **comm,
-                          struct zs_coll *coll, MPI_Comm *keep)
+/* The sub-comm's rank j is the program's rank base + j * stride (errors name it so). */
+static zs_status open_sub(struct zs_ctx *ctx, int32_t color, const char *name, int32_t fake, int32_t base, int32_t stride,
+                          struct zs_comm **comm, struct zs_coll *coll, MPI_Comm *keep)
 {
     struct zs_comm_opts co;
     MPI_Comm split;
@@ -55,6 +56,8 @@ static zs_status open_sub(struct zs_ctx *ctx, int32_t color, const char *name, i
     st = zs_comm_opts_for(ctx, &co);
     co.fake_node_size = fake;
     co.name = name;
+    co.name_base = base;
+    co.name_stride = stride;
     if (!st)
         st = zs_comm_init(comm, split, &co);
     if (!st)
@@ -88,9 +91,11 @@ zs_status zs_hybrid_start(struct zs_ctx *ctx)
     if (!st)
         st = fake_sizes(ctx, co.fake_node_size, (int32_t)g);
     if (!st)
-        st = open_sub(ctx, ctx->replica, "group", ctx->gfake, &ctx->gcomm, &ctx->gcoll, NULL);
+        st = open_sub(ctx, ctx->replica, "group", ctx->gfake, ctx->replica * (int32_t)g, 1, &ctx->gcomm, &ctx->gcoll,
+                      NULL);
     if (!st)
-        st = open_sub(ctx, ctx->shard_rank, "replica", ctx->rfake, &ctx->rcomm, &ctx->rcoll, &ctx->rmpi);
+        st = open_sub(ctx, ctx->shard_rank, "replica", ctx->rfake, ctx->shard_rank, (int32_t)g, &ctx->rcomm,
+                      &ctx->rcoll, &ctx->rmpi);
     if (st)
         return st;
     ctx->scoll = &ctx->gcoll;
