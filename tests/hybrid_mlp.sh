@@ -4,7 +4,7 @@
 # deterministic mode gives the flat run's params-hash at stages 1, 2 and 3; the normal mode stays within the
 # stated tolerance of the flat run (docs/hybrid.md); a hybrid checkpoint loads into a flat run at 2 ranks (and
 # a flat one into a hybrid run) to the straight run's hash; a size that does not divide the world, stage 0 and
-# mics_hierarchical_params_gather true are refused naming the key.
+# mics_hierarchical_params_gather true are refused naming the key; a late rank of a group is named by its world rank.
 set -u
 TRAIN=$1 CMP=$2 EST=$3
 . "$(dirname "$0")/lib.sh"
@@ -105,4 +105,12 @@ cfg s0 0 "$hy"
 refused s0 'zero_optimization.mics_shard_size 2 needs ZeRO stage 1, 2 or 3'
 cfg hier 2 "$hy"', "mics_hierarchical_params_gather": true'
 refused hier 'mics_hierarchical_params_gather'
+
+# the watchdog names a late rank by its world rank: rank 3 (index 1 of group 1) stops at its comms' third
+# operation; rank 2 (a shorter deadline, so its message comes first) names rank 3, not its group index 1
+ZS_TEST_COMM_FAULT=stop:3:1 mpirun --oversubscribe -np 2 -x ZS_TIMEOUT=30 "$TRAIN" --config "$tmp/n3h.json" --steps 2 \
+  --quiet : -np 2 -x ZS_TIMEOUT=2 "$TRAIN" --config "$tmp/n3h.json" --steps 2 --quiet > "$tmp/late.out" 2>&1
+msg=$(grep -m1 -o 'comm: rank [0-9]*: timeout: .*ranks not arrived: [0-9, ]*' "$tmp/late.out")
+[[ "$msg" == "comm: rank 2: timeout: "*"ranks not arrived: 3" ]] && r=ok || r=bad
+echo "late rank in a shard group: '${msg:0:60}...${msg: -24}' $r"; check $r "the late rank not named by its world rank 3: '$msg'"
 finish hybrid_mlp
