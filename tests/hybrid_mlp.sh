@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hybrid_mlp.sh TRAIN CMP - hybrid sharding (zero_optimization.mics_shard_size) at 4 ranks on 2 forced nodes
+# hybrid_mlp.sh TRAIN CMP EST - hybrid sharding (zero_optimization.mics_shard_size) at 4 ranks on 2 forced nodes
 # of 2, shard groups of 2: the memory per rank is the flat run's at 2 ranks and the ZeRO formula with N = 2;
 # deterministic mode gives the flat run's params-hash at stages 1, 2 and 3; the normal mode stays within the
 # stated tolerance of the flat run (docs/hybrid.md); a hybrid checkpoint loads into a flat run at 2 ranks (and
