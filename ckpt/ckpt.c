@@ -41,14 +41,15 @@ static void join(char *out, const char *a, const char *b)
 }
 
 /* The slice of unit u that rank r of the current world writes: [begin, begin + count) of its flat
- * elements (padding excluded). */
+ * elements (padding excluded). Hybrid sharding: the first shard group writes, the replicas nothing, so every
+ * element is in the checkpoint once. */
 static int64_t slice(const struct zs_ctx *ctx, int32_t u, int32_t r, int64_t *begin)
 {
     const struct zs_unit *un = &ctx->units[u];
     int64_t b = zs_partition_begin(&un->part, r), n = un->part.shard;
 
     *begin = b;
-    if (b >= un->numel)
+    if (r >= ctx->shard_size || b >= un->numel)
         return 0;
     return b + n > un->numel ? un->numel - b : n;
 }

@@ -90,7 +90,7 @@ static zs_status frozen_values(struct zs_ctx *ctx, struct unit_view *v)
 zs_status zs_ckpt_view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
 {
     struct zs_unit *un = &ctx->units[u];
-    int64_t mine = zs_partition_begin(&un->part, ctx->rank);
+    int64_t mine = zs_partition_begin(&un->part, ctx->shard_rank);
     bool s0 = ctx->cfg.zero.stage == 0;
     float *dp = NULL;
     zs_status st;

@@ -89,7 +89,7 @@ static zs_status grad_slice(struct zs_ctx *ctx, int32_t u, float *mine, bool *ab
 static zs_status view_slice(struct zs_ctx *ctx, int32_t u, enum zs_state which, float *mine, bool *absent)
 {
     struct zs_unit *un = &ctx->units[u];
-    int64_t begin = zs_partition_begin(&un->part, ctx->rank), n = zs_partition_valid(&un->part, ctx->rank);
+    int64_t begin = zs_partition_begin(&un->part, ctx->shard_rank), n = zs_partition_valid(&un->part, ctx->shard_rank);
     struct unit_view v;
     zs_status st = zs_ckpt_view_unit(ctx, u, &v);
     const float *src, *base;

@@ -78,6 +78,8 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
     MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c->comm, &c->rank);
     MPI_Comm_size(c->comm, &c->size);
+    c->name_base = opts->name_base;
+    c->name_stride = opts->name_stride;
     MPI_Comm_get_attr(c->comm, MPI_TAG_UB, &ub, &flag);
     c->tag_ub = (flag && ub && *ub > 0) ? *ub : 32767;
     c->piece = ZS_COMM_PIECE_DEFAULT;

@@ -32,6 +32,9 @@ struct zs_comm_opts {
     bool timeout_env;       /* timeout_s came from ZS_TIMEOUT (which overrides the config) */
     const char *flight_dir; /* the flight recorder's directory (NULL: ZS_FLIGHT_DIR or the default) */
     const char *name;       /* a second comm of the same ranks: its flight file is flight-rankN-NAME.txt */
+    /* A comm over some of the program's ranks (hybrid sharding's group and replicas): its rank j is named in
+     * errors as rank name_base + j * name_stride of the program (name_stride 0: as its own rank j). */
+    int32_t name_base, name_stride;
 };
 
 /* Reads ZS_COMM (auto, mpi, shm), ZS_FAKE_NODE_SIZE and ZS_TIMEOUT (seconds, > 0); 0, or -EINVAL naming

@@ -113,7 +113,14 @@ struct zs_comm {
     int32_t next_purpose, next_unit; /* zs_comm_label_next, for the next operation only */
     int64_t step;          /* zs_comm_set_step */
     struct zs_flight *flight; /* this rank's flight recorder (NULL: none) */
+    int32_t name_base, name_stride; /* zs_comm_opts: how errors name this comm's ranks */
 };
+
+/* Comm rank j as the watchdog's messages name it (the program's rank, for a comm over some of its ranks). */
+static inline int32_t zs_comm_rank_name(const struct zs_comm *c, int32_t j)
+{
+    return c->name_stride > 0 && j >= 0 ? c->name_base + j * c->name_stride : j;
+}
 
 /* One wait's watchdog: when it began, when the peers' liveness was last checked. */
 struct zs_watch {

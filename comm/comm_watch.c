@@ -120,13 +120,13 @@ static int32_t missing(struct zs_comm *c, struct zs_comm_req *q, int32_t *out, i
     return 0;
 }
 
-static void ranks_text(char *b, size_t n, const int32_t *r, int32_t k)
+static void ranks_text(const struct zs_comm *c, char *b, size_t n, const int32_t *r, int32_t k)
 {
     size_t l = 0;
 
     b[0] = '\0';
     for (int32_t i = 0; i < k && i < WATCH_RANKS && l < n; i++)
-        l += (size_t)snprintf(b + l, n - l, "%s%d", i ? ", " : "", r[i]);
+        l += (size_t)snprintf(b + l, n - l, "%s%d", i ? ", " : "", zs_comm_rank_name(c, r[i]));
     if (k > WATCH_RANKS && l < n)
         snprintf(b + l, n - l, ", ...");
 }
@@ -151,9 +151,9 @@ static zs_status timed_out(struct zs_comm *c, struct zs_comm_req *q, double wait
     zs_comm_op_text(op, sizeof(op), c, q);
     k = missing(c, q, r, 64, &phase);
     if (k > 0)
-        ranks_text(who, sizeof(who), r, k);
+        ranks_text(c, who, sizeof(who), r, k);
     zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: %s did not complete in %.1f s (zeroshard.timeout_s / ZS_TIMEOUT = %g) "
-            "waiting for %s; ranks not arrived: %s", c->rank, op, waited, c->timeout_s, phase, who);
+            "waiting for %s; ranks not arrived: %s", zs_comm_rank_name(c, c->rank), op, waited, c->timeout_s, phase, who);
     return watch_fail(c);
 }
 
@@ -163,7 +163,7 @@ static zs_status peer_gone(struct zs_comm *c, struct zs_comm_req *q, double wait
 
     zs_comm_op_text(op, sizeof(op), c, q);
     zs_fail(ZS_ERR_COMM, "comm: rank %d: %s cannot complete: after %.1f s a peer on this node has exited: rank %d "
-            "(pid %lld)", c->rank, op, waited, dead, (long long)pid);
+            "(pid %lld)", zs_comm_rank_name(c, c->rank), op, waited, zs_comm_rank_name(c, dead), (long long)pid);
     return watch_fail(c);
 }
 

@@ -64,8 +64,8 @@ static const struct zs_cfg_gate zero_gates[] = {
     {"zero_quantized_weights", false, 0, 0, "ZeRO++ quantized weights are not supported"},
     {"zero_quantized_nontrainable_weights", false, 0, 0, "ZeRO++ quantized weights are not supported"},
     {"zero_quantized_gradients", false, 0, 0, "ZeRO++ quantized gradients are not supported"},
-    {"mics_shard_size", true, -INFINITY, 0, "MiCS sharding is not supported"},
-    {"mics_hierarchical_params_gather", false, 0, 0, "MiCS hierarchical gathering is not supported"},
+    {"mics_hierarchical_params_gather", false, 0, 0,
+     "MiCS hierarchical gathering is not supported (a shard group's gather is one collective)"},
 };
 
 /* ---------------------------------------------------------------- offload */
@@ -224,6 +224,20 @@ static int parse_aio(parser *p, struct zs_config *cfg, json_t *root)
 
 /* ---------------------------------------------------------------- zero_optimization */
 
+/* Hybrid sharding: -1 (or absent) shards over every rank. Whether the size divides the world, and the stage it
+ * needs, are checked where the engine starts (runtime/engine.c: start_hybrid), with the world size in hand. */
+static int parse_mics(parser *p, json_t *zo, struct zs_zero_config *zc)
+{
+    const char *zp = "zero_optimization";
+
+    if (zs_cfg_get_int(p, zo, zp, "mics_shard_size", &(struct zs_cfg_spec){ZS_GE(-1), .def = -1, .no_auto = true},
+                       &zc->mics_shard_size))
+        return -EINVAL;
+    if (zc->mics_shard_size == 0)
+        return zs_cfg_fail(p, zp, "mics_shard_size", "0 is not a shard group size (-1: every rank, else >= 1)");
+    return 0;
+}
+
 static int parse_zero_keys(parser *p, json_t *zo, struct zs_zero_config *zc)
 {
     const char *zp = "zero_optimization", *key;
@@ -244,7 +258,8 @@ static int parse_zero_keys(parser *p, json_t *zo, struct zs_zero_config *zc)
                           "gather_16bit_weights_on_model_save", &key) ||
         zs_cfg_pick_alias(p, zo, zp, key, "stage3_gather_fp16_weights_on_model_save", &key) ||
         zs_cfg_get_bool(p, zo, zp, key, false, false, &zc->gather_16bit_weights_on_model_save) ||
-        zs_cfg_get_bool(p, zo, zp, "overlap_comm", zc->stage == 3, false, &zc->overlap_comm))
+        zs_cfg_get_bool(p, zo, zp, "overlap_comm", zc->stage == 3, false, &zc->overlap_comm) ||
+        parse_mics(p, zo, zc))
         return -EINVAL;
     for (size_t i = 0; i < sizeof(zero_gates) / sizeof(zero_gates[0]); i++)
         if (zs_cfg_check_gate(p, zo, zp, &zero_gates[i]))

@@ -141,6 +141,17 @@ struct zs_ctx {
     struct zs_bucket *bucket;        /* the gradient reductions in flight and their staging (sharding/bucket.h) */
     struct zs_fetch *fetch;          /* stage 3's fetch trace (sharding/fetch.c) */
     struct zs_exact *exact;          /* deterministic mode's exact sums (sharding/exact_state.h), or NULL */
+
+    /* Hybrid sharding (zero_optimization.mics_shard_size, runtime/hybrid.c): units are sharded over a group of
+     * shard_size consecutive ranks (group `replica` = rank / shard_size, shard_rank = rank % shard_size) and
+     * replicated over the nreplicas groups. Flat: shard_rank = rank, shard_size = world, scoll = &coll. */
+    int32_t shard_rank, shard_size, replica, nreplicas;
+    struct zs_coll *scoll;           /* the shards' collectives (reduce-scatter, gathers): &gcoll or &coll */
+    struct zs_comm *scomm;           /* its comm */
+    struct zs_comm *gcomm, *rcomm;   /* hybrid: the shard group's and the replicas' (same index in group) */
+    struct zs_coll gcoll, rcoll;     /* hybrid: the collectives over them, on dev's buffers */
+    MPI_Comm rmpi;                   /* hybrid: the replicas' MPI communicator (deterministic mode's int64 sum) */
+    int32_t gfake, rfake;            /* ZS_FAKE_NODE_SIZE as the group's and the replicas' comms see it (0: real) */
 };
 
 #endif /* ZS_CTX_H */

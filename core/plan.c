@@ -24,7 +24,8 @@ void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_plac
 
     memset(p, 0, sizeof(*p));
     p->pl = pl;
-    p->world = world;
+    p->world = zs_partition_group_size(cfg->zero.mics_shard_size, world);
+    p->replicas = world / p->world;
     p->psz = zs_dtype_bytes(cfg->param_dtype);
     p->csz = c;
     p->arrays = zs_config_state_arrays(cfg);
@@ -60,7 +61,7 @@ int zs_plan_unit(const struct zs_plan *p, int64_t numel, bool frozen, struct zs_
     int64_t opt;
 
     memset(u, 0, sizeof(*u));
-    if (zs_partition_init(&u->part, numel, p->world))
+    if (zs_partition_init_hybrid(&u->part, numel, p->world, p->replicas))
         return -EINVAL;
     opt = zs_plan_opt_elems(stage, &u->part);
     u->sharded = stage == 3 && numel >= p->persist;

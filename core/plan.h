@@ -61,7 +61,7 @@ struct zs_placement {
 struct zs_plan {
     /* inputs, from the config and the placement */
     struct zs_placement pl;
-    int32_t world, nunits;
+    int32_t world, nunits;        /* world: the ranks a unit is sharded over (the shard group's, when hybrid) */
     uint64_t psz, csz;            /* bytes of a parameter element, and of a reduced gradient element */
     int arrays;                   /* fp32 state arrays the optimizer keeps per element */
     bool master;                  /* 16-bit parameters keep fp32 masters */
@@ -86,6 +86,7 @@ struct zs_plan {
     uint64_t nccl_stage_bytes;    /* device "cuda", several ranks, device_comm not "staged": the NCCL transport's
                                    * staging buffer (comm/comm_nccl.c), made once whatever the collective's size */
     uint64_t cat[ZS_MEM_NCAT];    /* what set-up allocates, by category (nothing on NVMe, nothing gathered) */
+    int32_t replicas;             /* shard groups holding the same shards (1: flat sharding) */
 };
 
 /* Elements a rank steps of a unit (its masters and optimizer state): the whole unit at stage 0, its shard
@@ -98,6 +99,7 @@ static inline int64_t zs_plan_opt_elems(int stage, const struct zs_partition *pa
 /* The config's own placement: offloads apply from stage 1 (optimizer) and at stage 3 (parameters). */
 struct zs_placement zs_placement_of(const struct zs_config *cfg);
 
+/* world: the job's ranks; with zero_optimization.mics_shard_size the plan is the shard group's. */
 void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_placement pl, int32_t world);
 /* One unit's buffers under p's inputs (nothing added up); a frozen unit keeps only its parameters. 0, or
  * -EINVAL when it cannot be partitioned. */

@@ -23,10 +23,15 @@ zs_status zs_comm_opts_for(const struct zs_ctx *ctx, struct zs_comm_opts *co);
 
 /* The next collective's label (what it is for, which unit, this micro-step): compared across ranks
  * before its data moves, so ranks that drifted apart fail naming both operations. */
+static inline void zs_label_on(struct zs_ctx *ctx, struct zs_comm *c, enum zs_comm_purpose what, int32_t unit)
+{
+    zs_comm_set_step(c, ctx->micro_step);
+    zs_comm_label_next(c, what, unit);
+}
+
 static inline void zs_label(struct zs_ctx *ctx, enum zs_comm_purpose what, int32_t unit)
 {
-    zs_comm_set_step(ctx->comm, ctx->micro_step);
-    zs_comm_label_next(ctx->comm, what, unit);
+    zs_label_on(ctx, ctx->comm, what, unit);
 }
 
 /* An engine call, for the flight recorder. */

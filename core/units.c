@@ -8,7 +8,7 @@ void *zs_unit_working(struct zs_ctx *ctx, int32_t u)
 
     if (ctx->cfg.zero.stage == 0)
         return un->full;
-    return un->sharded ? un->shard : zs_at(un->full, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
+    return un->sharded ? un->shard : zs_at(un->full, zs_partition_begin(&un->part, ctx->shard_rank), ctx->psz);
 }
 
 float *zs_unit_master(struct zs_ctx *ctx, int32_t u, int64_t *n)
@@ -27,7 +27,7 @@ void *zs_unit_grad_shard(struct zs_ctx *ctx, int32_t u)
 
     if (ctx->cfg.zero.stage >= 2)
         return un->grad_shard;
-    return zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz); /* stage 0: the norm's part */
+    return zs_at(un->grad, zs_partition_begin(&un->part, ctx->shard_rank), ctx->psz); /* stage 0: the norm's part */
 }
 
 void zs_unit_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin, int64_t end,
@@ -83,7 +83,7 @@ int32_t zs_unit_split(const struct zs_ctx *ctx, int32_t u, const struct zs_optim
 {
     const struct zs_unit *un = &ctx->units[u];
     const struct zs_param_rec *pr = &ctx->params[un->first_param];
-    int64_t origin = ctx->cfg.zero.stage == 0 ? 0 : zs_partition_begin(&un->part, ctx->rank);
+    int64_t origin = ctx->cfg.zero.stage == 0 ? 0 : zs_partition_begin(&un->part, ctx->shard_rank);
     int64_t a = origin + begin, b = a + t->n, from = a;
     int32_t p = 0, n = 0, g;
 

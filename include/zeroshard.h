@@ -100,6 +100,8 @@ typedef struct zs_memory_report {
     uint64_t pinned_pool;   /* the host pool's size (offloaded state and swap buffers live in it) */
     uint64_t nccl_staging;  /* the NCCL transport's staging buffer in GPU memory, fixed at set-up (not in
                              * buffers); the estimate counts it wherever NCCL may carry the collectives */
+    int32_t shard_size;     /* ranks a shard is split over (zero_optimization.mics_shard_size; else the world):
+                             * the N of the formulas above */
 } zs_memory_report;
 
 /* Predicts zs_memory's figures before launching: the config (JSON text) at `world` ranks for a model of

@@ -304,9 +304,13 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
     if (!st)
         st = start_comm(ctx);
     if (!st)
+        zs_hybrid_flat(ctx);
+    if (!st)
         st = start_threads(ctx);
     if (!st)
         st = zs_agree(ctx, start_device(ctx));
+    if (!st)
+        st = zs_agree(ctx, zs_hybrid_start(ctx));
     if (!st)
         st = zs_agree(ctx, zs_dev_place(ctx));
     if (!st)
@@ -324,7 +328,9 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
                zs_optim_name(ctx->cfg.optim.type), ctx->cfg.optim.lr);
         zs_log("optimizer kernels: %s, %s per rank (%d ranks on this node)", zs_kpath_name(ctx->kpath),
                zs_pool_describe(ctx->pool), ctx->local_size);
-        zs_log("collectives: %s", zs_comm_describe(ctx->comm));
+        char layout[512];
+        zs_hybrid_describe(ctx, layout, sizeof(layout));
+        zs_log("collectives: %s; %s", zs_comm_describe(ctx->comm), layout);
         if (!ctx->dev.host_access)
             zs_log("device: %s, %s", ctx->dev.ops->name, ctx->place.desc);
         if (ctx->cfg.warning[0])
@@ -348,7 +354,7 @@ zs_status zs_finalize(zs_ctx *ctx)
         uint64_t pad = (uint64_t)un->part.padded * ctx->psz, sh = (uint64_t)un->part.shard * ctx->psz;
         uint64_t opt = (uint64_t)zs_plan_opt_elems(ctx->cfg.zero.stage, &un->part) * sizeof(float);
         if (un->reduce_req)
-            zs_coll_wait(&ctx->coll, un->reduce_req);
+            zs_coll_wait(ctx->scoll, un->reduce_req);
         if (ctx->cfg.zero.stage == 0)
             zs_mem_free(ctx, ZS_MEM_PARAMS, un->full, pad);
         else
@@ -375,6 +381,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     /* every stream that may still copy into the arena, the host pool or a staging area has finished before
      * any of them is freed: the collectives' (gathers, reductions, host-staged copies up) closes here, the
      * offload staging's in zs_offdev_free, the compute stream is synchronized */
+    zs_hybrid_free(ctx);
     zs_coll_close(&ctx->coll);
     if (ctx->dev.ops && ctx->dev.compute)
         ctx->dev.ops->stream_sync(&ctx->dev, ctx->dev.compute);

@@ -56,7 +56,8 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->numel_padded = ctx->numel_padded;
     out->nvme = zs_nvme_optim_file_bytes(ctx->nvme);
     out->nccl_staging = ctx->coll.nccl ? zs_nccl_stage_bytes(ctx->world) : 0;
-    expect(&ctx->cfg, ctx->numel, ctx->plan.numel_trained, (uint64_t)ctx->world, out);
+    out->shard_size = ctx->shard_size;
+    expect(&ctx->cfg, ctx->numel, ctx->plan.numel_trained, (uint64_t)ctx->shard_size, out);
     return ZS_OK;
 }
 
@@ -87,9 +88,9 @@ void zs_memory_log(const struct zs_ctx *ctx)
     if (ctx->rank != 0 || ctx->quiet || zs_memory(ctx, &r))
         return;
     uint64_t dp = zs_nvme_optim_param_bytes(ctx->nvme, ctx->nunits), dopt = r.nvme - dp;
-    zs_log("memory per rank (rank 0, stage %d, %s, %d ranks; ZeRO formula and ratio in brackets): params %s "
-           "[%s %.3f], grads %s [%s %.3f], optimizer %s (fp32 masters %s) [%s %.3f]",
-           r.stage, zs_dtype_name(r.dtype), r.world, placed(r.params, dp, a[0], 64), mib(r.expect_params, a[1], 64),
+    zs_log("memory per rank (rank 0, stage %d, %s, %d ranks, shard group of %d; ZeRO formula with N = %d and ratio "
+           "in brackets): params %s [%s %.3f], grads %s [%s %.3f], optimizer %s (fp32 masters %s) [%s %.3f]",
+           r.stage, zs_dtype_name(r.dtype), r.world, r.shard_size, r.shard_size, placed(r.params, dp, a[0], 64), mib(r.expect_params, a[1], 64),
            ratio(r.params + dp, r.expect_params), mib(r.grads, a[2], 64), mib(r.expect_grads, a[3], 64),
            ratio(r.grads, r.expect_grads), placed(r.optimizer, dopt, a[4], 64), mib(r.master, a[5], 64),
            mib(r.expect_optimizer, a[6], 64), ratio(r.optimizer + dopt, r.expect_optimizer));
@@ -114,6 +115,12 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     memset(&cfg, 0, sizeof(cfg));
     if (zs_config_parse(&cfg, config_json, "<config>", world, NULL, err, sizeof(err)))
         return zs_fail(ZS_ERR_CONFIG, "%s", err);
+    if (cfg.zero.mics_shard_size > 0 && world % cfg.zero.mics_shard_size != 0)
+        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.mics_shard_size %lld does not divide the world size %d",
+                       (long long)cfg.zero.mics_shard_size, world);
+    if (cfg.zero.mics_shard_size > 0 && cfg.zero.mics_shard_size < world && cfg.zero.stage == 0)
+        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.mics_shard_size %lld needs ZeRO stage 1, 2 or 3 (stage 0 "
+                       "shards nothing)", (long long)cfg.zero.mics_shard_size);
     zs_plan_init(&p, &cfg, zs_placement_of(&cfg), world);
     for (int32_t u = 0; u < nunits; u++)
         if (zs_plan_add(&p, unit_numel[u], false))
@@ -134,6 +141,7 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     out->nccl_staging = p.nccl_stage_bytes;
     out->numel = p.numel;
     out->numel_padded = p.numel_padded;
-    expect(&cfg, p.numel, p.numel, (uint64_t)world, out);
+    out->shard_size = p.world;
+    expect(&cfg, p.numel, p.numel, (uint64_t)p.world, out);
     return ZS_OK;
 }

@@ -23,6 +23,16 @@ double zs_group_lr(struct zs_ctx *ctx, int32_t group, double sched_lr);
  * frozen flags (an error names the parameter); marks frozen units and refuses a unit that mixes. */
 zs_status zs_groups_setup(struct zs_ctx *ctx);
 
+/* runtime/hybrid.c */
+/* ctx's flat layout (every rank one shard group), right after the world is known. */
+void zs_hybrid_flat(struct zs_ctx *ctx);
+/* Collective, after the device opened: with zero_optimization.mics_shard_size G (1 <= G < world) the shard
+ * group's and the replicas' comms and collectives; refuses a G that does not divide the world, and stage 0. */
+zs_status zs_hybrid_start(struct zs_ctx *ctx);
+void zs_hybrid_free(struct zs_ctx *ctx);
+/* "flat: 4 ranks" or "hybrid: 2 groups of 2 ranks", for the start-up line */
+void zs_hybrid_describe(const struct zs_ctx *ctx, char *buf, size_t len);
+
 /* runtime/memory.c */
 void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (unless quiet) */
 

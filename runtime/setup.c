@@ -138,7 +138,7 @@ static bool has_init_arrays(const struct zs_ctx *ctx, const struct zs_unit *un)
  * file with the shard (NVMe parameters, or 16-bit masters with the optimizer on NVMe). */
 static zs_status place_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u, const float *vals, int64_t begin)
 {
-    int64_t mine = zs_partition_begin(&un->part, ctx->rank), sh = un->part.shard;
+    int64_t mine = zs_partition_begin(&un->part, ctx->shard_rank), sh = un->part.shard;
     int64_t mfirst = ctx->cfg.zero.stage == 0 ? 0 : mine; /* unit element of the masters' first */
     int64_t mcount = zs_plan_opt_elems(ctx->cfg.zero.stage, &un->part);
     void *work = un->sharded ? un->shard : un->full;
@@ -172,7 +172,7 @@ static zs_status place_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u,
 static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u)
 {
     bool bcast = has_init_arrays(ctx, un);
-    int64_t begin = un->sharded && !bcast ? zs_partition_begin(&un->part, ctx->rank) : 0;
+    int64_t begin = un->sharded && !bcast ? zs_partition_begin(&un->part, ctx->shard_rank) : 0;
     int64_t n = un->sharded && !bcast ? un->part.shard : un->part.padded;
     float *buf = calloc((size_t)n, sizeof(float));
     zs_status st = ZS_OK;
@@ -186,7 +186,7 @@ static zs_status load_initial_values(struct zs_ctx *ctx, struct zs_unit *un, int
     } else {
         fill_range(ctx, un, begin, begin + n, buf, false);
     }
-    int64_t skip = un->sharded && bcast ? zs_partition_begin(&un->part, ctx->rank) : 0; /* to the shard */
+    int64_t skip = un->sharded && bcast ? zs_partition_begin(&un->part, ctx->shard_rank) : 0; /* to the shard */
     if (!st)
         st = place_values(ctx, un, u, buf + skip, begin + skip);
     free(buf);
@@ -281,7 +281,7 @@ zs_status zs_setup(zs_ctx *ctx)
         if (un->nparams == 0)
             return zs_fail(ZS_ERR_INVALID, "zs_setup: unit '%s' has no parameters (zero-size units are not allowed)",
                            un->name);
-        if (zs_partition_init(&un->part, un->numel, ctx->world))
+        if (zs_partition_init_hybrid(&un->part, un->numel, ctx->shard_size, ctx->nreplicas))
             return zs_fail(ZS_ERR_INVALID, "zs_setup: unit '%s' of %lld elements cannot be partitioned", un->name,
                            (long long)un->numel);
         ctx->numel_padded += (uint64_t)un->part.padded;

@@ -90,7 +90,8 @@ static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm, bool *overfl
     st = zs_comm_allgather_bytes(ctx->comm, &mine, all, (int32_t)sizeof(double));
     *overflow = false;
     for (int32_t r = 0; !st && r < ctx->world; r++) {
-        total += all[r];
+        if (r < ctx->shard_size) /* hybrid: each shard once, from the first group (the others hold copies) */
+            total += all[r];
         *overflow |= !isfinite(all[r]);
     }
     free(all);
@@ -275,13 +276,13 @@ static zs_status gather_updated(struct zs_ctx *ctx)
     for (int32_t u = 0; u < ctx->nunits && !st; u++) {
         if (ctx->units[u].sharded || ctx->units[u].frozen) /* a frozen unit never changes */
             continue;
-        zs_label(ctx, ZS_PURPOSE_GATHER, u);
-        st = zs_coll_all_gather(&ctx->coll, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
+        zs_label_on(ctx, ctx->scomm, ZS_PURPOSE_GATHER, u);
+        st = zs_coll_all_gather(ctx->scoll, ctx->units[u].full, ctx->pdt, ctx->units[u].part.shard, &reqs[u]);
     }
     for (int32_t u = 0; u < ctx->nunits; u++) {
         if (!reqs[u])
             continue;
-        st2 = zs_coll_wait(&ctx->coll, reqs[u]);
+        st2 = zs_coll_wait(ctx->scoll, reqs[u]);
         if (st2 && !st) {
             st = st2;
             zs_error_prefix("gather updated parameters of unit '%s'", ctx->units[u].name);
@@ -331,6 +332,8 @@ zs_status zs_step_boundary(struct zs_ctx *ctx)
     zs_status st;
 
     st = zs_grads_flush(ctx);
+    if (!st)
+        st = zs_grads_sum_replicas(ctx);
     if (st)
         return st;
     t1 = zs_now_s();

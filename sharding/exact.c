@@ -254,7 +254,12 @@ static zs_status open_comms(struct zs_ctx *ctx)
         return ZS_OK;
     st = zs_comm_opts_for(ctx, &co);
     co.name = "xsum";
-    return st ? st : zs_comm_init(&ctx->exact->sum, zs_comm_mpi(ctx->comm), &co);
+    if (ctx->nreplicas > 1) { /* hybrid: the reduce-scatter inside the shard group, the replicas' sum after it */
+        co.fake_node_size = ctx->gfake;
+        co.name_base = ctx->replica * ctx->shard_size;
+        co.name_stride = 1;
+    }
+    return st ? st : zs_comm_init(&ctx->exact->sum, zs_comm_mpi(ctx->scomm), &co);
 }
 
 zs_status zs_exact_setup(struct zs_ctx *ctx)

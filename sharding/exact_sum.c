@@ -109,14 +109,17 @@ static void round_range(const i64_alias *acc, const int8_t *agreed, int64_t n, b
  * shared-memory path sums the local peers' int64 in place) and is started in the units' zs_grad_ready order
  * on every rank: a unit starts its reduce-scatter (or all-gather) only after the unit before it has started
  * its own, however the ranks' progress calls fall. The engine's progress calls move the units along. */
-enum { XPH_IDLE, XPH_VOTE, XPH_SUM, XPH_GATHER, XPH_DONE };
+enum { XPH_IDLE, XPH_VOTE, XPH_SUM, XPH_XSUM, XPH_GATHER, XPH_DONE };
 
 static const char *const xphase_what[] = {"", "the top bands' vote", "the sums' reduce-scatter",
+                                          "the sums' all-reduce across shard groups",
                                           "the rounded gradients' all-gather", ""};
 
 static int32_t next_phase(const struct zs_ctx *ctx, int32_t ph)
 {
-    return ph == XPH_SUM && ctx->cfg.zero.stage != 0 ? XPH_DONE : ph + 1;
+    if (ph == XPH_SUM && ctx->nreplicas > 1) /* hybrid: the group's sums, then across the groups */
+        return XPH_XSUM;
+    return (ph == XPH_SUM || ph == XPH_XSUM) && ctx->cfg.zero.stage != 0 ? XPH_DONE : ph == XPH_SUM ? XPH_GATHER : ph + 1;
 }
 
 /* Unit un's reduce-scatter ended with an error on every rank, its data untouched: the first such error of the
@@ -132,12 +135,29 @@ static void sum_failed(struct zs_ctx *ctx, struct zs_unit *un)
     xu->sumq = NULL;
 }
 
+/* This rank's part of unit un's exact sums (in acc, their tops in agreed, from element b), rounded to where the
+ * optimizer reads them; at stage 0 the all-gather of the rounded gradients starts. */
+static int round_unit(struct zs_ctx *ctx, struct zs_unit *un, const int32_t *acc, const int8_t *agreed, int64_t b)
+{
+    struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
+    bool bad = agreed[0] == XBAD; /* some rank saw a non-finite value: the unit's result is not finite */
+    void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
+
+    ctx->exact->anybad |= bad;
+    round_range((const i64_alias *)(const void *)acc + b, agreed + b, un->part.shard, bad,
+                (double)zs_exact_window_shards(ctx), ctx->gdt, g, ctx->exact->sq);
+    if (ctx->cfg.zero.stage == 0) /* whose optimizer reads every element */
+        return MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad, (int)(un->part.shard * (int64_t)ctx->psz),
+                              MPI_BYTE, ctx->exact->comm[1], &xu->req);
+    return MPI_SUCCESS;
+}
+
 /* Unit u's collective has completed: the local work that follows it, and the next collective. */
 static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
     struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
-    int64_t n = un->part.padded, b = zs_partition_begin(&un->part, ctx->rank);
+    int64_t n = un->part.padded, b = zs_partition_begin(&un->part, ctx->shard_rank);
     int32_t *acc = ctx->exact->acc + xu->off * XK;
     int8_t *agreed = ctx->exact->vote + xu->off;
     int rc = MPI_SUCCESS;
@@ -157,15 +177,14 @@ static zs_status unit_next(struct zs_ctx *ctx, int32_t u)
     } else if (xu->phase == XPH_SUM && xu->failed) {
         xu->phase = XPH_DONE; /* nothing to round or gather: the step is refused */
         return ZS_OK;
-    } else if (xu->phase == XPH_SUM) {
-        bool bad = agreed[0] == XBAD; /* some rank saw a non-finite value: the unit's result is not finite */
-        void *g = ctx->cfg.zero.stage >= 2 ? un->grad_shard : zs_at(un->grad, b, ctx->psz);
-        ctx->exact->anybad |= bad;
-        round_range((const i64_alias *)(void *)acc + b, agreed + b, un->part.shard, bad, (double)zs_exact_window_shards(ctx),
-                    ctx->gdt, g, ctx->exact->sq);
-        if (ctx->cfg.zero.stage == 0) /* whose optimizer reads every element */
-            rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, un->grad, (int)(un->part.shard * (int64_t)ctx->psz),
-                                MPI_BYTE, ctx->exact->comm[1], &xu->req);
+    } else if (xu->phase == XPH_SUM && ctx->nreplicas > 1) {
+        /* Hybrid sharding: the group's integer sums added across the groups holding the same shard. Integers add
+         * exactly in any order, so the result is the flat run's sum, bit for bit. Started in unit order like the
+         * reduce-scatters (progress_pass), since MPI matches the replicas' collectives by order alone. */
+        rc = MPI_Iallreduce(MPI_IN_PLACE, (i64_alias *)(void *)acc + b, (int)un->part.shard, MPI_INT64_T, MPI_SUM,
+                            ctx->rmpi, &xu->req);
+    } else if (xu->phase == XPH_SUM || xu->phase == XPH_XSUM) {
+        rc = round_unit(ctx, un, acc, agreed, b);
     }
     if (rc)
         return zs_fail(ZS_ERR_COMM, "deterministic gradient sum of unit '%s': %s: MPI error %d", un->name,
@@ -308,6 +327,8 @@ zs_status zs_exact_reduce(struct zs_ctx *ctx, double *sumsq)
      * the norm's bands; a sum of hashes that is not world times this rank's own fails the step on every rank
      * (but with odds of 2^-64), before the optimizer reads anything. */
     memcpy(buf, ctx->exact->sq, sizeof(ctx->exact->sq));
+    if (ctx->replica != 0) /* hybrid: each shard's squares once, from the first shard group */
+        memset(buf, 0, sizeof(ctx->exact->sq));
     buf[SQ_BANDS] = ctx->exact->order;
     rc = MPI_Iallreduce(MPI_IN_PLACE, buf, SQ_BANDS + 1, MPI_UINT64_T, MPI_SUM, ctx->exact->comm[0], &r);
     if (rc)

@@ -60,7 +60,7 @@ static zs_status read_ahead(struct zs_ctx *ctx, int32_t u)
 static zs_status shard_in(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
-    void *dst = zs_at(un->gathered, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
+    void *dst = zs_at(un->gathered, zs_partition_begin(&un->part, ctx->shard_rank), ctx->psz);
     zs_status st;
 
     if (!zs_nvme_param_on_disk(ctx->nvme, u))
@@ -88,14 +88,14 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
         /* The peers are about to gather with this rank and hold the same block of the shared heap: the
          * gather still goes out, marked failed, so that it ends with an error on every rank and the
          * block stays allocated on every rank alike (released by the usual wait and drop). */
-        zs_comm_fail_next(ctx->comm);
-        zs_label(ctx, ZS_PURPOSE_FETCH, u);
-        if (!zs_coll_all_gather(&ctx->coll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
+        zs_comm_fail_next(ctx->scomm);
+        zs_label_on(ctx, ctx->scomm, ZS_PURPOSE_FETCH, u);
+        if (!zs_coll_all_gather(ctx->scoll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
             un->gather = ZS_GATHER_PENDING;
     }
     if (!st) {
-        zs_label(ctx, ZS_PURPOSE_FETCH, u);
-        st = zs_coll_all_gather(&ctx->coll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
+        zs_label_on(ctx, ctx->scomm, ZS_PURPOSE_FETCH, u);
+        st = zs_coll_all_gather(ctx->scoll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
     }
     if (st && un->gather == ZS_GATHER_PENDING) {
         zs_error_prefix("fetch unit '%s'", un->name);
@@ -117,7 +117,7 @@ static zs_status gather_wait(struct zs_ctx *ctx, struct zs_unit *un)
 
     if (un->gather != ZS_GATHER_PENDING)
         return ZS_OK;
-    st = zs_coll_wait(&ctx->coll, un->gather_req);
+    st = zs_coll_wait(ctx->scoll, un->gather_req);
     un->gather_req = NULL;
     if (st) { /* the request is gone and the copy is not the unit: dropped here, on every rank alike */
         zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));

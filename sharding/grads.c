@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h" /* defines: zs_now_s */
 #include "base/error.h"
 #include "kernels/optim.h"   /* defines: zs_dtype_name */
 #include "core/ctx.h"
@@ -21,18 +22,47 @@ static bool at_boundary(const struct zs_ctx *ctx)
     return (ctx->micro_step + 1) % ctx->cfg.grad_accum_steps == 0;
 }
 
+/* Hybrid sharding: the group's reduce-scatter summed this group's gradients into the shard at `shard`; the sum
+ * across groups is an all-reduce among the ranks holding the same shard (in rank order, so every replica keeps
+ * the same bits). The shard is a whole number of nreplicas chunks (core/partition.c). */
+static zs_status sum_replicas(struct zs_ctx *ctx, int32_t u, void *shard, zs_dtype dt)
+{
+    struct zs_unit *un = &ctx->units[u];
+    struct zs_coll_req *req = NULL;
+    zs_status st;
+
+    if (ctx->nreplicas == 1)
+        return ZS_OK;
+    zs_label_on(ctx, ctx->rcomm, ZS_PURPOSE_GRAD, u);
+    st = zs_coll_all_reduce(&ctx->rcoll, shard, dt, un->part.shard / ctx->nreplicas, 1.0f, &req);
+    /* the group's operations in flight (stage 3's prefetched gathers) move on meanwhile: a peer of the group
+     * may wait on them while its replica waits on this rank */
+    double t0 = zs_now_s(); /* past the watchdog's limit, zs_coll_wait names the late ranks */
+    for (bool done = false; !st && req && !done && zs_now_s() - t0 < zs_wait_limit_s(ctx);) {
+        st = zs_coll_test(&ctx->rcoll, req, &done);
+        if (!st && !done)
+            st = zs_comm_progress(ctx->scomm);
+    }
+    if (!st)
+        st = zs_coll_wait(&ctx->rcoll, req);
+    if (st)
+        zs_error_prefix("sum the gradients of unit '%s' across the shard groups", un->name);
+    return st;
+}
+
 /* Completion of one unit's reduction: at stages 2-3 the reduced shard lands in the accumulator
- * (copied for the first micro-batch so that no extra rounding or -0.0 + 0.0 creeps in). */
+ * (copied for the first micro-batch so that no extra rounding or -0.0 + 0.0 creeps in). Hybrid sharding: the
+ * sum across shard groups waits for the step (zs_grads_sum_replicas), and so does the offloaded optimizer's copy. */
 static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
     struct zs_device *d = &ctx->dev;
-    bool dev = !d->host_access;
+    bool dev = !d->host_access, hybrid = ctx->nreplicas > 1;
     zs_status st;
 
     un->grad_state = ZS_GRAD_IDLE;
     if (ctx->cfg.zero.stage < 2) /* reduced once, at the boundary: final (stage 1 may offload) */
-        return ctx->cfg.zero.stage == 1 ? zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u)) : ZS_OK;
+        return ctx->cfg.zero.stage == 1 && !hybrid ? zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u)) : ZS_OK;
     if (un->accumulated == 0)
         st = zs_device_copy(&ctx->dev, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
     else
@@ -43,8 +73,29 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
     if (st)
         zs_error_prefix("fold the reduced gradients of unit '%s'", un->name);
     /* the window's last micro-batch: an offloaded optimizer's gradients start down now, not at the step */
-    if (!st && un->accumulated == ctx->cfg.grad_accum_steps)
+    if (!st && un->accumulated == ctx->cfg.grad_accum_steps && !hybrid)
         st = zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u));
+    return st;
+}
+
+/* Collective at the step, after zs_grads_flush: each unit's window of gradients, reduced inside the shard
+ * group, summed across the groups. Here, with every group operation of the window landed on every rank, no
+ * rank can wait on a replica while its group waits on it (a sum taken as reductions land could: a stage-3
+ * gather's shared-heap vote on one side, the replicas' sum on the other). */
+zs_status zs_grads_sum_replicas(struct zs_ctx *ctx)
+{
+    zs_status st = ZS_OK;
+
+    if (ctx->nreplicas == 1 || ctx->cfg.zs.deterministic) /* deterministic mode: summed exactly (exact_sum.c) */
+        return ZS_OK;
+    for (int32_t u = 0; !st && u < ctx->nunits; u++) {
+        if (ctx->units[u].frozen)
+            continue;
+        void *g = zs_unit_grad_shard(ctx, u);
+        st = sum_replicas(ctx, u, g, ctx->cfg.zero.stage >= 2 ? ctx->cdt : ctx->pdt);
+        if (!st)
+            st = zs_offdev_grads_final(ctx, u, g);
+    }
     return st;
 }
 
@@ -52,7 +103,7 @@ static zs_status pop_head(struct zs_ctx *ctx)
 {
     int32_t u = ctx->bucket->pending[0];
     struct zs_unit *un = &ctx->units[u];
-    zs_status st = zs_coll_wait(&ctx->coll, un->reduce_req);
+    zs_status st = zs_coll_wait(ctx->scoll, un->reduce_req);
 
     un->reduce_req = NULL;
     memmove(ctx->bucket->pending, ctx->bucket->pending + 1, (size_t)(--ctx->bucket->npending) * sizeof(int32_t));
@@ -72,7 +123,7 @@ zs_status zs_grads_progress(struct zs_ctx *ctx)
         return zs_exact_progress(ctx, false);
     while (!st && ctx->bucket->npending > 0) {
         bool done = false;
-        st = zs_coll_test(&ctx->coll, ctx->units[ctx->bucket->pending[0]].reduce_req, &done);
+        st = zs_coll_test(ctx->scoll, ctx->units[ctx->bucket->pending[0]].reduce_req, &done);
         if (st || !done)
             break;
         st = pop_head(ctx);
@@ -106,14 +157,14 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
         zs_error_prefix("prescale gradients of unit '%s'", un->name);
         return st;
     }
-    zs_label(ctx, ZS_PURPOSE_GRAD, u);
+    zs_label_on(ctx, ctx->scomm, ZS_PURPOSE_GRAD, u);
     if (ctx->cfg.zero.stage == 0 || (ctx->cfg.zero.stage == 1 && !ctx->cfg.zero.reduce_scatter))
-        st = zs_coll_all_reduce(&ctx->coll, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
+        st = zs_coll_all_reduce(ctx->scoll, g, ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else if (ctx->cfg.zero.stage == 1)
-        st = zs_coll_reduce_scatter(&ctx->coll, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->rank), ctx->psz),
+        st = zs_coll_reduce_scatter(ctx->scoll, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->shard_rank), ctx->psz),
                                     ctx->pdt, s, ctx->post_scale, &un->reduce_req);
     else
-        st = zs_coll_reduce_scatter(&ctx->coll, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale, &un->reduce_req);
+        st = zs_coll_reduce_scatter(ctx->scoll, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale, &un->reduce_req);
     if (st) {
         zs_error_prefix("reduce gradients of unit '%s'", un->name);
         return st;
@@ -206,7 +257,7 @@ zs_status zs_grads_open(struct zs_ctx *ctx, int32_t u, void **grad)
         ctx->bucket->arena_used = at;
         un->grad = ctx->bucket->arena + ctx->bucket->arena_used;
         un->reduced = ctx->cdt != ctx->pdt ? ctx->bucket->arena + ctx->bucket->arena_used + stage_b
-                                           : zs_at(un->grad, zs_partition_begin(&un->part, ctx->rank), ctx->psz);
+                                           : zs_at(un->grad, zs_partition_begin(&un->part, ctx->shard_rank), ctx->psz);
         ctx->bucket->arena_used += need;
         st = ctx->dev.ops->zero(&ctx->dev, un->grad, (size_t)stage_b, ctx->dev.compute);
         if (st)

@@ -29,6 +29,8 @@ zs_status zs_grads_submit(struct zs_ctx *ctx, int32_t u);
 zs_status zs_grad_unit_check(const struct zs_ctx *ctx, int32_t unit, const char *fn);
 zs_status zs_grads_progress(struct zs_ctx *ctx);
 zs_status zs_grads_flush(struct zs_ctx *ctx);      /* waits for every reduction in flight */
+/* hybrid sharding, at the step after the flush: the window's gradients summed across the shard groups */
+zs_status zs_grads_sum_replicas(struct zs_ctx *ctx);
 zs_status zs_grads_zero(struct zs_ctx *ctx);       /* starts a new accumulation window */
 
 /* sharding/exact.c: zeroshard.deterministic "world_size_invariant" */

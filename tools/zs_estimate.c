@@ -23,6 +23,7 @@
 
 struct est_args {
     int world, stage;         /* stage -1: the config's */
+    int mics;                 /* --mics-shard-size (0: the config's) */
     const char *config, *dtype, *offload;
     int64_t *units;
     int32_t nunits;
@@ -32,7 +33,8 @@ struct est_args {
 static void print_usage(FILE *f)
 {
     fprintf(f, "usage: zs-estimate --world N (--params P | --mlp HIDDEN,LAYERS | --units N1,N2,...) [--config FILE]\n"
-                    "                   [--stage S] [--dtype fp32|bf16|fp16] [--offload none|cpu|nvme] [--json]\n");
+                    "                   [--stage S] [--dtype fp32|bf16|fp16] [--offload none|cpu|nvme] [--mics-shard-size G]\n"
+                    "                   [--json]\n");
 }
 
 static int usage(const char *why)
@@ -54,6 +56,7 @@ static void help(void)
            "  --stage S          ZeRO stage 0-3 (overrides the config's)\n"
            "  --dtype D          fp32, bf16 or fp16 parameters (overrides the config's)\n"
            "  --offload O        none, cpu or nvme: offload_optimizer and, at stage 3, offload_param\n"
+           "  --mics-shard-size G  hybrid sharding: shards over groups of G ranks (zero_optimization.mics_shard_size)\n"
            "  --json             one JSON object instead of the table\n");
 }
 
@@ -100,6 +103,10 @@ static int parse(struct est_args *a, int argc, char **argv)
             a->world = (int)strtol(v, &end, 10);
             if (*end || a->world < 1)
                 return usage("--world: a positive integer");
+        } else if (!strcmp(o, "--mics-shard-size")) {
+            a->mics = (int)strtol(v, &end, 10);
+            if (*end || a->mics < 1)
+                return usage("--mics-shard-size: a positive integer that divides --world");
         } else if (!strcmp(o, "--stage")) {
             a->stage = (int)strtol(v, &end, 10);
             if (*end || a->stage < 0 || a->stage > 3)
@@ -171,6 +178,8 @@ static char *config_text(const struct est_args *a)
     z = section(root, "zero_optimization");
     if (a->stage >= 0)
         json_object_set_new(z, "stage", json_integer(a->stage));
+    if (a->mics > 0)
+        json_object_set_new(z, "mics_shard_size", json_integer(a->mics));
     if (a->dtype) {
         json_object_del(root, "fp16");
         json_object_del(root, "bf16");
@@ -218,15 +227,15 @@ int main(int argc, char **argv)
     uint64_t device = r.params + r.grads + r.optimizer + r.buffers + r.prefetch_cap + r.nccl_staging - r.host;
     static const char *const dt[] = {"fp32", "bf16", "fp16"};
     if (a.json) {
-        printf("{\"estimate\": {\"world\": %d, \"stage\": %d, \"dtype\": \"%s\", \"numel\": %" PRIu64 ", "
+        printf("{\"estimate\": {\"world\": %d, \"shard_size\": %d, \"stage\": %d, \"dtype\": \"%s\", \"numel\": %" PRIu64 ", "
                "\"params\": %" PRIu64 ", \"grads\": %" PRIu64 ", \"optimizer\": %" PRIu64 ", \"master\": %" PRIu64
                ", \"buffers\": %" PRIu64 ", \"prefetch_cap\": %" PRIu64 ", \"host\": %" PRIu64 ", \"nvme\": %" PRIu64
                ", \"nccl_staging\": %" PRIu64 ", \"formula\": %" PRIu64 ", \"device\": %" PRIu64 "}}\n",
-               r.world, r.stage, dt[r.dtype], r.numel, r.params, r.grads, r.optimizer, r.master, r.buffers,
+               r.world, r.shard_size, r.stage, dt[r.dtype], r.numel, r.params, r.grads, r.optimizer, r.master, r.buffers,
                r.prefetch_cap, r.host, r.nvme, r.nccl_staging, r.formula, device);
     } else {
-        printf("%" PRIu64 " parameters, %d ranks, ZeRO stage %d, %s; per rank:\n", r.numel, r.world, r.stage,
-               dt[r.dtype]);
+        printf("%" PRIu64 " parameters, %d ranks, shard group of %d, ZeRO stage %d, %s; per rank (N = %d):\n",
+               r.numel, r.world, r.shard_size, r.stage, dt[r.dtype], r.shard_size);
         printf("  parameters     %10.3f GiB   (ZeRO formula %.3f)\n", gib(r.params), gib(r.expect_params));
         printf("  gradients      %10.3f GiB   (ZeRO formula %.3f)\n", gib(r.grads), gib(r.expect_grads));
         printf("  optimizer      %10.3f GiB   (ZeRO formula %.3f; fp32 masters %.3f)\n", gib(r.optimizer),
