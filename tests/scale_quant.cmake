@@ -2,3 +2,6 @@
 # The block-quantization kernels: the fast path against the scalar reference bit for bit, and the bound.
 zs_test(test_quant)
 add_test(NAME quant_kernels COMMAND test_quant)
+# The traffic counter (zs_traffic, the examples' traffic line) on a flat stage-3 run at 4 ranks in two forced
+# nodes, and with every peer over MPI, against the bytes the algorithm must send, derived from the model.
+add_test(NAME quant_traffic COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/quant_traffic.sh $<TARGET_FILE:zs-train-mlp>)
