@@ -5,3 +5,7 @@ add_test(NAME quant_kernels COMMAND test_quant)
 # The traffic counter (zs_traffic, the examples' traffic line) on a flat stage-3 run at 4 ranks in two forced
 # nodes, and with every peer over MPI, against the bytes the algorithm must send, derived from the model.
 add_test(NAME quant_traffic COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/quant_traffic.sh $<TARGET_FILE:zs-train-mlp>)
+# The quantized collectives (comm/comm_quant.h) at 4 ranks in one run: two forced nodes of 2 (all-gather bits,
+# reduce-scatter within the bound, bytes across), one node (comm.h's exact bits), and unequal nodes refused.
+zs_test(test_quant_comm)
+add_test(NAME quant_comm_np4 COMMAND ${ZS_MPIRUN} 4 $<TARGET_FILE:test_quant_comm>)
