@@ -1,6 +1,8 @@
 /* quant_fast.c - kernels/quant.h's block quantization as loops GCC vectorizes (compiled -O3): per block, the
  * input widened to fp32 in a stack tile, an integer max over the bit patterns, then one quantizing pass;
- * the same float operations as the reference in quant.c (quant_elem.h), so the same bits. */
+ * the same float operations as the reference in quant.c (quant_elem.h), so the same bits. Each entry point is
+ * cloned for AVX2 (chosen at load time where the CPU has it; the unsigned max needs SSE4.1 to vectorize) and the
+ * baseline; no fused multiply-add either way (-ffp-contract=off). */
 #include <stdint.h>
 
 #include "convert.h"    /* defines: zs_cvt_bf16_f32, zs_cvt_f16_f32, zs_cvt_f32_bf16, zs_cvt_f32_f16 */
@@ -11,6 +13,7 @@ void zs_quantize_fast(const void *x, int dt, int64_t n, int64_t block, int8_t *q
 void zs_dequantize_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, void *y, int dt);
 void zs_dequantize_add_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, float *acc);
 
+#define ZS_QUANT_CLONES __attribute__((target_clones("avx2", "default")))
 #define TILE 1024 /* elements widened at a time: a block longer than this is walked in tiles twice */
 
 static void widen(float *t, const void *x, int dt, int64_t off, int64_t len)
@@ -44,7 +47,7 @@ static void tile_quant(int8_t *q, const float *t, int64_t len, float s, int ok)
         q[i] = zs_quant_one(t[i], s, ok);
 }
 
-void zs_quantize_fast(const void *x, int dt, int64_t n, int64_t block, int8_t *q, float *scale)
+ZS_QUANT_CLONES void zs_quantize_fast(const void *x, int dt, int64_t n, int64_t block, int8_t *q, float *scale)
 {
     float t[TILE];
 
@@ -69,7 +72,7 @@ void zs_quantize_fast(const void *x, int dt, int64_t n, int64_t block, int8_t *q
     }
 }
 
-void zs_dequantize_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, void *y, int dt)
+ZS_QUANT_CLONES void zs_dequantize_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, void *y, int dt)
 {
     uint16_t *h = (uint16_t *)y;
     float *f = (float *)y;
@@ -90,7 +93,7 @@ void zs_dequantize_fast(const int8_t *q, const float *scale, int64_t n, int64_t 
     }
 }
 
-void zs_dequantize_add_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, float *acc)
+ZS_QUANT_CLONES void zs_dequantize_add_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, float *acc)
 {
     for (int64_t b0 = 0; b0 < n; b0 += block) {
         int64_t end = n - b0 < block ? n : b0 + block;

@@ -9,3 +9,5 @@ add_test(NAME quant_traffic COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/quant_traff
 # reduce-scatter within the bound, bytes across), one node (comm.h's exact bits), and unequal nodes refused.
 zs_test(test_quant_comm)
 add_test(NAME quant_comm_np4 COMMAND ${ZS_MPIRUN} 4 $<TARGET_FILE:test_quant_comm>)
+# zs-bench quant at a tiny size: the subcommand runs and its fast path keeps the reference's bits (no timing asserted).
+add_test(NAME quant_bench COMMAND $<TARGET_FILE:zs-bench> quant --size 64K --reps 2 --block 100)
