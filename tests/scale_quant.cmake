@@ -11,3 +11,12 @@ zs_test(test_quant_comm)
 add_test(NAME quant_comm_np4 COMMAND ${ZS_MPIRUN} 4 $<TARGET_FILE:test_quant_comm>)
 # zs-bench quant at a tiny size: the subcommand runs and its fast path keeps the reference's bits (no timing asserted).
 add_test(NAME quant_bench COMMAND $<TARGET_FILE:zs-bench> quant --size 64K --reps 2 --block 100)
+# The GPU twins of the quantization kernels against the reference bit for bit: on the CUDA emulator always, on a
+# GPU where the backend is built (77 without one).
+zs_emu_test(test_quant_cuda_emu test_quant_cuda.c)
+add_test(NAME quant_cuda_emu COMMAND test_quant_cuda_emu)
+if(ZS_HAVE_CUDA)
+  zs_test(test_quant_cuda)
+  add_test(NAME quant_cuda COMMAND test_quant_cuda)
+  set_tests_properties(quant_cuda PROPERTIES SKIP_RETURN_CODE 77)
+endif()

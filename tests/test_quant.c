@@ -90,9 +90,9 @@ static int one_case(int64_t n, int64_t block, int dt, enum kind k)
             zs_elem_set(&xr, 0, 0, (float)xi);
             if (odt != 0) { /* a value within a scale of the output dtype's range may round to Inf there: outside the
                              * bound's scope */
-                uint16_t h;
-                zs_elem_set(&h, 0, odt, (float)(fabs(xi) + (double)s));
-                xr = zs_elem_get(&h, 0, odt);
+                _Alignas(float) char h[4];
+                zs_elem_set(h, 0, odt, (float)(fabs(xi) + (double)s));
+                xr = zs_elem_get(h, 0, odt);
             }
             if (isfinite(s) && !isfinite(xr))
                 continue;

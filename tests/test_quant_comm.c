@@ -141,7 +141,7 @@ static void reduce_scatter(struct zs_comm *c, struct zs_qcomm *qc, int dt_in, in
             for (int i = 0; i < COUNT; i++) {
                 part[i] = 0;
                 for (int l = 0; l < L; l++) {
-                    char one[4];
+                    _Alignas(float) char one[4];
                     zs_elem_set(one, 0, dt_in, value(m * L + l, rank, i));
                     part[i] += zs_elem_get(one, 0, dt_in);
                 }
@@ -153,7 +153,7 @@ static void reduce_scatter(struct zs_comm *c, struct zs_qcomm *qc, int dt_in, in
         for (int i = 0; i < COUNT; i++) {
             double exact = 0, mag = 0, quant = 0;
             for (int j = 0; j < world; j++) {
-                char one[4];
+                _Alignas(float) char one[4];
                 zs_elem_set(one, 0, dt_in, value(j, rank, i));
                 exact += zs_elem_get(one, 0, dt_in);
                 mag += fabs(zs_elem_get(one, 0, dt_in));
