@@ -16,7 +16,8 @@
  * the partials are summed in fp32 in node order (this node's own partial exact), times scale, rounded once to
  * dt_out. Deterministic run to run, but not equal to comm.h's exact reduction: the error per element is at most
  * the sum over the other nodes of their block scale * (1/2 + 2^-16), plus fp32 summation and the output's
- * rounding. out must not overlap buf.
+ * rounding. out may be buf's chunk r (in place), as with comm.h's; buf stays untouched by the caller until the
+ * wait.
  * Start, then wait: the start posts the first phase (nonblocking); the wait finishes it and runs the rest. */
 #ifndef ZS_COMM_QUANT_H
 #define ZS_COMM_QUANT_H

@@ -124,6 +124,16 @@ static void reduce_scatter(struct zs_comm *c, struct zs_qcomm *qc, int dt_in, in
         CHECK(st == ZS_OK, "reduce-scatter %s: %s", dt_name[dt_in], zs_last_error());
     }
     CHECK(memcmp(out, again, COUNT * esz(dt_out)) == 0, "reduce-scatter %s: two runs differ", dt_name[dt_in]);
+    if (dt_out == dt_in) { /* in place: the result lands on this rank's own chunk, with the same bits */
+        char *inplace = malloc((size_t)world * COUNT * esz(dt_in)), *mine = inplace + (size_t)rank * COUNT * esz(dt_in);
+        memcpy(inplace, in, (size_t)world * COUNT * esz(dt_in));
+        zs_status st = zs_qcomm_reduce_scatter(qc, inplace, dt_in, mine, dt_out, COUNT, scale, &req);
+        if (!st)
+            st = zs_qcomm_wait(qc, req);
+        CHECK(st == ZS_OK && memcmp(mine, out, COUNT * esz(dt_out)) == 0, "reduce-scatter %s in place: %s",
+              dt_name[dt_in], st ? zs_last_error() : "other bits");
+        free(inplace);
+    }
     if (!L) { /* one node: the exact collective's bits */
         struct zs_comm_req *r = NULL;
         zs_status st = zs_comm_reduce_scatter_dt(c, in, dt_in, again, dt_out, COUNT, scale, &r);
