@@ -60,6 +60,7 @@ struct zs_zero_config {
     int64_t prefetch_bucket_size, param_persistence_threshold, max_live_parameters, max_reuse_distance;
     bool gather_16bit_weights_on_model_save;
     struct zs_offload_config offload_optimizer, offload_param;
+    bool quantized_weights, quantized_gradients; /* ZeRO++ qwZ / qgZ across nodes (sharding/quant_path.c): lossy */
 };
 
 struct zs_aio_config {

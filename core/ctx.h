@@ -141,6 +141,7 @@ struct zs_ctx {
     struct zs_bucket *bucket;        /* the gradient reductions in flight and their staging (sharding/bucket.h) */
     struct zs_fetch *fetch;          /* stage 3's fetch trace (sharding/fetch.c) */
     struct zs_exact *exact;          /* deterministic mode's exact sums (sharding/exact_state.h), or NULL */
+    struct zs_qcomm *qcomm;          /* ZeRO++'s quantized collectives (sharding/quant_path.c), or NULL */
 };
 
 #endif /* ZS_CTX_H */

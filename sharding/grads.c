@@ -14,6 +14,7 @@
 #include "core/units.h" /* defines: zs_unit_grad_shard */
 #include "offload/offload.h"
 #include "bucket.h"   /* defines: struct zs_bucket */
+#include "quant_path.h" /* defines: zs_quant_grads, zs_quant_reduce */
 #include "sharding.h"
 
 static bool at_boundary(const struct zs_ctx *ctx)
@@ -112,6 +113,8 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
     else if (ctx->cfg.zero.stage == 1)
         st = zs_coll_reduce_scatter(&ctx->coll, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->rank), ctx->psz),
                                     ctx->pdt, s, ctx->post_scale, &un->reduce_req);
+    else if (zs_quant_grads(ctx)) /* complete here: reduce_req stays NULL */
+        st = zs_quant_reduce(ctx, g, un->reduced, ctx->cdt, s);
     else
         st = zs_coll_reduce_scatter(&ctx->coll, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale, &un->reduce_req);
     if (st) {

@@ -207,8 +207,10 @@ static const struct err_case err_cases[] = {
      "zero_optimization.contiguous_gradients: \"auto\" cannot be resolved here; give a value", NULL, 0},
     {"hpZ refused", "{" MB "'zero_optimization': {'zero_hpz_partition_size': 8}}",
      "zero_optimization.zero_hpz_partition_size:", "not supported", 0},
-    {"quantized weights refused", "{" MB "'zero_optimization': {'zero_quantized_weights': true}}",
-     "zero_optimization.zero_quantized_weights:", "not supported", 0},
+    {"quantized weights and gradients refused in deterministic mode", "{" MB "'zero_optimization': "
+     "{'zero_quantized_gradients': true}, 'zeroshard': {'deterministic': 'world_size_invariant'}}",
+     "zeroshard.deterministic:", "zero_optimization.zero_quantized_weights and zero_optimization.zero_quantized_gradients "
+     "are lossy", 0},
     {"MiCS refused", "{" MB "'zero_optimization': {'mics_shard_size': 4}}", "zero_optimization.mics_shard_size:",
      "not supported", 0},
     {"legacy_stage1 refused", "{" MB "'zero_optimization': {'legacy_stage1': true}}",
