@@ -13,7 +13,9 @@ void zs_quantize_fast(const void *x, int dt, int64_t n, int64_t block, int8_t *q
 void zs_dequantize_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, void *y, int dt);
 void zs_dequantize_add_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, float *acc);
 
+#ifndef ZS_QUANT_CLONES /* -DZS_QUANT_CLONES= builds the baseline alone (how its bits were checked) */
 #define ZS_QUANT_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
 #define TILE 1024 /* elements widened at a time: a block longer than this is walked in tiles twice */
 
 static void widen(float *t, const void *x, int dt, int64_t off, int64_t len)
