@@ -43,6 +43,10 @@ extern const char bench_offload_usage[];
 int bench_norm(int argc, char **argv);
 extern const char bench_norm_usage[];
 
+/* kernels/quant.h's block quantization against memcpy of the same bytes, and its scalar reference. */
+int bench_quant(int argc, char **argv);
+extern const char bench_quant_usage[];
+
 /* Monotonic seconds. */
 double bench_now(void);
 

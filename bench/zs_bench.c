@@ -23,6 +23,8 @@ static const struct bench_cmd commands[] = {
      bench_device_usage},
     {"offload", bench_offload, "ZeRO-Offload's step from the device (down, CPU AdamW, up) against its copy bandwidth",
      bench_offload_usage},
+    {"quant", bench_quant, "int8 block quantization (the quantized collectives' kernels) against memcpy",
+     bench_quant_usage},
     {"norm", bench_norm, "the gradient norm: its fixed order, threaded or on a GPU, against the sequential sum",
      bench_norm_usage},
     {"overlap", bench_overlap, "a collective hidden behind compute: no progress, test calls, a progress thread",

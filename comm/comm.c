@@ -237,3 +237,29 @@ zs_status zs_comm_allgather_bytes(struct zs_comm *c, const void *mine, void *all
         free(buf);
     return st;
 }
+
+/* ---------------------------------------------------------------- traffic */
+
+/* Process-wide, so every comm of the process (the engine's, sub-communicators) adds to one sum; relaxed
+ * atomics since a program may drive two comms from two threads. */
+static uint64_t traffic_cross, traffic_intra, traffic_header;
+
+void zs_comm_count(const struct zs_comm *c, int32_t peer, uint64_t bytes)
+{
+    uint64_t *to = zs_comm_is_remote(c, peer) ? &traffic_cross : &traffic_intra;
+
+    __atomic_fetch_add(to, bytes, __ATOMIC_RELAXED);
+}
+
+void zs_comm_count_header(uint64_t bytes)
+{
+    __atomic_fetch_add(&traffic_header, bytes, __ATOMIC_RELAXED);
+}
+
+void zs_comm_traffic(uint64_t *cross_node, uint64_t *intra_node, uint64_t *header_bytes)
+{
+    *cross_node = __atomic_load_n(&traffic_cross, __ATOMIC_RELAXED);
+    *intra_node = __atomic_load_n(&traffic_intra, __ATOMIC_RELAXED);
+    if (header_bytes)
+        *header_bytes = __atomic_load_n(&traffic_header, __ATOMIC_RELAXED);
+}

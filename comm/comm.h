@@ -149,4 +149,13 @@ zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, co
 struct zs_flight *zs_comm_flight(const struct zs_comm *c);
 void zs_comm_flight_dump(struct zs_comm *c, const char *why);
 
+/* The process's traffic: bytes of collective payload this rank handed to ranks on other nodes
+ * (cross_node) and on its own node (intra_node), summed over every zs_comm of the process since it
+ * started; a rank's node is the layout of the comm that carried the bytes (real or forced; the MPI
+ * backend puts every rank on a node of its own). MPI sends are counted where they are posted; a
+ * shared-memory peer's read of this rank's buffer (or this rank's write into the peer's) counts as
+ * sent by this rank. The operations' check headers (sizeof(struct op_header) per remote peer) are
+ * counted apart in *header_bytes (may be NULL); set-up broadcasts and NCCL's transfers are not counted. */
+void zs_comm_traffic(uint64_t *cross_node, uint64_t *intra_node, uint64_t *header_bytes);
+
 #endif /* ZS_COMM_H */

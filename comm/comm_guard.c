@@ -241,6 +241,7 @@ zs_status zs_comm_check_progress(struct zs_comm *c, struct zs_comm_req *q, bool 
                                &q->hreq[2 * i++ + 1]);
             if (rc != MPI_SUCCESS)
                 return zs_comm_mpi_fail(rc, "operation header send", j);
+            zs_comm_count_header(sizeof(q->hdr));
         }
         q->hdr_sent = true;
     }

@@ -188,4 +188,9 @@ void zs_comm_local_reduce(struct zs_comm_req *q);
 /* Frees the failed requests whose sends and receives have all ended since. */
 void zs_comm_reap_dead(struct zs_comm *c);
 
+/* comm.c: adds bytes this rank sends to global rank peer of c to the process's traffic (zs_comm_traffic);
+ * header: an operation's check header (counted apart). */
+void zs_comm_count(const struct zs_comm *c, int32_t peer, uint64_t bytes);
+void zs_comm_count_header(uint64_t bytes);
+
 #endif /* ZS_COMM_IMPL_H */

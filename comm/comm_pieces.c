@@ -73,6 +73,8 @@ static zs_status rs_start_piece(struct zs_comm *c, struct zs_comm_req *q, struct
     q->next_off += sl->len;
     tag = piece_tag(c, q->seq, sl->piece);
     for (int32_t j = 0; j < n; j++) {
+        if (j != r) /* a local peer reads this piece of my chunk j from the shared heap; a remote one gets it */
+            zs_comm_count(c, j, (uint64_t)sl->len * q->esz_in);
         if (j == r || zs_comm_is_local(q, j))
             continue;
         char *dst = (char *)sl->tmp->data + (size_t)(j < r ? j : j - 1) * (size_t)sl->len * q->esz_in;
@@ -194,8 +196,10 @@ static void rs_sum_piece(struct zs_comm *c, struct zs_comm_req *q, struct rs_slo
          * stores here measured slower: the block is hot, and a 4 KB stream per peer thrashes.) */
         if (q->kind == REQ_AR && q->shm)
             for (int32_t j = 0; j < n; j++)
-                if (j != r && zs_comm_is_local(q, j))
+                if (j != r && zs_comm_is_local(q, j)) {
                     memcpy((char *)q->peer[j] + (dst - q->gbuf), dst, (size_t)bn * q->esz_out);
+                    zs_comm_count(c, j, (uint64_t)bn * q->esz_out);
+                }
     }
 }
 
@@ -262,6 +266,10 @@ zs_status zs_comm_ag_start(struct zs_comm *c, struct zs_comm_req *q, uint64_t se
     int32_t n = c->size, r = c->rank;
     int64_t pieces = zs_comm_ag_pieces(q);
 
+    /* Local peers copy my chunk from the shared heap (unless an all-reduce already wrote it into theirs) */
+    for (int32_t j = 0; q->shm && !q->copied && j < n; j++)
+        if (j != r && zs_comm_is_local(q, j))
+            zs_comm_count(c, j, (uint64_t)q->count * q->esz_out);
     if (!q->agr)
         return ZS_OK;
     for (int64_t p = 0; p < pieces; p++) {
@@ -281,6 +289,7 @@ zs_status zs_comm_ag_start(struct zs_comm *c, struct zs_comm_req *q, uint64_t se
                            c->comm, &q->agr[q->nagr++]);
             if (rc != MPI_SUCCESS)
                 return zs_comm_mpi_fail(rc, "all-gather send", j);
+            zs_comm_count(c, j, (uint64_t)len);
         }
     }
     return ZS_OK;

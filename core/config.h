@@ -61,6 +61,7 @@ struct zs_zero_config {
     bool gather_16bit_weights_on_model_save;
     struct zs_offload_config offload_optimizer, offload_param;
     int64_t mics_shard_size;  /* ranks per shard group (hybrid sharding); -1: every rank (flat) */
+    bool quantized_weights, quantized_gradients; /* ZeRO++ qwZ / qgZ across nodes (sharding/quant_path.c): lossy */
 };
 
 struct zs_aio_config {

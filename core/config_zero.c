@@ -61,9 +61,7 @@ static const char *const zero_noeffect[] = {
 static const struct zs_cfg_gate zero_gates[] = {
     {"legacy_stage1", false, 0, 0, "the legacy stage-1 implementation is not supported"},
     {"zero_hpz_partition_size", true, 1, 1, "ZeRO++ hierarchical partitioning (hpZ) is not supported"},
-    {"zero_quantized_weights", false, 0, 0, "ZeRO++ quantized weights are not supported"},
     {"zero_quantized_nontrainable_weights", false, 0, 0, "ZeRO++ quantized weights are not supported"},
-    {"zero_quantized_gradients", false, 0, 0, "ZeRO++ quantized gradients are not supported"},
     {"mics_hierarchical_params_gather", false, 0, 0,
      "MiCS hierarchical gathering is not supported (a shard group's gather is one collective)"},
 };
@@ -259,7 +257,9 @@ static int parse_zero_keys(parser *p, json_t *zo, struct zs_zero_config *zc)
         zs_cfg_pick_alias(p, zo, zp, key, "stage3_gather_fp16_weights_on_model_save", &key) ||
         zs_cfg_get_bool(p, zo, zp, key, false, false, &zc->gather_16bit_weights_on_model_save) ||
         zs_cfg_get_bool(p, zo, zp, "overlap_comm", zc->stage == 3, false, &zc->overlap_comm) ||
-        parse_mics(p, zo, zc))
+        parse_mics(p, zo, zc) ||
+        zs_cfg_get_bool(p, zo, zp, "zero_quantized_weights", false, false, &zc->quantized_weights) ||
+        zs_cfg_get_bool(p, zo, zp, "zero_quantized_gradients", false, false, &zc->quantized_gradients))
         return -EINVAL;
     for (size_t i = 0; i < sizeof(zero_gates) / sizeof(zero_gates[0]); i++)
         if (zs_cfg_check_gate(p, zo, zp, &zero_gates[i]))

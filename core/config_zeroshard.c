@@ -127,6 +127,10 @@ static int set_deterministic(parser *p, struct zs_config *cfg, const char *det)
         return zs_cfg_fail(p, "zeroshard", "micro_shard_size",
                            "%lld does not divide train_micro_batch_size_per_gpu %lld at this world size",
                            (long long)c->micro_shard_size, (long long)cfg->micro_batch_size);
+    if (cfg->zero.quantized_weights || cfg->zero.quantized_gradients)
+        return zs_cfg_fail(p, "zeroshard", "deterministic", "\"world_size_invariant\" needs exact sums and gathers: "
+                           "zero_optimization.zero_quantized_weights and zero_optimization.zero_quantized_gradients "
+                           "are lossy (set them to false)");
     /* the exact sum is scaled once, by the micro-shard count; a pre-division would round per rank */
     if (cfg->prescale_gradients || cfg->gradient_predivide_factor != 1.0)
         return zs_cfg_fail(p, "zeroshard", "deterministic",

@@ -152,6 +152,7 @@ struct zs_ctx {
     struct zs_coll gcoll, rcoll;     /* hybrid: the collectives over them, on dev's buffers */
     MPI_Comm rmpi;                   /* hybrid: the replicas' MPI communicator (deterministic mode's int64 sum) */
     int32_t gfake, rfake;            /* ZS_FAKE_NODE_SIZE as the group's and the replicas' comms see it (0: real) */
+    struct zs_qcomm *qcomm;          /* ZeRO++'s quantized collectives (sharding/quant_path.c), or NULL */
 };
 
 #endif /* ZS_CTX_H */

@@ -357,3 +357,29 @@ double ex_det_loss(const double *mine, int64_t gas, int64_t per, int world)
     free(all);
     return sum / (double)(n * world);
 }
+
+void ex_traffic_start(zs_ctx *ctx, struct ex_traffic *t)
+{
+    zs_step_stats s;
+
+    zs_traffic(ctx, &t->cross, &t->intra);
+    zs_stats(ctx, &s);
+    t->step = s.global_step;
+}
+
+void ex_traffic_print(zs_ctx *ctx, const struct ex_traffic *t, int rank, int world)
+{
+    uint64_t now[2], mine[2], sum[2] = {0, 0};
+    zs_step_stats s;
+
+    zs_traffic(ctx, &now[0], &now[1]);
+    zs_stats(ctx, &s);
+    mine[0] = now[0] - t->cross;
+    mine[1] = now[1] - t->intra;
+    MPI_Reduce(mine, sum, 2, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    double per = (double)(s.global_step > t->step ? s.global_step - t->step : 0) * (double)world;
+    if (rank == 0)
+        printf("traffic: cross-node %.0f bytes/step/rank intra-node %.0f bytes/step/rank\n",
+               per > 0 ? (double)sum[0] / per : 0.0, per > 0 ? (double)sum[1] / per : 0.0);
+    fflush(stdout);
+}

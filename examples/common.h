@@ -77,4 +77,14 @@ void ex_print_memory(zs_ctx *ctx, int rank, int world);
  * depend on the world size. Collective. */
 double ex_det_loss(const double *mine, int64_t gas, int64_t per, int world);
 
+/* The library's traffic counters (zs_traffic) and the global step when training starts; ex_traffic_print,
+ * after it, has rank 0 print `traffic: cross-node N bytes/step/rank intra-node M bytes/step/rank`: the bytes
+ * sent over the window, summed over ranks and divided by ranks and steps (0 without a step). Collective. */
+struct ex_traffic {
+    uint64_t cross, intra;
+    int64_t step;
+};
+void ex_traffic_start(zs_ctx *ctx, struct ex_traffic *t);
+void ex_traffic_print(zs_ctx *ctx, const struct ex_traffic *t, int rank, int world);
+
 #endif /* ZS_EXAMPLES_COMMON_H */

@@ -473,7 +473,10 @@ static int train(struct run *r, bool *preempted)
     zs_step_stats at, s;
     int rc = 0;
 
+    struct ex_traffic tr;
+
     zs_stats(r->ctx, &at);
+    ex_traffic_start(r->ctx, &tr);
     ex_preempt_enable(r->ctx, ro);
     for (int64_t step = at.global_step; step < ro->steps && !rc; step++) {
         double mean, t0 = MPI_Wtime();
@@ -495,6 +498,8 @@ static int train(struct run *r, bool *preempted)
         if (*preempted)
             break;
     }
+    if (!rc)
+        ex_traffic_print(r->ctx, &tr, r->rank, r->world);
     return rc;
 }
 

@@ -347,6 +347,11 @@ int64_t zs_grad_accum_steps(const zs_ctx *ctx);
 int64_t zs_micro_batch_size(const zs_ctx *ctx);
 /* Deterministic mode: samples per micro-shard (the data split's unit); 0 in the normal mode. */
 int64_t zs_micro_shard_size(const zs_ctx *ctx);
+/* Bytes of collective payload this process has sent to ranks on other nodes and on its own node since it
+ * started, counted by the library where the data is posted (every comm of the process; a shared-memory
+ * peer's read of this rank's buffer counts as sent). ctx may be NULL. Check headers, set-up broadcasts and
+ * NCCL's own transfers are not in these sums. Take the difference across the steps to time a window. */
+zs_status zs_traffic(const zs_ctx *ctx, uint64_t *cross_node_bytes, uint64_t *intra_node_bytes);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -14,6 +14,7 @@
 #include "core/units.h"
 #include "offload/nvme_optim.h"
 #include "offload/offload.h"
+#include "sharding/quant_path.h" /* defines: zs_quant_path_open, zs_quant_path_close */
 #include "sharding/sharding.h"
 #include "runtime.h"
 
@@ -315,6 +316,8 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
         st = zs_agree(ctx, zs_dev_place(ctx));
     if (!st)
         st = zs_dev_nccl_open(ctx);
+    if (!st)
+        st = zs_agree(ctx, zs_quant_path_open(ctx));
     if (st) {
         zs_finalize(ctx);
         return st;
@@ -395,6 +398,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     }
     zs_device_close(&ctx->dev);
     zs_pool_free(ctx->pool);
+    zs_quant_path_close(ctx);
     zs_comm_free(ctx->comm);
     free(ctx);
     if (own) {

@@ -13,6 +13,7 @@
 #include "core/ranks.h"
 #include "core/units.h"
 #include "offload/nvme_optim.h"
+#include "quant_path.h" /* defines: zs_quant_weights, zs_quant_gather */
 #include "sharding.h"
 
 /* The unit order of one accumulation window, used to prefetch and to decide which released units are worth
@@ -93,7 +94,9 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
         if (!zs_coll_all_gather(ctx->scoll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
             un->gather = ZS_GATHER_PENDING;
     }
-    if (!st) {
+    if (!st && zs_quant_weights(ctx)) { /* complete here: gather_req stays NULL */
+        st = zs_quant_gather(ctx, un->gathered, un->part.shard);
+    } else if (!st) {
         zs_label_on(ctx, ctx->scomm, ZS_PURPOSE_FETCH, u);
         st = zs_coll_all_gather(ctx->scoll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
     }

@@ -15,6 +15,7 @@
 #include "core/units.h" /* defines: zs_unit_grad_shard */
 #include "offload/offload.h"
 #include "bucket.h"   /* defines: struct zs_bucket */
+#include "quant_path.h" /* defines: zs_quant_grads, zs_quant_reduce */
 #include "sharding.h"
 
 static bool at_boundary(const struct zs_ctx *ctx)
@@ -163,6 +164,8 @@ static zs_status launch(struct zs_ctx *ctx, int32_t u)
     else if (ctx->cfg.zero.stage == 1)
         st = zs_coll_reduce_scatter(ctx->scoll, g, ctx->pdt, zs_at(g, zs_partition_begin(&un->part, ctx->shard_rank), ctx->psz),
                                     ctx->pdt, s, ctx->post_scale, &un->reduce_req);
+    else if (zs_quant_grads(ctx)) /* complete here: reduce_req stays NULL */
+        st = zs_quant_reduce(ctx, g, un->reduced, ctx->cdt, s);
     else
         st = zs_coll_reduce_scatter(ctx->scoll, g, ctx->pdt, un->reduced, ctx->cdt, s, ctx->post_scale, &un->reduce_req);
     if (st) {

@@ -207,12 +207,14 @@ static const struct err_case err_cases[] = {
      "zero_optimization.contiguous_gradients: \"auto\" cannot be resolved here; give a value", NULL, 0},
     {"hpZ refused", "{" MB "'zero_optimization': {'zero_hpz_partition_size': 8}}",
      "zero_optimization.zero_hpz_partition_size:", "not supported", 0},
-    {"quantized weights refused", "{" MB "'zero_optimization': {'zero_quantized_weights': true}}",
-     "zero_optimization.zero_quantized_weights:", "not supported", 0},
     {"MiCS shard size 0 refused", "{" MB "'zero_optimization': {'mics_shard_size': 0}}",
      "zero_optimization.mics_shard_size:", "0 is not a shard group size", 0},
     {"MiCS hierarchical gather refused", "{" MB "'zero_optimization': {'mics_shard_size': 2, "
      "'mics_hierarchical_params_gather': true}}", "zero_optimization.mics_hierarchical_params_gather:", "not supported", 0},
+    {"quantized weights and gradients refused in deterministic mode", "{" MB "'zero_optimization': "
+     "{'zero_quantized_gradients': true}, 'zeroshard': {'deterministic': 'world_size_invariant'}}",
+     "zeroshard.deterministic:", "zero_optimization.zero_quantized_weights and zero_optimization.zero_quantized_gradients "
+     "are lossy", 0},
     {"legacy_stage1 refused", "{" MB "'zero_optimization': {'legacy_stage1': true}}",
      "zero_optimization.legacy_stage1:", "not supported", 0},
     {"batch sizes inconsistent", "{'train_batch_size': 32, 'train_micro_batch_size_per_gpu': 4, "

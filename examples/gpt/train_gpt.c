@@ -314,7 +314,10 @@ static int train(struct run *r, const struct opts *o)
         fprintf(stderr, "zeroshard: error: --metrics %s: cannot be written\n", o->metrics);
         return 1;
     }
+    struct ex_traffic tr;
+
     zs_stats(r->ctx, &at);
+    ex_traffic_start(r->ctx, &tr);
     /* a fresh run that trains nothing saves its initial weights: what a twin (tests/gpt_torch.py) starts from */
     if (o->run.save_dir && !o->run.load && at.global_step >= o->run.steps &&
         (rc = (int)zs_checkpoint_save(r->ctx, o->run.save_dir)))
@@ -343,6 +346,8 @@ static int train(struct run *r, const struct opts *o)
             break;
         }
     }
+    if (!rc)
+        ex_traffic_print(r->ctx, &tr, r->rank, r->world);
     if (metrics)
         fclose(metrics);
     return rc;

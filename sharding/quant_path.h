@@ -1,0 +1,25 @@
+/* quant_path.h - ZeRO++'s quantized collectives in the engine: zero_quantized_weights (stage 3's gather of the
+ * parameters) and zero_quantized_gradients (the gradients' reduce-scatter at stages 2-3) cross the node boundary
+ * as int8 blocks (comm/comm_quant.h) and stay exact inside a node. Lossy: refused with zeroshard.deterministic
+ * (core/config_zeroshard.c). On one node they are the exact collectives. */
+#ifndef ZS_QUANT_PATH_H
+#define ZS_QUANT_PATH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/ctx.h" /* defines: struct zs_ctx */
+
+/* Collective: the quantized collectives when either key is on (refused, naming the key, where they do not
+ * apply: a device the host cannot read in place, stage < 3 for weights, stage < 2 for gradients). */
+zs_status zs_quant_path_open(struct zs_ctx *ctx);
+void zs_quant_path_close(struct zs_ctx *ctx);
+bool zs_quant_weights(const struct zs_ctx *ctx);
+bool zs_quant_grads(const struct zs_ctx *ctx);
+/* The unit's gather (buf: world chunks of shard elements of the parameter dtype) and its gradients'
+ * reduce-scatter (into out, dt_out, times the post-scale), each complete on return: the engine's request
+ * stays NULL, which its waits take as done. */
+zs_status zs_quant_gather(struct zs_ctx *ctx, void *buf, int64_t shard);
+zs_status zs_quant_reduce(struct zs_ctx *ctx, const void *g, void *out, zs_dtype dt_out, int64_t shard);
+
+#endif /* ZS_QUANT_PATH_H */
