@@ -68,6 +68,10 @@ S = 4 * ((16 + 1) * 64 + 2 * (64 + 1) * 64 + (64 + 1) * 4)
 r = rows("--mlp", "64,3", "--gpus", "2", "--ranks-per-node", "1", "--inter-bw", "1", "--flops", "1",
          "--stage", "3", "--overlap", "1", *FP32)[2]
 near(r["comm_exposed_s"], 3 * 0.5 * S / 1e9 / 4, "overlap: only the first unit of each phase waits")
+# ... and with (almost) no compute to hide behind, all of it is exposed
+r = rows("--mlp", "64,3", "--gpus", "2", "--ranks-per-node", "1", "--inter-bw", "1", "--flops", "1e20",
+         "--stage", "3", "--overlap", "1", *FP32)[2]
+near(r["comm_exposed_s"], 3 * 0.5 * S / 1e9, "overlap: nothing to hide behind, all exposed")
 
 # Four GPUs on two nodes, 1 GB/s inside and across: flat stage 3 moves 3/4 S per collective across
 # (3 x 3 ms, 9e6 B); mics_shard_size 2 keeps gathers and reduce-scatter in the node (3 x 2 ms) and adds the
