@@ -184,7 +184,7 @@ static int option(struct tm_args *a, const char *o, const char *v)
     } else if (!strcmp(o, "--ranks-per-node")) {
         return integer(o, v, 1, 1 << 16, &in->ranks_per_node);
     } else if (!strcmp(o, "--cores")) {
-        return integer(o, v, 0, 1 << 16, &in->cores);
+        return number(o, v, 0, 1 << 16, &in->cores);
     } else if (!strcmp(o, "--gpus")) {
         return gpu_list(a, v);
     } else {

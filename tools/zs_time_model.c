@@ -103,7 +103,7 @@ int zs_tm_predict(const struct zs_tm_in *in, int gpus, struct zs_tm_out *out, ch
     int shard = in->stage >= 1 ? g : 1;
 
     /* compute: the node's cores shared by its ranks when there are fewer cores than ranks */
-    double rate = in->flops * (in->cores > 0 && in->cores < p.k ? (double)in->cores / p.k : 1.0);
+    double rate = in->flops * (in->cores > 0 && in->cores < p.k ? in->cores / p.k : 1.0);
     double model_flops = in->flops_per_token * in->tokens;
     double c = model_flops * (in->recompute ? 4.0 / 3.0 : 1.0) / rate, c_f = model_flops / 3.0 / rate;
     double c_b = c - c_f;

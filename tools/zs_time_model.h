@@ -22,7 +22,8 @@ struct zs_tm_in {
     int state_bytes;             /* fp32 master + optimizer states per parameter (NVMe swapping) */
     enum zs_tm_offload offload;
     double flops, intra_bw, inter_bw, pcie_bw, nvme_bw, mem_bw, host_bw, intra_lat, inter_lat;
-    int ranks_per_node, cores; /* cores 0: every rank has its own compute */
+    int ranks_per_node;
+    double cores; /* cores a node's ranks share (fractions: a loaded machine's share); 0: one device each */
 };
 
 /* One GPU count's prediction, seconds per optimizer step. */
