@@ -33,7 +33,9 @@ def near(got, want, what):
     check(abs(got - want) <= 1e-9 * max(abs(want), 1e-12), f"{what}: {got:.9g} (want {want:.9g})")
 
 
-FP32 = ["--dtype", "fp32", "--inter-lat", "0", "--intra-lat", "0"]
+# no latency; stage 3 re-gathers every unit it uses (nothing kept for reuse) unless a case says otherwise
+NOLAT = ["--dtype", "fp32", "--inter-lat", "0", "--intra-lat", "0"]
+FP32 = NOLAT + ["--max-reuse", "0"]
 
 # One GPU: compute = 6 * 1e9 * 1000 tokens / 1e12 FLOP/s = 6 s; AdamW fp32 moves 28 bytes a parameter:
 # 28e9 B / 1000 GB/s = 0.028 s; nothing to communicate.
@@ -50,12 +52,22 @@ near(rows(*one[:-2], "--gpus", "2", "--cores", "1")[2]["compute_s"], 12, "two ra
 # Two nodes of one rank, 1 GB/s between them, 1e6 fp32 parameters (S = 4e6 B), no overlap: stage 2:
 # reduce-scatter 1/2 * S / 1e9 = 2 ms, the gather after the step 2 ms; stage 3: two gathers and a
 # reduce-scatter, 6 ms; every byte crosses.
-two = ["--params", "1e6", "--gpus", "2", "--ranks-per-node", "1", "--inter-bw", "1", "--intra-bw", "1000",
-       "--flops", "1e20", "--overlap", "0"] + FP32
+TWO = ["--params", "1e6", "--gpus", "2", "--ranks-per-node", "1", "--inter-bw", "1", "--intra-bw", "1000",
+       "--flops", "1e20", "--overlap", "0"]
+two = TWO + FP32
 r = rows(*two, "--stage", "2")[2]
 near(r["comm_exposed_s"], 0.004, "two nodes, stage 2: communication")
 near(r["cross_node_bytes"], 4e6, "two nodes, stage 2: bytes out of a node")
 near(rows(*two, "--stage", "3")[2]["comm_exposed_s"], 0.006, "two nodes, stage 3: communication")
+# reuse: a unit released at most stage3_max_reuse_distance elements before its next use stays gathered;
+# its distance is twice the elements after it, so a reuse distance of P keeps the last half of the model
+# into backward (1 ms instead of 2), the default (1e9) all of it; stage3_max_live_parameters caps what stays
+r3 = TWO + NOLAT + ["--stage", "3"]
+near(rows(*r3, "--max-reuse", "1e6")[2]["comm_exposed_s"], 0.005, "two nodes, stage 3, reuse distance 1e6")
+near(rows(*r3)[2]["comm_exposed_s"], 0.004, "two nodes, stage 3, default reuse: no backward gather")
+near(rows(*r3, "--max-live", "0")[2]["comm_exposed_s"], 0.006, "two nodes, stage 3, max live 0: nothing kept")
+# ... and across micro-batches of a step: only the first forward gathers, every backward reduce-scatters
+near(rows(*r3, "--gas", "3")[2]["comm_exposed_s"], 0.002 + 3 * 0.002, "two nodes, stage 3, default reuse, 3 micro")
 # stage 0's all-reduce: 2 * (n-1) ring steps of 250 us, plus 2 * 1/2 * S / 1 GB/s
 near(rows(*two, "--stage", "0", "--inter-lat", "250")[2]["comm_exposed_s"], 0.0045,
      "two nodes, stage 0: all-reduce with latency")

@@ -28,7 +28,7 @@ static const char usage_text[] =
     "         [--overlap 0|1] [--mics N] [--hpz N] [--quant-weights] [--quant-grads] [--quant-block N]\n"
     "         [--offload none|cpu|nvme] [--flops F] [--intra-bw GB/s] [--inter-bw GB/s] [--pcie-bw GB/s]\n"
     "         [--nvme-bw GB/s] [--mem-bw GB/s] [--host-bw GB/s] [--intra-lat us] [--inter-lat us]\n"
-    "         [--ranks-per-node K] [--cores C] [--gpus N1,N2,...] [--json]\n";
+    "         [--ranks-per-node K] [--cores C] [--max-live N] [--max-reuse N] [--gpus N1,N2,...] [--json]\n";
 
 static int bad(const char *flag, const char *what)
 {
@@ -53,6 +53,7 @@ static void help(void)
          "  --pcie-bw 50, --nvme-bw 25, --mem-bw 3350, --host-bw 100   GB/s (PCIe 5 x16, node NVMe, HBM3, DDR5)\n"
          "  --intra-lat 5, --inter-lat 10   microseconds per ring step\n"
          "  --ranks-per-node 8, --cores C (C cores shared by a node's ranks; 0: one device each)\n"
+         "  --max-live N, --max-reuse N   stage3_max_live_parameters, stage3_max_reuse_distance (1e9 each)\n"
          "  --gpus LIST          GPU counts (default 1,2,4,...,1024)");
 }
 
@@ -185,6 +186,10 @@ static int option(struct tm_args *a, const char *o, const char *v)
         return integer(o, v, 1, 1 << 16, &in->ranks_per_node);
     } else if (!strcmp(o, "--cores")) {
         return number(o, v, 0, 1 << 16, &in->cores);
+    } else if (!strcmp(o, "--max-live")) {
+        return number(o, v, 0, 1e18, &in->max_live);
+    } else if (!strcmp(o, "--max-reuse")) {
+        return number(o, v, 0, 1e18, &in->max_reuse);
     } else if (!strcmp(o, "--gpus")) {
         return gpu_list(a, v);
     } else {
@@ -268,6 +273,10 @@ static int read_config(struct tm_args *a, bool *momentum)
     take_int(json_object_get(z, "mics_shard_size"), &in->mics);
     take_int(json_object_get(z, "zero_hpz_partition_size"), &in->hpz);
     take_int(json_object_get(root, "gradient_accumulation_steps"), &in->gas);
+    if (in->max_live < 0 && json_is_number(v = json_object_get(z, "stage3_max_live_parameters")))
+        in->max_live = json_number_value(v);
+    if (in->max_reuse < 0 && json_is_number(v = json_object_get(z, "stage3_max_reuse_distance")))
+        in->max_reuse = json_number_value(v);
     if (json_is_true(json_object_get(z, "zero_quantized_weights")))
         in->quant_weights = true;
     if (json_is_true(json_object_get(z, "zero_quantized_gradients")))
@@ -304,6 +313,8 @@ static int finish_inputs(struct tm_args *a)
     in->mics = in->mics < 0 ? 0 : in->mics;
     in->hpz = in->hpz < 0 ? 0 : in->hpz;
     in->overlap = a->overlap < 0 ? in->stage == 3 : a->overlap;
+    in->max_live = in->max_live < 0 ? 1e9 : in->max_live; /* ZeroShard's defaults, as DeepSpeed's */
+    in->max_reuse = in->max_reuse < 0 ? 1e9 : in->max_reuse;
     in->tokens = (a->micro_batch < 0 ? 1 : a->micro_batch) * (a->seq < 0 ? 1 : a->seq);
     zs_dtype dt = !a->dtype || !strcmp(a->dtype, "fp32") ? ZS_DTYPE_FP32
                   : !strcmp(a->dtype, "bf16")            ? ZS_DTYPE_BF16 : ZS_DTYPE_FP16;
@@ -367,7 +378,7 @@ int zs_time_main(int argc, char **argv)
                         .in = {.stage = -1, .gas = -1, .mics = -1, .hpz = -1, .quant_block = 256,
                                .flops = 4e14, .intra_bw = 360e9, .inter_bw = 400e9, .pcie_bw = 50e9,
                                .nvme_bw = 25e9, .mem_bw = 3350e9, .host_bw = 100e9, .intra_lat = 5e-6,
-                               .inter_lat = 10e-6, .ranks_per_node = 8}};
+                               .inter_lat = 10e-6, .ranks_per_node = 8, .max_live = -1, .max_reuse = -1}};
     int rc = parse(&a, argc, argv);
     bool first = true;
     char err[160];

@@ -109,10 +109,16 @@ int zs_tm_predict(const struct zs_tm_in *in, int gpus, struct zs_tm_out *out, ch
     double c_b = c - c_f;
 
     /* collectives of every micro-batch, of the window's last micro-batch, and of the step */
-    struct coll none = {0, 0}, ag_f = none, ag_b = none, rs_micro = none, red_window = none, step = none;
+    struct coll none = {0, 0}, ag_f = none, ag_f_next = none, ag_b = none, rs_micro = none, red_window = none,
+                step = none;
     if (in->stage == 3) {
+        /* units released within stage3_max_reuse_distance elements of their next use stay gathered (up to
+         * stage3_max_live_parameters): forward's last units into backward, backward's last into the window's
+         * next forward; a unit's distance to its next use is twice the elements after it */
+        double keep = fmin(1.0, fmin(in->max_reuse / 2, in->max_live) / in->params);
         ag_f = ring(in, &p, Sp, g, 1, qw);
-        ag_b = ring(in, &p, Sp, h, 1, qw);
+        ag_f_next = ring(in, &p, Sp * (1 - keep), g, 1, qw);
+        ag_b = ring(in, &p, Sp * (1 - keep), h, 1, qw);
     }
     if (in->stage >= 2)
         rs_micro = ring(in, &p, Sg, g, 1, qg);
@@ -126,9 +132,10 @@ int zs_tm_predict(const struct zs_tm_in *in, int gpus, struct zs_tm_out *out, ch
         step = coll_add(step, cross_group(in, &p, Sg, g, qg), 1);
 
     double G = in->gas;
-    struct coll total = coll_add(coll_add(coll_add(none, ag_f, G), ag_b, G), rs_micro, G);
+    struct coll total = coll_add(coll_add(coll_add(ag_f, ag_f_next, G - 1), ag_b, G), rs_micro, G);
     total = coll_add(coll_add(total, red_window, 1), step, 1);
-    double exp = G * exposed(in, ag_f.t, c_f) + (G - 1) * exposed(in, ag_b.t + rs_micro.t, c_b) +
+    double exp = exposed(in, ag_f.t, c_f) + (G - 1) * exposed(in, ag_f_next.t, c_f) +
+                 (G - 1) * exposed(in, ag_b.t + rs_micro.t, c_b) +
                  exposed(in, ag_b.t + rs_micro.t + red_window.t, c_b) + step.t;
 
     /* optimizer over the rank's shard; offload: gradients down and parameters up the rank's PCIe link,

@@ -24,6 +24,7 @@ struct zs_tm_in {
     double flops, intra_bw, inter_bw, pcie_bw, nvme_bw, mem_bw, host_bw, intra_lat, inter_lat;
     int ranks_per_node;
     double cores; /* cores a node's ranks share (fractions: a loaded machine's share); 0: one device each */
+    double max_live, max_reuse; /* stage3_max_live_parameters, stage3_max_reuse_distance (elements) */
 };
 
 /* One GPU count's prediction, seconds per optimizer step. */
