@@ -143,11 +143,46 @@ static double *rate_field(struct zs_tm_in *in, const char *o, double *scale)
     return NULL;
 }
 
+/* Options taking one number in a range: integers (whole) into an int, the rest into a double. */
+static const struct num_opt {
+    const char *name;
+    double lo, hi;
+    bool whole;
+} num_opts[] = {
+    {"--stage", 0, 3, true},
+    {"--overlap", 0, 1, true},
+    {"--micro-batch", 1, 1e9, false},
+    {"--seq", 1, 1e9, false},
+    {"--gas", 1, 1 << 20, true},
+    {"--mics", 1, 1 << 20, true},
+    {"--hpz", 1, 1 << 20, true},
+    {"--quant-block", 1, 1 << 20, true},
+    {"--flops", 1, 1e20, false},
+    {"--ranks-per-node", 1, 1 << 16, true},
+    {"--cores", 0, 1 << 16, false},
+    {"--max-live", 0, 1e18, false},
+    {"--max-reuse", 0, 1e18, false},
+};
+
+static int num_option(struct tm_args *a, size_t i, const char *v)
+{
+    struct zs_tm_in *in = &a->in;
+    void *dst[] = {&in->stage, &a->overlap, &a->micro_batch, &a->seq, &in->gas, &in->mics, &in->hpz,
+                   &in->quant_block, &in->flops, &in->ranks_per_node, &in->cores, &in->max_live, &in->max_reuse};
+    const struct num_opt *n = &num_opts[i];
+
+    _Static_assert(sizeof(dst) / sizeof(dst[0]) == sizeof(num_opts) / sizeof(num_opts[0]), "a target an option");
+    return n->whole ? integer(n->name, v, (int)n->lo, (int)n->hi, dst[i]) : number(n->name, v, n->lo, n->hi, dst[i]);
+}
+
 static int option(struct tm_args *a, const char *o, const char *v)
 {
     struct zs_tm_in *in = &a->in;
     double scale, x, *rate = rate_field(in, o, &scale);
 
+    for (size_t i = 0; i < sizeof(num_opts) / sizeof(num_opts[0]); i++)
+        if (!strcmp(o, num_opts[i].name))
+            return num_option(a, i, v);
     if (rate) {
         if (number(o, v, scale < 1 ? 0 : 1e-9, 1e9, &x))
             return 2;
@@ -164,32 +199,6 @@ static int option(struct tm_args *a, const char *o, const char *v)
         if (strcmp(v, "none") && strcmp(v, "cpu") && strcmp(v, "nvme"))
             return bad(o, "none, cpu or nvme");
         in->offload = !strcmp(v, "cpu") ? ZS_TM_OFFLOAD_CPU : !strcmp(v, "nvme") ? ZS_TM_OFFLOAD_NVME : 0;
-    } else if (!strcmp(o, "--stage")) {
-        return integer(o, v, 0, 3, &in->stage);
-    } else if (!strcmp(o, "--overlap")) {
-        return integer(o, v, 0, 1, &a->overlap);
-    } else if (!strcmp(o, "--micro-batch")) {
-        return number(o, v, 1, 1e9, &a->micro_batch);
-    } else if (!strcmp(o, "--seq")) {
-        return number(o, v, 1, 1e9, &a->seq);
-    } else if (!strcmp(o, "--gas")) {
-        return integer(o, v, 1, 1 << 20, &in->gas);
-    } else if (!strcmp(o, "--mics")) {
-        return integer(o, v, 1, 1 << 20, &in->mics);
-    } else if (!strcmp(o, "--hpz")) {
-        return integer(o, v, 1, 1 << 20, &in->hpz);
-    } else if (!strcmp(o, "--quant-block")) {
-        return integer(o, v, 1, 1 << 20, &in->quant_block);
-    } else if (!strcmp(o, "--flops")) {
-        return number(o, v, 1, 1e20, &in->flops);
-    } else if (!strcmp(o, "--ranks-per-node")) {
-        return integer(o, v, 1, 1 << 16, &in->ranks_per_node);
-    } else if (!strcmp(o, "--cores")) {
-        return number(o, v, 0, 1 << 16, &in->cores);
-    } else if (!strcmp(o, "--max-live")) {
-        return number(o, v, 0, 1e18, &in->max_live);
-    } else if (!strcmp(o, "--max-reuse")) {
-        return number(o, v, 0, 1e18, &in->max_reuse);
     } else if (!strcmp(o, "--gpus")) {
         return gpu_list(a, v);
     } else {
