@@ -48,11 +48,15 @@ P=$("$EST" --time --json --mlp $HIDDEN,$LAYERS --gpus 1 | python3 -c 'import jso
 S=$((P * 4))
 echo "# zs-train-mlp --hidden $HIDDEN --layers $LAYERS: $P parameters ($S bytes fp32), stage 3, micro-batch $MB, $STEPS steps a run"
 
-# the shared-memory collectives at 2 ranks: bandwidth at the model's size, latency at 1 KiB
-mpirun -np 2 "$BENCH" comm --sizes 1K,$S --ops all_gather,reduce_scatter --impl zeroshard --min-time 0.3 > "$tmp/shm.json" 2>&1
-read -r INTRA_BW _ <<< "$(comm_fit "$tmp/shm.json" all_gather $S)"
-read -r _ INTRA_LAT <<< "$(comm_fit "$tmp/shm.json" all_gather 1024)"
-echo "# zs-bench comm, 2 ranks, shm all_gather: busbw $(python3 -c "print(f'{$INTRA_BW/1e9:.3f}')") GB/s at $S B, $(python3 -c "print(f'{$INTRA_LAT*1e6:.1f}')") us at 1 KiB"
+median() { sort -g | awk '{v[NR] = $1} END {if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
+# the shared-memory collectives at 2 ranks, bandwidth at the model's size and latency at 1 KiB: measured
+# once a rep between the runs (the machine's load moves), the median taken
+shm_probe() {
+  mpirun -np 2 "$BENCH" comm --sizes 1K,$S --ops all_gather --impl zeroshard --min-time 0.2 > "$tmp/shm.json" 2>&1
+  read -r bw _ <<< "$(comm_fit "$tmp/shm.json" all_gather $S)"
+  read -r _ lat <<< "$(comm_fit "$tmp/shm.json" all_gather 1024)"
+  echo "shm_bw $bw" >> "$tmp/results"; echo "shm_lat $lat" >> "$tmp/results"
+}
 
 # the namespaces (tests/netns.sh's set-up): a veth pair, Open MPI's rsh agent entering the namespace
 netns=1
@@ -79,9 +83,6 @@ limit() { # RATE (Mbit/s): both directions
     ip netns exec $1 tc qdisc replace dev $2 root tbf rate ${RATE}mbit burst 64kb latency 500ms || return 1
   done; }
 if [ $netns = 1 ]; then
-  two_nodes "$BENCH" comm --sizes 1K --ops all_gather --impl zeroshard --min-time 0.3 > "$tmp/tcp.json" 2>&1
-  read -r _ INTER_LAT <<< "$(comm_fit "$tmp/tcp.json" all_gather 1024)"
-  echo "# zs-bench comm across the namespaces (TCP, no limit): all_gather $(python3 -c "print(f'{$INTER_LAT*1e6:.1f}')") us at 1 KiB"
   for RATE in $RATES; do
     limit || { netns=0; echo "# tc tbf not available: the two-node cases are not run"; break; }
     two_nodes "$BENCH" comm --sizes $S --ops all_gather --impl zeroshard --min-time 0.5 --warmup 1 > "$tmp/tbf$RATE.json" 2>&1
@@ -91,9 +92,18 @@ if [ $netns = 1 ]; then
   done
 fi
 
+tcp_probe() { # the latency across the namespaces: a 1 KiB all_gather over TCP, no limit on the link
+  for x in "$A v$A" "$Bn v$Bn"; do set -- $x; ip netns exec $1 tc qdisc del dev $2 root 2> /dev/null; done
+  two_nodes "$BENCH" comm --sizes 1K --ops all_gather --impl zeroshard --min-time 0.2 > "$tmp/tcp.json" 2>&1
+  read -r _ lat <<< "$(comm_fit "$tmp/tcp.json" all_gather 1024)"
+  echo "tcp_lat $lat" >> "$tmp/results"
+}
+
 # the runs, interleaved: every rep runs every case once
 : > "$tmp/results"
 for rep in $(seq "$REPS"); do
+  shm_probe
+  [ $netns = 1 ] && tcp_probe
   for n in 1 2 3 4; do
     mpirun -np $n "$MLP" "${train[@]}" --steps $STEPS > "$tmp/run.log" 2>&1 &&
       echo "node$n $(step_median "$tmp/run.log")" >> "$tmp/results" || echo "# run failed: $n ranks: $(tail -1 "$tmp/run.log")"
@@ -111,6 +121,13 @@ for rep in $(seq "$REPS"); do
 done
 
 # the model, fed the measured inputs; compute rate from one rank's step (compute + optimizer)
+INTRA_BW=$(awk '$1 == "shm_bw" {print $2}' "$tmp/results" | median)
+INTRA_LAT=$(awk '$1 == "shm_lat" {print $2}' "$tmp/results" | median)
+echo "# zs-bench comm, 2 ranks, shm all_gather (median of $REPS): busbw $(python3 -c "print(f'{$INTRA_BW/1e9:.3f}')") GB/s at $S B, $(python3 -c "print(f'{$INTRA_LAT*1e6:.1f}')") us at 1 KiB"
+if [ $netns = 1 ]; then
+  INTER_LAT=$(awk '$1 == "tcp_lat" {print $2}' "$tmp/results" | median)
+  echo "# zs-bench comm across the namespaces (TCP, no limit, median of $REPS): all_gather $(python3 -c "print(f'{$INTER_LAT*1e6:.1f}')") us at 1 KiB"
+fi
 t1=$(awk '$1 == "node1" {print $2}' "$tmp/results" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}')
 FLOPS=$(python3 -c "print(6 * $P * $MB / $t1)")
 echo "# one rank: median step $t1 s => compute rate $(python3 -c "print(f'{$FLOPS/1e9:.3f}')") GFLOP/s (6 * params * micro-batch / step)"
@@ -123,7 +140,7 @@ predict() { "$EST" "${base[@]}" "$@" | python3 -c 'import json,sys; r=json.load(
 printf '\n%-34s %10s %10s %8s   %s\n' case predicted measured error "model inputs beyond the base"
 for c in $(awk '{print $1}' "$tmp/results" | sort -u); do
   case $c in
-    indep) continue ;;
+    indep | shm_* | tcp_*) continue ;;
     node*) n=${c#node}; extra=(--gpus $n --ranks-per-node 8 --cores $EFF)
            what="$n rank(s), one node" ;;
     tbf*) r=${c#tbf}; extra=(--gpus 2 --ranks-per-node 1 --cores $(python3 -c "print($EFF / 2)") --inter-bw $(python3 -c "print($r / 8 / 1000)")
