@@ -352,7 +352,7 @@ static void print_row(const struct zs_tm_out *o, bool json, bool first)
                first ? "" : ", ", o->gpus, o->nodes, o->compute, o->comm_exposed, o->offload, o->optimizer, o->step,
                o->comm_total, o->cross_bytes, o->tflops);
     else
-        printf("%6d %5d %11.4f %11.4f %9.4f %9.4f %10.4f %11.4f %12.4f %9.2f\n", o->gpus, o->nodes, o->compute,
+        printf("%6d %5d %11.4g %11.4g %9.4g %9.4g %10.4g %11.4g %12.4g %9.4g\n", o->gpus, o->nodes, o->compute,
                o->comm_exposed, o->offload, o->optimizer, o->step, o->comm_total, o->cross_bytes / 1e9, o->tflops);
 }
 
