@@ -71,6 +71,10 @@ near(rows(*r3, "--gas", "3")[2]["comm_exposed_s"], 0.002 + 3 * 0.002, "two nodes
 # stage 0's all-reduce: 2 * (n-1) ring steps of 250 us, plus 2 * 1/2 * S / 1 GB/s
 near(rows(*two, "--stage", "0", "--inter-lat", "250")[2]["comm_exposed_s"], 0.0045,
      "two nodes, stage 0: all-reduce with latency")
+# ... paid once per unit: --mlp 64,3 has 4 units, so 4 all-reduces of 2 ring steps
+SM = 4 * ((16 + 1) * 64 + 2 * (64 + 1) * 64 + (64 + 1) * 4)
+r = rows("--mlp", "64,3", *two[2:], "--stage", "0", "--inter-lat", "250")[2]
+near(r["comm_exposed_s"], 4 * 2 * 250e-6 + SM / 1e9, "two nodes, stage 0, 4 units: a latency per unit")
 # stage 2 reduce-scatters every micro-batch and gathers once a step: 3 * 2 + 2 ms
 near(rows(*two, "--stage", "2", "--gas", "3")[2]["comm_exposed_s"], 0.008, "two nodes, stage 2, 3 micro-batches")
 

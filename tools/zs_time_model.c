@@ -20,6 +20,12 @@ static struct coll coll_add(struct coll a, struct coll b, double times)
     return (struct coll){a.t + times * b.t, a.cross + times * b.cross};
 }
 
+/* Latency-bound ring steps of a phase: ZeroShard runs one collective per unit, each paying every step. */
+static double steps(const struct zs_tm_in *in, int ring_steps)
+{
+    return (double)ring_steps * (in->units > 0 ? in->units : 1);
+}
+
 /* A ring collective over q consecutive ranks moving factor * (q-1)/q of S bytes per rank (1: reduce-scatter or
  * all-gather, 2: all-reduce). Inside a node it runs at intra_bw; across nodes every rank's flow passes one
  * node boundary, shrunk by qfac where that crossing is quantized. */
@@ -29,9 +35,9 @@ static struct coll ring(const struct zs_tm_in *in, const struct place *p, double
         return (struct coll){0, 0};
     double per = factor * (double)(q - 1) / q * S;
     if (q <= p->k)
-        return (struct coll){factor * (q - 1) * in->intra_lat + per / in->intra_bw, 0};
+        return (struct coll){steps(in, factor * (q - 1)) * in->intra_lat + per / in->intra_bw, 0};
     double x = per * qfac;
-    return (struct coll){factor * (q - 1) * in->inter_lat + fmax(per / in->intra_bw, x / in->inter_bw), x};
+    return (struct coll){steps(in, factor * (q - 1)) * in->inter_lat + fmax(per / in->intra_bw, x / in->inter_bw), x};
 }
 
 /* Hybrid sharding's gradient sum across the n/g groups of each rank's shard (S/g bytes). Groups of at least a
@@ -44,15 +50,15 @@ static struct coll cross_group(const struct zs_tm_in *in, const struct place *p,
         return (struct coll){0, 0};
     if (g >= p->k) {
         double per = 2.0 * (r - 1) / r * S / g, x = p->k * per * qfac;
-        return (struct coll){2 * (r - 1) * in->inter_lat + fmax(per / in->intra_bw, x / in->inter_bw), x};
+        return (struct coll){steps(in, 2 * (r - 1)) * in->inter_lat + fmax(per / in->intra_bw, x / in->inter_bw), x};
     }
     int l = p->k / g;
-    struct coll local = l > 1 ? (struct coll){2 * (l - 1) * in->intra_lat + 2.0 * (l - 1) / l * S / g / in->intra_bw, 0}
+    struct coll local = l > 1 ? (struct coll){steps(in, 2 * (l - 1)) * in->intra_lat + 2.0 * (l - 1) / l * S / g / in->intra_bw, 0}
                               : (struct coll){0, 0};
     if (p->m <= 1)
         return local;
     double x = 2.0 * (p->m - 1) / p->m * S * qfac;
-    return coll_add(local, (struct coll){2 * (p->m - 1) * in->inter_lat + x / in->inter_bw, x}, 1);
+    return coll_add(local, (struct coll){steps(in, 2 * (p->m - 1)) * in->inter_lat + x / in->inter_bw, x}, 1);
 }
 
 /* Exposed part of `comm` spread over the units of a phase whose compute is c: with overlap the units
