@@ -75,6 +75,10 @@ near(rows(*two, "--stage", "0", "--inter-lat", "250")[2]["comm_exposed_s"], 0.00
 SM = 4 * ((16 + 1) * 64 + 2 * (64 + 1) * 64 + (64 + 1) * 4)
 r = rows("--mlp", "64,3", *two[2:], "--stage", "0", "--inter-lat", "250")[2]
 near(r["comm_exposed_s"], 4 * 2 * 250e-6 + SM / 1e9, "two nodes, stage 0, 4 units: a latency per unit")
+# ... and a unit kept gathered for reuse issues no collective: stage 3 at the default reuse distance pays
+# the forward's gathers and the reduce-scatters only
+r = rows("--mlp", "64,3", *TWO[2:], *NOLAT, "--stage", "3", "--inter-lat", "250")[2]
+near(r["comm_exposed_s"], 2 * (4 * 250e-6 + SM / 2 / 1e9), "two nodes, stage 3, 4 units kept: no backward latency")
 # stage 2 reduce-scatters every micro-batch and gathers once a step: 3 * 2 + 2 ms
 near(rows(*two, "--stage", "2", "--gas", "3")[2]["comm_exposed_s"], 0.008, "two nodes, stage 2, 3 micro-batches")
 

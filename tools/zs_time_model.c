@@ -31,7 +31,7 @@ static double steps(const struct zs_tm_in *in, int ring_steps)
  * node boundary, shrunk by qfac where that crossing is quantized. */
 static struct coll ring(const struct zs_tm_in *in, const struct place *p, double S, int q, int factor, double qfac)
 {
-    if (q <= 1)
+    if (q <= 1 || S <= 0) /* one rank, or nothing left to gather (units kept for reuse) */
         return (struct coll){0, 0};
     double per = factor * (double)(q - 1) / q * S;
     if (q <= p->k)
