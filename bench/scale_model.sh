@@ -161,6 +161,19 @@ for c in $(awk '{print $1}' "$tmp/results" | sort -u); do
   fi
   echo "{\"bench\": \"scale_model\", \"case\": \"$c\", \"predicted_s\": $pred, \"compute_s\": $pc, \"comm_exposed_s\": $pe, \"measured_s\": $meas, \"runs\": $runs}" >> "$tmp/json"
 done
+# the link's share of the step: measured = a + b / R over the rates R, b against the model's bytes out of a node
+if [ $netns = 1 ] && [ $(echo $RATES | wc -w) -ge 2 ]; then
+  xb=$("$EST" "${base[@]}" --gpus 2 --ranks-per-node 1 | python3 -c 'import json,sys; print(json.load(sys.stdin)["time_model"]["rows"][0]["cross_node_bytes"])')
+  python3 - "$tmp/json" "$xb" <<'FIT'
+import json, sys
+pts = [(1 / float(r["case"][3:]), r["measured_s"]) for r in map(json.loads, open(sys.argv[1])) if r["case"].startswith("tbf")]
+n = len(pts); mx = sum(x for x, _ in pts) / n; my = sum(y for _, y in pts) / n
+b = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts); a = my - b * mx
+got = b * 1e6 / 8  # s * Mbit/s -> bytes
+print(f"# fit over the link rates: measured = {a * 1e3:.0f} ms + {got / 1e3:.0f} KB / rate each way a step; "
+      f"the model's bytes out of a node {float(sys.argv[2]) / 1e3:.0f} KB ({(got / float(sys.argv[2]) - 1) * 100:+.0f}%)")
+FIT
+fi
 echo
 cat "$tmp/json"
 echo "# base: zs-estimate ${base[*]}"
