@@ -17,6 +17,7 @@
 
 #include "core/config.h"     /* defines: zs_config_read_file */
 #include "core/partition.h"  /* defines: ZS_PARAM_ALIGN */
+#include "tools/zs_time_model.h" /* defines: zs_time_main */
 #include "zeroshard.h"
 
 #define MAX_UNITS (1 << 20)
@@ -34,7 +35,8 @@ static void print_usage(FILE *f)
 {
     fprintf(f, "usage: zs-estimate --world N (--params P | --mlp HIDDEN,LAYERS | --units N1,N2,...) [--config FILE]\n"
                     "                   [--stage S] [--dtype fp32|bf16|fp16] [--offload none|cpu|nvme] [--mics-shard-size G]\n"
-                    "                   [--json]\n");
+                    "                   [--json]\n"
+                    "       zs-estimate --time ...   the step-time model (zs-estimate --time --help)\n");
 }
 
 static int usage(const char *why)
@@ -211,8 +213,12 @@ int main(int argc, char **argv)
     struct est_args a = {.stage = -1};
     zs_memory_report r;
     char *text;
-    int rc = parse(&a, argc, argv);
+    int rc;
 
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--time")) /* the step-time model: its own options */
+            return zs_time_main(argc, argv);
+    rc = parse(&a, argc, argv);
     if (rc)
         return rc < 0 ? 0 : rc; /* -1: --help printed */
     text = config_text(&a);
