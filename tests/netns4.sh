@@ -97,7 +97,7 @@ named=$(grep -c 'rank [0-5]: timeout: .*ranks not arrived: 6, 7$' "$tmp/down.log
 other=$(grep 'rank [0-5]: timeout' "$tmp/down.log" | grep -vc 'ranks not arrived: 6, 7$')
 echo "node 3's link down: the first error after $((t1 - t0)) s; $named of ranks 0-5 named ranks 6, 7, $other named others"
 [ "$named" -ge 1 ] && [ "$other" = 0 ] && r=ok || r=bad
-check $r "node down: no error naming ranks 6, 7: $(grep -v '^step' "$tmp/down.log" | head -5)"
+check $r "node down: no error naming ranks 6, 7: $(why_failed "$tmp/down.log")"
 echo "ranks still running 5 s after the first error: ${left:-none} (the launcher's left: $(for p in $(ns_pids); do cat /proc/$p/comm; done 2> /dev/null | tr '\n' ' '))"
 [ -z "$left" ] && r=ok || r=bad; check $r "node down: ranks left running: $left"
 kill $job 2> /dev/null

@@ -53,13 +53,14 @@ AGENT
 # vader (shared memory) inside a node, tcp between, on the namespaces' network only.
 ns_mpirun() {
   local x=()
+  [ -n "${LD_LIBRARY_PATH:-}" ] && x+=(-x LD_LIBRARY_PATH)
   while [ "${1:-}" = -x ]; do x+=(-x "$2"); shift 2; done
   [ "${1:-}" = -- ] && shift
   timeout -k 5 "${NS_LIMIT:-120}" ip netns exec "$(ns_name 0)" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$(ns_name 0)" mpirun -np $((ns_nodes * ns_slots)) \
     --hostfile "$tmp/hosts" --map-by slot ${NS_MPI_FLAGS:-} \
     --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include "$ns_net.0/24" --mca btl self,vader,tcp --mca btl_tcp_if_include "$ns_net.0/24" \
-    -x PATH -x LD_LIBRARY_PATH "${x[@]}" "$@"
+    -x PATH "${x[@]}" "$@"
 }
 
 ns_link() { ip -n "$(ns_name "$1")" link set "v${ns_id}n$1" "$2"; }
