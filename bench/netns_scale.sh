@@ -30,7 +30,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 trap 'ns_teardown; rm -rf "$tmp"' EXIT
 ns_setup 4 2 || { echo "netns_scale.sh: SKIP: $ns_why"; exit 77; }
 if [ "$rate" != none ]; then
-  ns_limit "$rate" || { echo "netns_scale.sh: tc tbf rate $rate could not be set on the nodes' links" >&2; exit 1; }
+  ns_qdisc tbf rate "$rate" burst 64kb latency 500ms || { echo "netns_scale.sh: tc tbf rate $rate: $ns_why" >&2; exit 1; }
 fi
 
 # NAME ZERO_KEYS: every config is stage 3, the global batch the same

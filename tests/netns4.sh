@@ -80,9 +80,9 @@ extra quant_grads "tol 1e-2" ', "zero_quantized_gradients": true'
 # (b) node 3 (ranks 6 and 7) loses its link mid-run: every other rank's error names 6 and 7 within
 # ZS_TIMEOUT, and no rank is left running. mpirun cannot reach node 3's daemon any more and waits for it:
 # ending the launcher is the namespaces' clean-up.
-NS_LIMIT=60 ns_mpirun -x ZS_TIMEOUT=4 -- "$MLP" --config "$tmp/s3.json" --hidden 16 --seed 3 --steps 100000 > "$tmp/down.log" 2>&1 &
+NS_LIMIT=60 ns_mpirun -x ZS_TIMEOUT=3 -- "$MLP" --config "$tmp/s3.json" --hidden 16 --seed 3 --steps 100000 > "$tmp/down.log" 2>&1 &
 job=$!
-for _ in $(seq 600); do grep -q '^step 10 ' "$tmp/down.log" 2> /dev/null && break; sleep 0.05; done
+for _ in $(seq 600); do grep -q "^step 5 " "$tmp/down.log" 2> /dev/null && break; sleep 0.05; done
 ns_link 3 down
 t0=$(date +%s)
 for _ in $(seq 200); do grep -q 'zeroshard: error' "$tmp/down.log" && break; sleep 0.1; done

@@ -9,7 +9,8 @@
 #   ns_setup NODES SLOTS     make the namespaces, the bridge, the agent and the hostfile; 1 + $ns_why if not
 #   ns_mpirun [-x V=X]... -- PROGRAM ARGS...  mpirun from node 0 over all NODES x SLOTS ranks, by slot
 #   ns_link NODE up|down     set a node's veth up or down (a node lost from the network)
-#   ns_limit RATE            each node's egress limited by tc tbf (e.g. 100mbit); ns_limit none removes it
+#   ns_qdisc QDISC ARGS...   the same tc qdisc on each node's egress (tbf rate 100mbit ..., netem delay 3ms ...);
+#                            ns_qdisc none removes it; 1 + $ns_why if tc refuses
 #   ns_pids                  the processes still running inside the namespaces
 #   ns_teardown              kill what runs inside them and delete them
 
@@ -65,13 +66,12 @@ ns_mpirun() {
 
 ns_link() { ip -n "$(ns_name "$1")" link set "v${ns_id}n$1" "$2"; }
 
-ns_limit() {
+ns_qdisc() {
   local n
   for ((n = 0; n < ns_nodes; n++)); do
     tc -n "$(ns_name $n)" qdisc del dev "v${ns_id}n$n" root 2> /dev/null
     [ "$1" = none ] && continue
-    tc -n "$(ns_name $n)" qdisc add dev "v${ns_id}n$n" root tbf rate "$1" burst 64kb latency 500ms ||
-      return 1
+    tc -n "$(ns_name $n)" qdisc add dev "v${ns_id}n$n" root "$@" 2> "$tmp/ns_err" || { ns_why=$(cat "$tmp/ns_err"); return 1; }
   done
 }
 
