@@ -46,24 +46,15 @@ fi
 # The link goes down mid-run: the rank on each side must give up within ZS_TIMEOUT naming the other.
 LIMIT=60 two_hosts -x ZS_TIMEOUT=4 --steps 100000 > "$tmp/down.log" 2>&1 &
 job=$!
-for _ in $(seq 300); do grep -q '^step 20 ' "$tmp/down.log" 2>/dev/null && break; sleep 0.05; done
-ns_link 1 down
-t0=$(date +%s)
-for _ in $(seq 200); do grep -q 'zeroshard: error' "$tmp/down.log" && break; sleep 0.1; done
-t1=$(date +%s)
+ns_cut "$tmp/down.log" 20 1
 grep -m1 'zeroshard: error' "$tmp/down.log"
 if grep -q 'timeout: operation [0-9]* .*did not complete in 4\.[0-9] s.*ranks not arrived: 1' "$tmp/down.log"; then
-  echo "link down: named after $((t1 - t0)) s"
+  echo "link down: named after $ns_cut_s s"
   check ok
 else
   check fail "link down: no timeout naming rank 1 within 20 s: $(grep -v '^step' "$tmp/down.log" | head -5)"
 fi
 # mpirun cannot reach the other side's daemon any more: what it does not end, the namespaces' cleanup does.
-kill $job 2>/dev/null
-sleep 1
-for p in $(ns_pids); do kill -9 $p 2>/dev/null; done
-wait $job 2>/dev/null
-sleep 1
-left=$(ns_pids)
-[ -z "$left" ] && check ok || check fail "link down: processes left in the namespaces: $left"
+ns_reap $job
+[ -z "$ns_left" ] && check ok || check fail "link down: processes left in the namespaces: $ns_left"
 finish netns

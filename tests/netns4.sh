@@ -82,11 +82,7 @@ extra quant_grads "tol 1e-2" ', "zero_quantized_gradients": true'
 # ending the launcher is the namespaces' clean-up.
 NS_LIMIT=60 ns_mpirun -x ZS_TIMEOUT=3 -- "$MLP" --config "$tmp/s3.json" --hidden 16 --seed 3 --steps 100000 > "$tmp/down.log" 2>&1 &
 job=$!
-for _ in $(seq 600); do grep -q "^step 5 " "$tmp/down.log" 2> /dev/null && break; sleep 0.05; done
-ns_link 3 down
-t0=$(date +%s)
-for _ in $(seq 200); do grep -q 'zeroshard: error' "$tmp/down.log" && break; sleep 0.1; done
-t1=$(date +%s)
+ns_cut "$tmp/down.log" 5 3
 left=
 for _ in $(seq 50); do # the ranks end by themselves (MPI_Abort reaches each node's daemon but node 3's)
   left=$(for p in $(ns_pids); do [ "$(cat /proc/$p/comm 2> /dev/null)" = "${MLP##*/}" ] && echo $p; done)
@@ -95,15 +91,11 @@ done
 grep -m1 'zeroshard: error' "$tmp/down.log"
 named=$(grep -c 'rank [0-5]: timeout: .*ranks not arrived: 6, 7$' "$tmp/down.log")
 other=$(grep 'rank [0-5]: timeout' "$tmp/down.log" | grep -vc 'ranks not arrived: 6, 7$')
-echo "node 3's link down: the first error after $((t1 - t0)) s; $named of ranks 0-5 named ranks 6, 7, $other named others"
+echo "node 3's link down: the first error after $ns_cut_s s; $named of ranks 0-5 named ranks 6, 7, $other named others"
 [ "$named" -ge 1 ] && [ "$other" = 0 ] && r=ok || r=bad
 check $r "node down: no error naming ranks 6, 7: $(why_failed "$tmp/down.log")"
 echo "ranks still running 5 s after the first error: ${left:-none} (the launcher's left: $(for p in $(ns_pids); do cat /proc/$p/comm; done 2> /dev/null | tr '\n' ' '))"
 [ -z "$left" ] && r=ok || r=bad; check $r "node down: ranks left running: $left"
-kill $job 2> /dev/null
-for p in $(ns_pids); do kill -9 $p 2> /dev/null; done
-wait $job 2> /dev/null
-sleep 0.5
-left=$(ns_pids)
-[ -z "$left" ] && r=ok || r=bad; check $r "node down: processes left in the namespaces: $left"
+ns_reap $job
+[ -z "$ns_left" ] && r=ok || r=bad; check $r "node down: processes left in the namespaces: $ns_left"
 finish netns4

@@ -9,9 +9,11 @@
 #   ns_setup NODES SLOTS     make the namespaces, the bridge, the agent and the hostfile; 1 + $ns_why if not
 #   ns_mpirun [-x V=X]... -- PROGRAM ARGS...  mpirun from node 0 over all NODES x SLOTS ranks, by slot
 #   ns_link NODE up|down     set a node's veth up or down (a node lost from the network)
+#   ns_cut LOG STEP NODE     NODE's link down once a run's LOG reaches step STEP; waits for its error line
 #   ns_qdisc QDISC ARGS...   the same tc qdisc on each node's egress (tbf rate 100mbit ..., netem delay 3ms ...);
 #                            ns_qdisc none removes it; 1 + $ns_why if tc refuses
 #   ns_pids                  the processes still running inside the namespaces
+#   ns_reap JOB              kill the launcher JOB and what runs in the namespaces; $ns_left: what outlived it
 #   ns_teardown              kill what runs inside them and delete them
 
 ns_id=zs$$
@@ -66,6 +68,17 @@ ns_mpirun() {
 
 ns_link() { ip -n "$(ns_name "$1")" link set "v${ns_id}n$1" "$2"; }
 
+# ns_cut LOG STEP NODE: once LOG shows step STEP, NODE's link goes down; returns when LOG holds an error
+# line (20 s at most), with the seconds waited for it in $ns_cut_s
+ns_cut() {
+  local t0
+  for _ in $(seq 600); do grep -q "^step $2 " "$1" 2> /dev/null && break; sleep 0.05; done
+  ns_link "$3" down
+  t0=$(date +%s)
+  for _ in $(seq 200); do grep -q 'zeroshard: error' "$1" && break; sleep 0.1; done
+  ns_cut_s=$(($(date +%s) - t0))
+}
+
 ns_qdisc() {
   local n
   for ((n = 0; n < ns_nodes; n++)); do
@@ -73,6 +86,17 @@ ns_qdisc() {
     [ "$1" = none ] && continue
     tc -n "$(ns_name $n)" qdisc add dev "v${ns_id}n$n" root "$@" 2> "$tmp/ns_err" || { ns_why=$(cat "$tmp/ns_err"); return 1; }
   done
+}
+
+# ns_reap JOB: end a launcher left waiting for a lost node (JOB, its pid here) and what still runs in the
+# namespaces; $ns_left: the pids that outlived it (none expected)
+ns_reap() {
+  kill "$1" 2> /dev/null
+  sleep 0.5
+  for p in $(ns_pids); do kill -9 $p 2> /dev/null; done
+  wait "$1" 2> /dev/null
+  sleep 0.5
+  ns_left=$(ns_pids)
 }
 
 ns_pids() {
