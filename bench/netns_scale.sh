@@ -3,7 +3,9 @@
 # namespaces on a bridge (the set-up of tests/netns4.sh, from tests/netns_lib.sh), each node's link
 # optionally limited by tc tbf to a slow rate. Per config: the median step time after warm-up and the
 # traffic per rank per step the library counted (zs-train-mlp's "traffic:" line; n/a where it prints
-# none). A config the library refuses prints the refusal. As root; exits 77 where namespaces cannot be made.
+# none), beside the bytes the node links really sent (the kernel's counters over the whole run, start-up
+# and TCP/IP headers included, per step and rank). A config the library refuses prints the refusal. As
+# root; exits 77 where namespaces cannot be made.
 #
 #   bash bench/netns_scale.sh [--rate RATE] [--steps N] [--warmup N] [--hidden H] [--layers L] [--build DIR]
 #                             [--only NAME,...]
@@ -16,7 +18,7 @@ while [ $# -gt 0 ]; do
   case $1 in
   --rate) rate=$2 ;; --steps) steps=$2 ;; --warmup) warmup=$2 ;; --hidden) hidden=$2 ;;
   --layers) layers=$2 ;; --build) build=$2 ;; --only) only=$2 ;;
-  -h | --help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "netns_scale.sh: unknown option $1 (--help)" >&2; exit 2 ;;
   esac
   shift 2
@@ -53,7 +55,7 @@ traffic() { # cross intra, or n/a n/a
 echo "command: $cmdline"
 echo "4 nodes x 2 ranks (network namespaces on a bridge), link rate per node: $rate; zs-train-mlp --hidden $hidden --layers $layers, $steps steps, median over steps after $warmup"
 lines=()
-printf '%-14s %12s %22s %22s  %s\n' config "step (ms)" "cross-node B/step/rank" "intra-node B/step/rank" note
+printf '%-14s %10s %16s %16s %16s  %s\n' config "step (ms)" "cross B/step/rk" "intra B/step/rk" "wire B/step/rk" note
 for c in "${configs[@]}"; do
   name=${c%%|*} keys=${c#*|}
   [ -n "$only" ] && [[ ",$only," != *",$name,"* ]] && continue
@@ -62,18 +64,20 @@ for c in "${configs[@]}"; do
  "optimizer": {"type": "AdamW", "params": {"lr": 0.001}},
  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0 $keys}}
 JSON
+  tx0=$(ns_tx_bytes)
   NS_LIMIT=600 ns_mpirun -x ZS_TIMEOUT=120 -- "$MLP" --config "$tmp/$name.json" --hidden "$hidden" --layers "$layers" \
     --seed 1 --steps "$steps" > "$tmp/$name.log" 2>&1
   rc=$?
+  wire=$((($(ns_tx_bytes) - tx0) / steps / 8))
   if [ $rc -ne 0 ]; then
     why=$(grep -m1 'error:' "$tmp/$name.log" | sed 's/^zeroshard: error: *//')
-    printf '%-14s %12s %22s %22s  %s\n' "$name" - - - "refused or failed (rc $rc): ${why:-$(tail -n 1 "$tmp/$name.log")}"
+    printf '%-14s %10s %16s %16s %16s  %s\n' "$name" - - - - "refused or failed (rc $rc): ${why:-$(tail -n 1 "$tmp/$name.log")}"
     lines+=("netns_scale: config=$name rate=$rate status=refused")
     continue
   fi
   ms=$(median_ms "$tmp/$name.log")
   read -r cross intra <<< "$(traffic "$tmp/$name.log")"
-  printf '%-14s %12s %22s %22s  %s\n' "$name" "$ms" "$cross" "$intra" "$(grep -m1 -o 'shm+mpi ([0-9]* nodes' "$tmp/$name.log"))"
-  lines+=("netns_scale: config=$name rate=$rate step_ms=$ms cross_bytes=$cross intra_bytes=$intra")
+  printf '%-14s %10s %16s %16s %16s  %s\n' "$name" "$ms" "$cross" "$intra" "$wire" "$(grep -m1 -o 'shm+mpi ([0-9]* nodes' "$tmp/$name.log"))"
+  lines+=("netns_scale: config=$name rate=$rate step_ms=$ms cross_bytes=$cross intra_bytes=$intra wire_bytes=$wire")
 done
 printf '%s\n' "${lines[@]}"

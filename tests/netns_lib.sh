@@ -12,6 +12,7 @@
 #   ns_cut LOG STEP NODE     NODE's link down once a run's LOG reaches step STEP; waits for its error line
 #   ns_qdisc QDISC ARGS...   the same tc qdisc on each node's egress (tbf rate 100mbit ..., netem delay 3ms ...);
 #                            ns_qdisc none removes it; 1 + $ns_why if tc refuses
+#   ns_tx_bytes              the bytes the nodes' links have sent so far, all nodes together
 #   ns_pids                  the processes still running inside the namespaces
 #   ns_reap JOB              kill the launcher JOB and what runs in the namespaces; $ns_left: what outlived it
 #   ns_teardown              kill what runs inside them and delete them
@@ -97,6 +98,15 @@ ns_reap() {
   wait "$1" 2> /dev/null
   sleep 0.5
   ns_left=$(ns_pids)
+}
+
+# ns_tx_bytes: the bytes all nodes' links have sent so far (the kernel's counters, headers included)
+ns_tx_bytes() {
+  local n sum=0
+  for ((n = 0; n < ns_nodes; n++)); do
+    sum=$((sum + $(ip netns exec "$(ns_name $n)" cat "/sys/class/net/v${ns_id}n$n/statistics/tx_bytes")))
+  done
+  echo $sum
 }
 
 ns_pids() {
