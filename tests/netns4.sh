@@ -74,6 +74,8 @@ extra() {
   fi
 }
 extra hybrid_mics2 hash ', "mics_shard_size": 2' "$det"
+extra hybrid_mics2_normal "tol 1e-5" ', "mics_shard_size": 2'
+extra hybrid_hpz2 hash ', "zero_hpz_partition_size": 2' "$det"
 extra quant_weights "tol 1e-2" ', "zero_quantized_weights": true'
 extra quant_grads "tol 1e-2" ', "zero_quantized_gradients": true'
 
