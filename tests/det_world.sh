@@ -53,7 +53,9 @@ cfg h0 0 "$fp16"; cfg h3 3 "$fp16"
 fp16runs="h0 h3"; [ "$KIND" = gpt ] && fp16runs=h3 # the transformer's runs are the long ones: stage 3 only
 for name in s0 s3 b0 b3 $fp16runs; do
   ref=$(run 1 "$name" --steps 20)
+  # ZS_TEST_QUICK (the sanitizer build): 2 and 4 ranks; 3 ranks still run the stages and offloads below
   for n in 2 3 4; do
+    [ $n = 3 ] && [ -n "${ZS_TEST_QUICK:-}" ] && continue
     h=$(run $n "$name" --steps 20); [ "$h" = "$ref" ] && [ "${h#FAILED}" = "$h" ] && r=ok || r=bad
     echo "$KIND $name np $n: $h (np 1: $ref) $r"; check $r "$KIND $name: params-hash $h at $n ranks != $ref at 1 rank"
     [ "$(losses "$tmp/$name.$n.out")" = "$(losses "$tmp/$name.1.out")" ] && r=ok || r=bad
