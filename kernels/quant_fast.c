@@ -13,6 +13,9 @@ void zs_quantize_fast(const void *x, int dt, int64_t n, int64_t block, int8_t *q
 void zs_dequantize_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, void *y, int dt);
 void zs_dequantize_add_fast(const int8_t *q, const float *scale, int64_t n, int64_t block, float *acc);
 
+#if !defined(ZS_QUANT_CLONES) && defined(__clang__) && __clang_major__ < 16
+#define ZS_QUANT_CLONES /* clang 14/15 emit no resolver for a clone set defined but not called in its own file */
+#endif
 #ifndef ZS_QUANT_CLONES /* -DZS_QUANT_CLONES= builds the baseline alone (how its bits were checked) */
 #define ZS_QUANT_CLONES __attribute__((target_clones("avx2", "default")))
 #endif

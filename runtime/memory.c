@@ -88,9 +88,14 @@ void zs_memory_log(const struct zs_ctx *ctx)
     if (ctx->rank != 0 || ctx->quiet || zs_memory(ctx, &r))
         return;
     uint64_t dp = zs_nvme_optim_param_bytes(ctx->nvme, ctx->nunits), dopt = r.nvme - dp;
-    zs_log("memory per rank (rank 0, stage %d, %s, %d ranks, shard group of %d; ZeRO formula with N = %d and ratio "
+    char grp[96] = "";
+    if (r.shard_size < r.world) /* hybrid: the formula's N is the shard group's size */
+        snprintf(grp, sizeof(grp), ", shard group of %d; ZeRO formula with N = %d", r.shard_size, r.shard_size);
+    else
+        snprintf(grp, sizeof(grp), "; ZeRO formula");
+    zs_log("memory per rank (rank 0, stage %d, %s, %d ranks%s and ratio "
            "in brackets): params %s [%s %.3f], grads %s [%s %.3f], optimizer %s (fp32 masters %s) [%s %.3f]",
-           r.stage, zs_dtype_name(r.dtype), r.world, r.shard_size, r.shard_size, placed(r.params, dp, a[0], 64), mib(r.expect_params, a[1], 64),
+           r.stage, zs_dtype_name(r.dtype), r.world, grp, placed(r.params, dp, a[0], 64), mib(r.expect_params, a[1], 64),
            ratio(r.params + dp, r.expect_params), mib(r.grads, a[2], 64), mib(r.expect_grads, a[3], 64),
            ratio(r.grads, r.expect_grads), placed(r.optimizer, dopt, a[4], 64), mib(r.master, a[5], 64),
            mib(r.expect_optimizer, a[6], 64), ratio(r.optimizer + dopt, r.expect_optimizer));

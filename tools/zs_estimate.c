@@ -240,8 +240,12 @@ int main(int argc, char **argv)
                r.world, r.shard_size, r.stage, dt[r.dtype], r.numel, r.params, r.grads, r.optimizer, r.master, r.buffers,
                r.prefetch_cap, r.host, r.nvme, r.nccl_staging, r.formula, device);
     } else {
-        printf("%" PRIu64 " parameters, %d ranks, shard group of %d, ZeRO stage %d, %s; per rank (N = %d):\n",
-               r.numel, r.world, r.shard_size, r.stage, dt[r.dtype], r.shard_size);
+        if (r.shard_size < r.world) /* hybrid: the formula's N is the shard group's size */
+            printf("%" PRIu64 " parameters, %d ranks, shard group of %d, ZeRO stage %d, %s; per rank (N = %d):\n",
+                   r.numel, r.world, r.shard_size, r.stage, dt[r.dtype], r.shard_size);
+        else
+            printf("%" PRIu64 " parameters, %d ranks, ZeRO stage %d, %s; per rank:\n", r.numel, r.world, r.stage,
+                   dt[r.dtype]);
         printf("  parameters     %10.3f GiB   (ZeRO formula %.3f)\n", gib(r.params), gib(r.expect_params));
         printf("  gradients      %10.3f GiB   (ZeRO formula %.3f)\n", gib(r.grads), gib(r.expect_grads));
         printf("  optimizer      %10.3f GiB   (ZeRO formula %.3f; fp32 masters %.3f)\n", gib(r.optimizer),

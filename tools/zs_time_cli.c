@@ -178,7 +178,7 @@ static int num_option(struct tm_args *a, size_t i, const char *v)
 static int option(struct tm_args *a, const char *o, const char *v)
 {
     struct zs_tm_in *in = &a->in;
-    double scale, x, *rate = rate_field(in, o, &scale);
+    double scale = 1, x, *rate = rate_field(in, o, &scale);
 
     for (size_t i = 0; i < sizeof(num_opts) / sizeof(num_opts[0]); i++)
         if (!strcmp(o, num_opts[i].name))
