@@ -92,9 +92,14 @@ for mode in exchange links; do
     step=$(sed -n "${k}p" "$tmp/trace.$mode" | cut -d' ' -f2-)
     for action in kill fail; do
       [ $action = fail ] && case "$step" in remove*) continue;; esac # best effort: a failure changes nothing
-      # ZS_TEST_QUICK (the sanitizer build): a kill at every third step only; its recovery is one code path,
-      # while each failure unwinds from its own step
-      [ $action = kill ] && [ -n "${ZS_TEST_QUICK:-}" ] && [ $(( (k - first) % 3 )) -ne 0 ] && continue
+      # ZS_TEST_KILLS shares the kills between the CI's two passes (tools/test.sh), so each step is killed
+      # once per CI run: "third" (the sanitizer pass) at every third step, "others" at the rest; unset, every
+      # step. A kill's recovery is one code path, while each failure unwinds from its own step.
+      if [ $action = kill ] && [ -n "${ZS_TEST_KILLS:-}" ]; then
+        third=$(( (k - first) % 3 ))
+        [ "$ZS_TEST_KILLS" = others ] && [ $third = 0 ] && continue
+        [ "$ZS_TEST_KILLS" = third ] && [ $third != 0 ] && continue
+      fi
       fresh
       out=$(ZS_TEST_CKPT_FAULT=0:$action:$k run 1 --seed 6 --save-dir "$tmp/ck"); rc=$?
       v=$("$ZS" verify "$tmp/ck" 2>&1); vrc=$?
