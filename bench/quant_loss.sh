@@ -39,7 +39,7 @@ join "$d/plain.tab" "$d/quant.tab" | tail -n 1 |
 for c in plain quant; do echo "$c: $(grep -m1 '^traffic' "$d/$c.out")"; done
 if command -v gnuplot > /dev/null; then
   gnuplot <<GP
-set terminal png size 900,540
+set terminal png size 900,540 noenhanced
 set output '$PNG'
 set title 'zs-train-gpt, 4 ranks as 2 nodes, ZeRO-3 bf16: loss with and without int8 collectives'
 set xlabel 'optimizer step'; set ylabel 'mean cross-entropy (nats per byte)'; set key top right; set grid
