@@ -25,20 +25,14 @@ static bool at_boundary(const struct zs_ctx *ctx)
 
 /* Hybrid sharding: the group's reduce-scatter summed this group's gradients into the shard at `shard`; the sum
  * across groups is an all-reduce among the ranks holding the same shard (in rank order, so every replica keeps
- * the same bits). The shard is a whole number of nreplicas chunks (core/partition.c). */
-static zs_status sum_replicas(struct zs_ctx *ctx, int32_t u, void *shard, zs_dtype dt)
+ * the same bits). The shard is a whole number of nreplicas chunks (core/partition.c). Waited for with the
+ * group's operations in flight (stage 3's prefetched gathers) moving on meanwhile: a peer of the group may
+ * wait on them while its replica waits on this rank. */
+static zs_status replicas_wait(struct zs_ctx *ctx, int32_t u, struct zs_coll_req *req)
 {
-    struct zs_unit *un = &ctx->units[u];
-    struct zs_coll_req *req = NULL;
-    zs_status st;
-
-    if (ctx->nreplicas == 1)
-        return ZS_OK;
-    zs_label_on(ctx, ctx->rcomm, ZS_PURPOSE_GRAD, u);
-    st = zs_coll_all_reduce(&ctx->rcoll, shard, dt, un->part.shard / ctx->nreplicas, 1.0f, &req);
-    /* the group's operations in flight (stage 3's prefetched gathers) move on meanwhile: a peer of the group
-     * may wait on them while its replica waits on this rank */
+    zs_status st = ZS_OK;
     double t0 = zs_now_s(); /* past the watchdog's limit, zs_coll_wait names the late ranks */
+
     for (bool done = false; !st && req && !done && zs_now_s() - t0 < zs_wait_limit_s(ctx);) {
         st = zs_coll_test(&ctx->rcoll, req, &done);
         if (!st && !done)
@@ -47,7 +41,7 @@ static zs_status sum_replicas(struct zs_ctx *ctx, int32_t u, void *shard, zs_dty
     if (!st)
         st = zs_coll_wait(&ctx->rcoll, req);
     if (st)
-        zs_error_prefix("sum the gradients of unit '%s' across the shard groups", un->name);
+        zs_error_prefix("sum the gradients of unit '%s' across the shard groups", ctx->units[u].name);
     return st;
 }
 
@@ -82,21 +76,41 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
 /* Collective at the step, after zs_grads_flush: each unit's window of gradients, reduced inside the shard
  * group, summed across the groups. Here, with every group operation of the window landed on every rank, no
  * rank can wait on a replica while its group waits on it (a sum taken as reductions land could: a stage-3
- * gather's shared-heap vote on one side, the replicas' sum on the other). */
+ * gather's shared-heap vote on one side, the replicas' sum on the other). Every unit's sum goes out before
+ * the first is waited for, so that on a slow or oversubscribed network one sum's steps do not wait for the
+ * previous sum to end; they are taken in unit order, and each is the same sum as alone. */
 zs_status zs_grads_sum_replicas(struct zs_ctx *ctx)
 {
+    struct zs_coll_req **reqs;
     zs_status st = ZS_OK;
+    int32_t launched = 0;
+    zs_dtype dt = ctx->cfg.zero.stage >= 2 ? ctx->cdt : ctx->pdt;
 
     if (ctx->nreplicas == 1 || ctx->cfg.zs.deterministic) /* deterministic mode: summed exactly (exact_sum.c) */
         return ZS_OK;
-    for (int32_t u = 0; !st && u < ctx->nunits; u++) {
+    reqs = calloc((size_t)ctx->nunits, sizeof(*reqs));
+    if (!reqs)
+        return zs_fail(ZS_ERR_NOMEM, "sum the gradients across the shard groups: out of memory");
+    for (int32_t u = 0; !st && u < ctx->nunits; u++, launched = u) {
         if (ctx->units[u].frozen)
             continue;
-        void *g = zs_unit_grad_shard(ctx, u);
-        st = sum_replicas(ctx, u, g, ctx->cfg.zero.stage >= 2 ? ctx->cdt : ctx->pdt);
-        if (!st)
-            st = zs_offdev_grads_final(ctx, u, g);
+        zs_label_on(ctx, ctx->rcomm, ZS_PURPOSE_GRAD, u);
+        st = zs_coll_all_reduce(&ctx->rcoll, zs_unit_grad_shard(ctx, u), dt,
+                                ctx->units[u].part.shard / ctx->nreplicas, 1.0f, &reqs[u]);
+        if (st)
+            zs_error_prefix("sum the gradients of unit '%s' across the shard groups", ctx->units[u].name);
     }
+    /* every sum that went out is waited for, after an error too: nothing is left in flight */
+    for (int32_t u = 0; u < launched; u++) {
+        if (!reqs[u])
+            continue;
+        zs_status w = replicas_wait(ctx, u, reqs[u]);
+        if (!st)
+            st = w;
+        if (!st)
+            st = zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u));
+    }
+    free(reqs);
     return st;
 }
 
