@@ -58,6 +58,21 @@ int zs_comm_opts_from_env(struct zs_comm_opts *o, char *err, size_t errlen)
     return 0;
 }
 
+/* Every rank's host name, so that a timeout names the host whose ranks did not arrive. */
+static zs_status gather_hosts(struct zs_comm *c)
+{
+    char name[MPI_MAX_PROCESSOR_NAME] = "", me[ZS_COMM_HOST_LEN] = "";
+    int len = 0, rc;
+
+    if (MPI_Get_processor_name(name, &len) == MPI_SUCCESS)
+        snprintf(me, sizeof(me), "%s", name);
+    c->hosts = calloc((size_t)c->size, sizeof(*c->hosts));
+    if (!c->hosts)
+        return zs_fail(ZS_ERR_NOMEM, "comm: out of memory (host names of %d ranks)", c->size);
+    rc = MPI_Allgather(me, ZS_COMM_HOST_LEN, MPI_CHAR, c->hosts, ZS_COMM_HOST_LEN, MPI_CHAR, c->comm);
+    return rc == MPI_SUCCESS ? ZS_OK : zs_comm_mpi_fail(rc, "MPI_Allgather (host names)", -1);
+}
+
 zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_comm_opts *opts)
 {
     struct zs_comm_opts none = {0};
@@ -91,11 +106,14 @@ zs_status zs_comm_init(struct zs_comm **out, MPI_Comm parent, const struct zs_co
         c->piece = atoll(env);
     zs_comm_hooks_from_env(c);
     st = zs_comm_tags_plan(c);
+    if (!st)
+        st = gather_hosts(c);
     if (!st && opts->mode != ZS_COMM_MPI && !(st = zs_shm_init(&c->shm, c->comm, opts->fake_node_size)))
         zs_shm_set_timeout(c->shm, c->timeout_s);
     if (st) {
         zs_flight_free(c->flight);
         MPI_Comm_free(&c->comm);
+        free(c->hosts);
         free(c);
         return st;
     }
@@ -129,6 +147,7 @@ void zs_comm_free(struct zs_comm *c)
     zs_shm_free(c->shm);
     zs_flight_free(c->flight);
     MPI_Comm_free(&c->comm);
+    free(c->hosts);
     free(c);
 }
 

@@ -14,6 +14,7 @@
 #define ZS_COMM_PIECE_DEFAULT (1 << 18) /* elements per peer per piece: 1 MiB of fp32 */
 #define ZS_COMM_AG_PIECE (1 << 24)      /* all-gather messages stay well inside int counts */
 #define ZS_COMM_SLOTS 2                 /* reduce-scatter pieces in flight per request */
+#define ZS_COMM_HOST_LEN 64             /* a host name as the watchdog prints it (longer ones cut) */
 #define ZS_TAG_PIECES_MAX 4096
 /* Every operation launched lies within this many sequence numbers of the oldest unfinished one (not
  * merely this many unfinished operations: one slow operation may be followed by thousands of quick
@@ -114,6 +115,7 @@ struct zs_comm {
     int64_t step;          /* zs_comm_set_step */
     struct zs_flight *flight; /* this rank's flight recorder (NULL: none) */
     int32_t name_base, name_stride; /* zs_comm_opts: how errors name this comm's ranks */
+    char (*hosts)[ZS_COMM_HOST_LEN]; /* each rank's host (MPI_Get_processor_name): the watchdog names a lost host */
 };
 
 /* Comm rank j as the watchdog's messages name it (the program's rank, for a comm over some of its ranks). */

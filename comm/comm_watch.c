@@ -131,6 +131,30 @@ static void ranks_text(const struct zs_comm *c, char *b, size_t n, const int32_t
         snprintf(b + l, n - l, ", ...");
 }
 
+/* " (host NAME)" or " (hosts A, B)": the hosts of the named ranks other than this rank's own, where a lost
+ * host is the likely cause; nothing when they all share this rank's host (or a forced node layout). */
+static void hosts_text(const struct zs_comm *c, char *b, size_t n, const int32_t *r, int32_t k)
+{
+    const char *seen[4];
+    int32_t m = 0;
+    size_t l = 0;
+
+    b[0] = '\0';
+    for (int32_t i = 0; c->hosts && i < k && m < 4; i++) {
+        const char *h = r[i] >= 0 && r[i] < c->size ? c->hosts[r[i]] : NULL;
+        bool dup = !h || !h[0] || !strncmp(h, c->hosts[c->rank], ZS_COMM_HOST_LEN);
+        for (int32_t j = 0; j < m && !dup; j++)
+            dup = !strncmp(seen[j], h, ZS_COMM_HOST_LEN);
+        if (!dup)
+            seen[m++] = h;
+    }
+    for (int32_t j = 0; j < m && l < n; j++)
+        l += (size_t)snprintf(b + l, n - l, "%s%.*s", j ? ", " : (m > 1 ? " (hosts " : " (host "), ZS_COMM_HOST_LEN,
+                              seen[j]);
+    if (m && l < n)
+        snprintf(b + l, n - l, ")");
+}
+
 /* ---------------------------------------------------------------- the verdicts */
 
 /* After the message is set: a peer may still write into what this rank posted, so the comm is done. */
@@ -144,16 +168,19 @@ static zs_status watch_fail(struct zs_comm *c)
 
 static zs_status timed_out(struct zs_comm *c, struct zs_comm_req *q, double waited)
 {
-    char op[320], who[256] = "none named";
+    char op[320], who[256] = "none named", where[300] = "";
     const char *phase;
     int32_t r[64], k;
 
     zs_comm_op_text(op, sizeof(op), c, q);
     k = missing(c, q, r, 64, &phase);
-    if (k > 0)
+    if (k > 0) {
         ranks_text(c, who, sizeof(who), r, k);
+        hosts_text(c, where, sizeof(where), r, k);
+    }
     zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: %s did not complete in %.1f s (zeroshard.timeout_s / ZS_TIMEOUT = %g) "
-            "waiting for %s; ranks not arrived: %s", zs_comm_rank_name(c, c->rank), op, waited, c->timeout_s, phase, who);
+            "waiting for %s; ranks not arrived: %s%s", zs_comm_rank_name(c, c->rank), op, waited, c->timeout_s, phase,
+            who, where);
     return watch_fail(c);
 }
 

@@ -81,7 +81,7 @@ extra hybrid_hpz2 hash ', "zero_hpz_partition_size": 2' "$det"
 extra quant_weights "tol 5e-2" ', "zero_quantized_weights": true'
 extra quant_grads "tol 1e-2" ', "zero_quantized_gradients": true'
 
-# (b) node 3 (ranks 6 and 7) loses its link mid-run: every other rank's error names 6 and 7 within
+# (b) node 3 (ranks 6 and 7) loses its link mid-run: every other rank's error names 6 and 7 and node 3's host within
 # ZS_TIMEOUT, and no rank is left running. mpirun cannot reach node 3's daemon any more and waits for it:
 # ending the launcher is the namespaces' clean-up.
 NS_LIMIT=60 ns_mpirun -x ZS_TIMEOUT=3 -- "$MLP" --config "$tmp/s3.json" --hidden 16 --seed 3 --steps 100000 > "$tmp/down.log" 2>&1 &
@@ -93,11 +93,12 @@ for _ in $(seq 50); do # the ranks end by themselves (MPI_Abort reaches each nod
   [ -z "$left" ] && break; sleep 0.1
 done
 grep -m1 'zeroshard: error' "$tmp/down.log"
-named=$(grep -c 'rank [0-5]: timeout: .*ranks not arrived: 6, 7$' "$tmp/down.log")
-other=$(grep 'rank [0-5]: timeout' "$tmp/down.log" | grep -vc 'ranks not arrived: 6, 7$')
-echo "node 3's link down: the first error after $ns_cut_s s; $named of ranks 0-5 named ranks 6, 7, $other named others"
+lost="ranks not arrived: 6, 7 (host $(ns_name 3))"
+named=$(grep -c "rank [0-5]: timeout: .*$lost\$" "$tmp/down.log")
+other=$(grep 'rank [0-5]: timeout' "$tmp/down.log" | grep -vc "$lost\$")
+echo "node 3's link down: the first error after $ns_cut_s s; $named of ranks 0-5 named ranks 6, 7 and host $(ns_name 3), $other named others"
 [ "$named" -ge 1 ] && [ "$other" = 0 ] && r=ok || r=bad
-check $r "node down: no error naming ranks 6, 7: $(why_failed "$tmp/down.log")"
+check $r "node down: no error naming ranks 6, 7 and their host: $(why_failed "$tmp/down.log")"
 echo "ranks still running 5 s after the first error: ${left:-none} (the launcher's left: $(for p in $(ns_pids); do cat /proc/$p/comm; done 2> /dev/null | tr '\n' ' '))"
 [ -z "$left" ] && r=ok || r=bad; check $r "node down: ranks left running: $left"
 ns_reap $job
