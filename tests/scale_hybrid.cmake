@@ -7,3 +7,15 @@ add_test(NAME hybrid_mlp COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/hybrid_mlp.sh 
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_mlp)
 set_tests_properties(hybrid_mlp PROPERTIES TIMEOUT 600 ENVIRONMENT
                      "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_mlp")
+
+# ZeRO++ hpZ (zero_hpz_partition_size 2) at 4 ranks on 2 forced nodes: the flat run's bits, the memory term, the
+# traffic moved inside the node, checkpoints and refusals (tests/hpz_mlp.sh). The optimized pass only: the C paths
+# it takes are hpz_reload's too, which runs in both.
+if(NOT ZS_SANITIZE)
+  add_test(NAME hpz_mlp COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/hpz_mlp.sh $<TARGET_FILE:zs-train-mlp>
+           $<TARGET_FILE:zs-estimate>)
+  file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_mlp)
+  set_tests_properties(hpz_mlp PROPERTIES TIMEOUT 600 ENVIRONMENT
+                       "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_mlp")
+  set_property(TEST hpz_mlp APPEND PROPERTY LABELS sharding) # (zs_label_all has no ^hpz_ line yet)
+endif()

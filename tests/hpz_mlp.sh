@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# hpz_mlp.sh TRAIN EST - ZeRO++ hpZ (zero_optimization.zero_hpz_partition_size 2) at stage 3, 4 ranks on 2 forced
+# nodes of 2, gradient accumulation 2, units re-gathered for every fetch (stage3_max_reuse_distance 0) with
+# prefetch on: the flat run's params-hash in the normal and the deterministic mode; the memory report's
+# parameters are the flat run's plus the secondary copy (padded / 2 elements a unit) and its formula the flat
+# stage-3 formula plus psz x Psi / 2, as zs-estimate says; the traffic counter shows the re-gathers moved inside
+# the node; a checkpoint resumes to the straight run's hash; H that does not divide the group, stage 2 and
+# offload_param are refused naming the key; H equal to the group is accepted as off. (Loads and parameter
+# writes in the middle of a run: hpz_reload.)
+set -u
+TRAIN=$1 EST=$2
+. "$(dirname "$0")/lib.sh"
+export ZS_FAKE_NODE_SIZE=2 ZS_TIMEOUT=${ZS_TIMEOUT:-120} # a hang fails in bounded time
+
+det='"deterministic": "world_size_invariant", "micro_shard_size": 1'
+cfg() { # cfg NAME STAGE [EXTRA_ZERO_KEYS] [ZEROSHARD_KEYS]
+  cat > "$tmp/$1.json" <<JSON
+{
+  "train_batch_size": 24, "gradient_accumulation_steps": 2, "gradient_clipping": 0.05, "steps_per_print": 0,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+  "zero_optimization": {"stage": $2, "reduce_bucket_size": 500, "stage3_param_persistence_threshold": 0,
+                        "stage3_max_reuse_distance": 0 ${3:-}},
+  "zeroshard": {${4:-}}
+}
+JSON
+}
+run() { # run CFG OUT [FLAGS...] -> $tmp/OUT.out; prints the params-hash (a failed run is recorded)
+  local name=$1 out=$2 h
+  shift 2
+  mpirun --oversubscribe -np 4 "$TRAIN" --config "$tmp/$name.json" "$@" > "$tmp/$out.out" 2>&1 ||
+    { run_failed "$out: $(why_failed "$tmp/$out.out")"; echo "FAILED-$out"; return; }
+  h=$(awk '/^params-hash/ {print $2}' "$tmp/$out.out")
+  [ -n "$h" ] || { run_failed "$out printed no params-hash"; h="FAILED-$out"; }
+  echo "$h"
+}
+same() { [ "$1" = "$2" ] && [ "${1#FAILED}" = "$1" ] && echo ok || echo bad; }
+hpz=', "zero_hpz_partition_size": 2'
+
+# bits: the gathers are copies, so nothing may differ from the flat run, in either mode
+cfg n 3; cfg nh 3 "$hpz"
+fl=$(run n n --steps 6 --memory-json); hs=$(run nh nh --steps 6 --memory-json)
+r=$(same "$hs" "$fl")
+echo "normal mode, hpZ 2 vs flat, 6 steps: $hs (flat: $fl) $r"; check $r "normal mode: hpZ $hs != flat $fl"
+cfg d 3 "" "$det"; cfg dh 3 "$hpz" "$det"
+fd=$(run d d --steps 4 --quiet); hd=$(run dh dh --steps 4 --quiet --save-dir "$tmp/ck" --save-every 3)
+r=$(same "$hd" "$fd")
+echo "deterministic mode, hpZ 2 vs flat, 4 steps: $hd (flat: $fd) $r"; check $r "deterministic: hpZ $hd != flat $fd"
+grep -q 'hpZ: secondary copy over 2 ranks' "$tmp/nh.out" && r=ok || r=bad
+echo "start-up line names hpZ: $r"; check $r "no 'hpZ: secondary copy over 2 ranks' start-up line"
+
+# checkpoints: saved at step 3 of the deterministic hpZ run above (the secondary is derived state, not saved);
+# resumed, the run must have trained step 4 and give the straight run's hash
+hr=$(run dh resumed --steps 4 --quiet --load "$tmp/ck/global_step3"); r=$(same "$hr" "$hd")
+{ grep -q '^step 4 ' "$tmp/resumed.out" && ! grep -q '^step 3 ' "$tmp/resumed.out"; } || r=bad
+echo "hpZ checkpoint at step 3 resumed to step 4: $hr (straight: $hd) $r"; check $r "resumed $hr != straight $hd"
+
+# memory per rank (fp32 AdamW, N = 4): the secondary slice is padded / 2 elements against the shard's padded / 4,
+# so the parameters are 3x the flat run's; the formula is the flat stage-3 one plus 4 x Psi / 2
+mem() { grep -m1 '"memory": {"rank": 0' "$1" | sed 's/.*"params": \([0-9]*\), "grads": \([0-9]*\), "optimizer": \([0-9]*\), "buffers": [0-9]*, "formula": \([0-9]*\), "numel": \([0-9]*\).*/\1 \2 \3 \4 \5/'; }
+read -r hp hg ho hf psi <<< "$(mem "$tmp/nh.out")"
+read -r fp fg fo ff _ <<< "$(mem "$tmp/n.out")"
+want=$((4 * psi / 4 + 4 * psi / 4 + 8 * psi / 4 + 4 * psi / 2))
+[ -n "$psi" ] && [ "$hp" = $((3 * fp)) ] && [ "$hg $ho" = "$fg $fo" ] && [ "$hf" = "$want" ] &&
+  [ "$ff" = $((want - 4 * psi / 2)) ] && r=ok || r=bad
+echo "memory per rank, hpZ 2: params $hp grads $hg optimizer $ho formula $hf; flat: $fp $fg $fo formula $ff;" \
+  "flat formula + 4 x Psi / 2 for Psi = $psi: $want $r"
+check $r "hpZ memory: params $hp != 3 x $fp, or formula $hf != $want"
+est=$("$EST" --world 4 --hpz-partition-size 2 --mlp 64,2 --config "$tmp/n.json" --json)
+e=$(echo "$est" | sed 's/.*"params": \([0-9]*\), "grads": \([0-9]*\), "optimizer": \([0-9]*\),.*"formula": \([0-9]*\).*"hpz_size": \([0-9]*\), "hpz_secondary": \([0-9]*\).*/\1 \2 \3 \4 \5 \6/')
+[ "$e" = "$hp $hg $ho $hf 2 $((hp - fp))" ] && r=ok || r=bad
+echo "zs-estimate --world 4 --hpz-partition-size 2: params grads optimizer formula hpz_size hpz_secondary = $e $r"
+check $r "zs-estimate: '$e' != '$hp $hg $ho $hf 2 $((hp - fp))' (the hpZ run's)"
+
+# traffic (counted by comm/, bytes/step/rank): a re-gather of a unit of p elements moved from the 4 ranks (2 of
+# them across the node boundary) into the 2-rank secondary group saves 2 x p / 4 elements across and adds
+# p / 2 - p / 4 inside: cross-node down by exactly twice what intra-node goes up. What is left across is one full
+# gather of each unit a step, however often it is re-gathered: the same with every unit kept for the whole window.
+traffic() { awk '/^traffic:/ {print $3, $6}' "$tmp/$1.out"; }
+read -r fc fi <<< "$(traffic n)"; read -r hc hi <<< "$(traffic nh)"
+cfg kh 3 "$hpz"; sed -i 's/"stage3_max_reuse_distance": 0/"stage3_max_reuse_distance": 1000000000/' "$tmp/kh.json"
+run kh kh --steps 6 --quiet > /dev/null; read -r kc ki <<< "$(traffic kh)"
+[ -n "$fc" ] && [ -n "$hc" ] && [ -n "$kc" ] && [ "$hc" -lt "$fc" ] && [ "$hi" -gt "$fi" ] &&
+  [ $((fc - hc)) = $((2 * (hi - fi))) ] && [ "$kc" = "$hc" ] && [ "$ki" -lt "$hi" ] && r=ok || r=bad
+echo "traffic cross/intra bytes/step/rank: flat $fc/$fi, hpZ $hc/$hi (cross -$((fc - hc)) = 2 x intra +$((hi - fi)));" \
+  "hpZ with units kept: $kc/$ki $r"
+check $r "traffic: flat $fc/$fi hpZ $hc/$hi kept $kc/$ki"
+
+# refusals, each naming the key; H equal to the shard group is off
+refused() { # refused NAME PATTERN
+  mpirun --oversubscribe -np 4 "$TRAIN" --config "$tmp/$1.json" --steps 1 --quiet > "$tmp/$1.out" 2>&1
+  local rc=$? msg
+  msg=$(grep -m1 -- "$2" "$tmp/$1.out")
+  [ $rc -ne 0 ] && [ -n "$msg" ] && ! grep -q '^params-hash' "$tmp/$1.out" && r=ok || r=bad
+  echo "$1 refused: rc $rc, '$msg' $r"; check $r "$1 not refused naming '$2'"
+}
+cfg h3 3 ', "zero_hpz_partition_size": 3'
+refused h3 "zero_optimization.zero_hpz_partition_size 3 does not divide the shard group's size 4"
+cfg s2 2 "$hpz"
+refused s2 'zero_optimization.zero_hpz_partition_size: 2 needs ZeRO stage 3'
+cfg op 3 "$hpz"', "offload_param": {"device": "cpu"}'
+refused op 'zero_optimization.zero_hpz_partition_size: 2 is not implemented with zero_optimization.offload_param'
+cfg h4 3 ', "zero_hpz_partition_size": 4'
+h=$(run h4 h4 --steps 6); r=$(same "$h" "$fl")
+grep -q 'hpZ: off (zero_hpz_partition_size 4 is the shard group)' "$tmp/h4.out" || r=bad
+echo "zero_hpz_partition_size 4 at 4 ranks: off, the flat hash: $h $r"; check $r "H = 4: not off, or $h != flat $fl"
+finish hpz_mlp
