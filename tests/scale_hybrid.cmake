@@ -19,3 +19,12 @@ if(NOT ZS_SANITIZE)
                        "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_mlp")
   set_property(TEST hpz_mlp APPEND PROPERTY LABELS sharding) # (zs_label_all has no ^hpz_ line yet)
 endif()
+
+# hpZ's secondary copy after a checkpoint load and a parameter write in the middle of a run (tests/hpz_reload.c):
+# both passes (the secondary's allocation, fill and free are new C paths the sanitizers must see).
+zs_test(hpz_reload)
+add_test(NAME hpz_reload COMMAND ${ZS_MPIRUN} 4 -x ZS_FAKE_NODE_SIZE=2 $<TARGET_FILE:hpz_reload>)
+file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_reload)
+set_tests_properties(hpz_reload PROPERTIES TIMEOUT 600 ENVIRONMENT
+                     "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_reload")
+set_property(TEST hpz_reload APPEND PROPERTY LABELS sharding ckpt)
