@@ -5,8 +5,8 @@
 # parameters are the flat run's plus the secondary copy (padded / 2 elements a unit) and its formula the flat
 # stage-3 formula plus psz x Psi / 2, as zs-estimate says; the traffic counter shows the re-gathers moved inside
 # the node; a checkpoint resumes to the straight run's hash; H that does not divide the group, stage 2 and
-# offload_param are refused naming the key; H equal to the group is accepted as off. (Loads and parameter
-# writes in the middle of a run: hpz_reload.)
+# offload_param are refused naming the key; H equal to the group is accepted as off; with mics_shard_size 4 at 8
+# ranks, the flat bits too. (Loads and parameter writes in the middle of a run: hpz_reload.)
 set -u
 TRAIN=$1 EST=$2
 . "$(dirname "$0")/lib.sh"
@@ -24,10 +24,11 @@ cfg() { # cfg NAME STAGE [EXTRA_ZERO_KEYS] [ZEROSHARD_KEYS]
 }
 JSON
 }
-run() { # run CFG OUT [FLAGS...] -> $tmp/OUT.out; prints the params-hash (a failed run is recorded)
-  local name=$1 out=$2 h
+run() { # run CFG OUT [FLAGS...] [-np N] -> $tmp/OUT.out; prints the params-hash (a failed run is recorded)
+  local name=$1 out=$2 h np=4
   shift 2
-  mpirun --oversubscribe -np 4 "$TRAIN" --config "$tmp/$name.json" "$@" > "$tmp/$out.out" 2>&1 ||
+  if [ $# -ge 2 ] && [ "${*: -2:1}" = -np ]; then np=${*: -1}; set -- "${@:1:$#-2}"; fi
+  mpirun --oversubscribe -np "$np" "$TRAIN" --config "$tmp/$name.json" "$@" > "$tmp/$out.out" 2>&1 ||
     { run_failed "$out: $(why_failed "$tmp/$out.out")"; echo "FAILED-$out"; return; }
   h=$(awk '/^params-hash/ {print $2}' "$tmp/$out.out")
   [ -n "$h" ] || { run_failed "$out printed no params-hash"; h="FAILED-$out"; }
@@ -41,10 +42,17 @@ cfg n 3; cfg nh 3 "$hpz"
 fl=$(run n n --steps 4 --memory-json); hs=$(run nh nh --steps 4 --memory-json)
 r=$(same "$hs" "$fl")
 echo "normal mode, hpZ 2 vs flat, 4 steps: $hs (flat: $fl) $r"; check $r "normal mode: hpZ $hs != flat $fl"
-cfg d 3 "" "$det"; cfg dh 3 "$hpz" "$det"
+# (deterministic mode's train batch of 32 also splits over 8 ranks: the same bits at any world size)
+cfg d 3 "" "$det"; cfg dh 3 "$hpz" "$det"; cfg dm 3 "$hpz"', "mics_shard_size": 4' "$det"
+sed -i 's/"train_batch_size": 24/"train_batch_size": 32/' "$tmp/d.json" "$tmp/dh.json" "$tmp/dm.json"
 fd=$(run d d --steps 4 --quiet); hd=$(run dh dh --steps 4 --quiet --save-dir "$tmp/ck" --save-every 3)
 r=$(same "$hd" "$fd")
 echo "deterministic mode, hpZ 2 vs flat, 4 steps: $hd (flat: $fd) $r"; check $r "deterministic: hpZ $hd != flat $fd"
+# with hybrid sharding: 8 ranks, 2 shard groups of 4 (mics_shard_size 4), each with 2 secondary groups of 2
+hm=$(run dm dm --steps 4 -np 8); r=$(same "$hm" "$fd")
+grep -q 'hybrid: 2 groups of 4 ranks.*hpZ: secondary copy over 2 ranks' "$tmp/dm.out" || r=bad
+echo "deterministic mode, mics_shard_size 4 + hpZ 2 at 8 ranks: $hm (flat at 4: $fd) $r"
+check $r "mics 4 + hpZ 2 at 8 ranks: $hm != flat $fd (or no start-up line naming both)"
 grep -q 'hpZ: secondary copy over 2 ranks' "$tmp/nh.out" && r=ok || r=bad
 echo "start-up line names hpZ: $r"; check $r "no 'hpZ: secondary copy over 2 ranks' start-up line"
 
