@@ -6,7 +6,7 @@
 # stage-3 formula plus psz x Psi / 2, as zs-estimate says; the traffic counter shows the re-gathers moved inside
 # the node; a checkpoint resumes to the straight run's hash; H that does not divide the group, stage 2 and
 # offload_param are refused naming the key; H equal to the group is accepted as off; with mics_shard_size 4 at 8
-# ranks, the flat bits too. (Loads and parameter writes in the middle of a run: hpz_reload.)
+# ranks, the flat bits too; with zero_quantized_weights, the quantized run's bits. (Loads and parameter writes in the middle of a run: hpz_reload.)
 set -u
 TRAIN=$1 EST=$2
 . "$(dirname "$0")/lib.sh"
@@ -92,6 +92,16 @@ run kh kh --steps 4 --quiet > /dev/null; read -r kc ki <<< "$(traffic kh)"
 echo "traffic cross/intra bytes/step/rank: flat $fc/$fi, hpZ $hc/$hi (cross -$((fc - hc)) = 2 x intra +$((hi - fi)));" \
   "hpZ with units kept: $kc/$ki $r"
 check $r "traffic: flat $fc/$fi hpZ $hc/$hi kept $kc/$ki"
+
+# with ZeRO++'s quantized weights the full gather is quantized across nodes and the secondary copy is taken from
+# what it dequantized; a quantized re-gather of unchanged shards dequantizes to the same values, so qwZ + hpZ
+# must give qwZ's own bits, with fewer bytes across the nodes
+cfg q 3 ', "zero_quantized_weights": true'; cfg qh 3 "$hpz"', "zero_quantized_weights": true'
+q=$(run q q --steps 4 --quiet); qh=$(run qh qh --steps 4 --quiet); r=$(same "$qh" "$q")
+read -r qc _ <<< "$(traffic q)"; read -r qhc _ <<< "$(traffic qh)"
+[ -n "$qc" ] && [ -n "$qhc" ] && [ "$qhc" -lt "$qc" ] || r=bad
+echo "zero_quantized_weights + hpZ 2: $qh (quantized alone: $q), cross-node $qhc < $qc $r"
+check $r "qwZ + hpZ: $qh != qwZ $q, or cross-node $qhc not below $qc"
 
 # refusals, each naming the key; H equal to the shard group is off
 refused() { # refused NAME RANKS PATTERN (what the parser refuses needs no more than one rank)
