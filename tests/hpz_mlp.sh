@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # hpz_mlp.sh TRAIN EST - ZeRO++ hpZ (zero_optimization.zero_hpz_partition_size 2) at stage 3, 4 ranks on 2 forced
 # nodes of 2, gradient accumulation 2, units re-gathered for every fetch (stage3_max_reuse_distance 0) with
-# prefetch on: the flat run's params-hash in the normal and the deterministic mode; the memory report's
-# parameters are the flat run's plus the secondary copy (padded / 2 elements a unit) and its formula the flat
-# stage-3 formula plus psz x Psi / 2, as zs-estimate says; the traffic counter shows the re-gathers moved inside
-# the node; a checkpoint resumes to the straight run's hash; H that does not divide the group, stage 2 and
-# offload_param are refused naming the key; H equal to the group is accepted as off; with mics_shard_size 4 at 8
-# ranks, the flat bits too; with zero_quantized_weights, the quantized run's bits. (Loads and parameter writes in the middle of a run: hpz_reload.)
+# prefetch on: the flat run's params-hash in the normal and the deterministic mode (and with mics_shard_size 4 at
+# 8 ranks); the memory report's parameters are the flat run's plus the secondary copy (padded / 2 elements a unit)
+# and its formula the flat stage-3 formula plus psz x Psi / 2, as zs-estimate says; the traffic counter shows the
+# re-gathers moved inside the node; a checkpoint resumes to the straight run's hash; with zero_quantized_weights,
+# the quantized run's bits; H that does not divide the group, stage 2 and offload_param are refused naming the key
+# (the last two through zs-estimate's parse, the engine's parser; test_config has them too); H equal to the group
+# is accepted as off. (Loads and parameter writes in the middle of a run: hpz_reload.)
 set -u
 TRAIN=$1 EST=$2
 . "$(dirname "$0")/lib.sh"
@@ -37,9 +38,13 @@ run() { # run CFG OUT [FLAGS...] [-np N] -> $tmp/OUT.out; prints the params-hash
 same() { [ "$1" = "$2" ] && [ "${1#FAILED}" = "$1" ] && echo ok || echo bad; }
 hpz=', "zero_hpz_partition_size": 2'
 
-# bits: the gathers are copies, so nothing may differ from the flat run, in either mode
-cfg n 3; cfg nh 3 "$hpz"
+# bits: the gathers are copies, so nothing may differ from the flat run, in either mode. The flat run is
+# zero_hpz_partition_size 4 at 4 ranks: the shard group's size, accepted as off (its start-up line says so, and its
+# memory below is the flat formula's)
+cfg n 3 ', "zero_hpz_partition_size": 4'; cfg nh 3 "$hpz"
 fl=$(run n n --steps 4 --memory-json); hs=$(run nh nh --steps 4 --memory-json)
+grep -q 'hpZ: off (zero_hpz_partition_size 4 is the shard group)' "$tmp/n.out" && r=ok || r=bad
+echo "zero_hpz_partition_size 4 at 4 ranks: off: $r"; check $r "H = 4 at 4 ranks: no 'hpZ: off' start-up line"
 r=$(same "$hs" "$fl")
 echo "normal mode, hpZ 2 vs flat, 4 steps: $hs (flat: $fl) $r"; check $r "normal mode: hpZ $hs != flat $fl"
 # (deterministic mode's train batch of 32 also splits over 8 ranks: the same bits at any world size)
@@ -73,7 +78,7 @@ want=$((4 * psi / 4 + 4 * psi / 4 + 8 * psi / 4 + 4 * psi / 2))
 echo "memory per rank, hpZ 2: params $hp grads $hg optimizer $ho formula $hf; flat: $fp $fg $fo formula $ff;" \
   "flat formula + 4 x Psi / 2 for Psi = $psi: $want $r"
 check $r "hpZ memory: params $hp != 3 x $fp, or formula $hf != $want"
-est=$("$EST" --world 4 --hpz-partition-size 2 --mlp 64,2 --config "$tmp/n.json" --json)
+est=$("$EST" --world 4 --hpz-partition-size 2 --mlp 64,2 --config "$tmp/nh.json" --json)
 e=$(echo "$est" | sed 's/.*"params": \([0-9]*\), "grads": \([0-9]*\), "optimizer": \([0-9]*\),.*"formula": \([0-9]*\).*"hpz_size": \([0-9]*\), "hpz_secondary": \([0-9]*\).*/\1 \2 \3 \4 \5 \6/')
 [ "$e" = "$hp $hg $ho $hf 2 $((hp - fp))" ] && r=ok || r=bad
 echo "zs-estimate --world 4 --hpz-partition-size 2: params grads optimizer formula hpz_size hpz_secondary = $e $r"
@@ -104,10 +109,10 @@ echo "zero_quantized_weights + hpZ 2: $qh (quantized alone: $q), cross-node $qhc
 check $r "qwZ + hpZ: $qh != qwZ $q, or cross-node $qhc not below $qc"
 
 # refusals, each naming the key; H equal to the shard group is off
-refused() { # refused NAME RANKS PATTERN (what the parser refuses needs no more than one rank)
+refused() { # refused NAME RANKS PATTERN (what the config parser refuses: zs-estimate's parse, no MPI)
   local name=$1 np=$2 pat=$3 rc msg
-  if [ "$np" = 1 ]; then # a singleton: no mpirun start-up and tear-down
-    "$TRAIN" --config "$tmp/$name.json" --steps 1 --quiet > "$tmp/$name.out" 2>&1
+  if [ "$np" = est ]; then
+    "$EST" --world 4 --mlp 64,2 --config "$tmp/$name.json" > "$tmp/$name.out" 2>&1
   else
     mpirun --oversubscribe -np "$np" "$TRAIN" --config "$tmp/$name.json" --steps 1 --quiet > "$tmp/$name.out" 2>&1
   fi
@@ -119,11 +124,7 @@ refused() { # refused NAME RANKS PATTERN (what the parser refuses needs no more 
 cfg h3 3 ', "zero_hpz_partition_size": 3'
 refused h3 4 "zero_optimization.zero_hpz_partition_size 3 does not divide the shard group's size 4"
 cfg s2 2 "$hpz"
-refused s2 1 'zero_optimization.zero_hpz_partition_size: 2 needs ZeRO stage 3'
+refused s2 est 'zero_optimization.zero_hpz_partition_size: 2 needs ZeRO stage 3'
 cfg op 3 "$hpz"', "offload_param": {"device": "cpu"}'
-refused op 1 'zero_optimization.zero_hpz_partition_size: 2 is not implemented with zero_optimization.offload_param'
-cfg h4 3 ', "zero_hpz_partition_size": 4'
-h=$(run h4 h4 --steps 4); r=$(same "$h" "$fl")
-grep -q 'hpZ: off (zero_hpz_partition_size 4 is the shard group)' "$tmp/h4.out" || r=bad
-echo "zero_hpz_partition_size 4 at 4 ranks: off, the flat hash: $h $r"; check $r "H = 4: not off, or $h != flat $fl"
+refused op est 'zero_optimization.zero_hpz_partition_size: 2 is not implemented with zero_optimization.offload_param'
 finish hpz_mlp
