@@ -368,8 +368,8 @@ zs_status zs_fetch_step_end(struct zs_ctx *ctx)
 }
 
 /* The parameters of unit u (every unit when u < 0) changed outside a step (a checkpoint load, a write of one
- * parameter): gathered copies are stale and dropped, hpZ secondary slices marked stale. For every unit the window being recorded restarts; the
- * learned order stays, since the program's order has not changed. */
+ * parameter): gathered copies are stale and dropped, hpZ secondary slices marked stale. For every unit the window
+ * being recorded restarts; the learned order stays, since the program's order has not changed. */
 zs_status zs_fetch_invalidate(struct zs_ctx *ctx, int32_t u, const char *who)
 {
     zs_status st = ZS_OK;
