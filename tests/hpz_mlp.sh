@@ -14,16 +14,11 @@ TRAIN=$1 EST=$2
 export ZS_FAKE_NODE_SIZE=2 ZS_TIMEOUT=${ZS_TIMEOUT:-120} # a hang fails in bounded time
 
 det='"deterministic": "world_size_invariant", "micro_shard_size": 1'
-cfg() { # cfg NAME STAGE [EXTRA_ZERO_KEYS] [ZEROSHARD_KEYS]
-  cat > "$tmp/$1.json" <<JSON
-{
-  "train_batch_size": 24, "gradient_accumulation_steps": 2, "gradient_clipping": 0.05, "steps_per_print": 0,
-  "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
-  "zero_optimization": {"stage": $2, "reduce_bucket_size": 500, "stage3_param_persistence_threshold": 0,
-                        "stage3_max_reuse_distance": 0 ${3:-}},
-  "zeroshard": {${4:-}}
-}
-JSON
+cfg() { # cfg NAME STAGE [EXTRA_ZERO_KEYS] [ZEROSHARD_KEYS]: fp32 AdamW, clipping, every fetch a gather
+  printf '{"train_batch_size": 24, "gradient_accumulation_steps": 2, "gradient_clipping": 0.05, "steps_per_print": 0,
+ "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}}, "zero_optimization": {"stage": %s,
+ "reduce_bucket_size": 500, "stage3_param_persistence_threshold": 0, "stage3_max_reuse_distance": 0 %s},
+ "zeroshard": {%s}}\n' "$2" "${3:-}" "${4:-}" > "$tmp/$1.json"
 }
 run() { # run CFG OUT [FLAGS...] [-np N] -> $tmp/OUT.out; prints the params-hash (a failed run is recorded)
   local name=$1 out=$2 h np=4

@@ -20,6 +20,15 @@ static zs_status fetch_all(zs_ctx *ctx, struct record *rec, int *k)
     return fetched(ctx, rec->at[(*k)++]);
 }
 
+static zs_status steps(zs_ctx *ctx, int n)
+{
+    zs_status st = ZS_OK;
+
+    for (int i = 0; i < n && !st; i++)
+        st = one_step(ctx, NULL);
+    return st;
+}
+
 static void run(const struct setup *s, const char *keys, struct record *rec)
 {
     zs_ctx *ctx = NULL;
@@ -33,19 +42,9 @@ static void run(const struct setup *s, const char *keys, struct record *rec)
     accum = s->accum;
     zero_extra = keys;
     st = open_ctx(&ctx, s, MPI_COMM_WORLD, world, NULL);
-    if (!st)
-        st = one_step(ctx, NULL);
-    if (!st)
-        st = one_step(ctx, NULL);
-    if (!st)
-        st = zs_checkpoint_save_opts(ctx, dir, &o);
-    if (!st)
+    if (!st && !(st = steps(ctx, 2)) && !(st = zs_checkpoint_save_opts(ctx, dir, &o)))
         st = fetch_all(ctx, rec, &k); /* step 2's parameters */
-    if (!st)
-        st = one_step(ctx, NULL);
-    if (!st)
-        st = one_step(ctx, NULL);
-    if (!st)
+    if (!st && !(st = steps(ctx, 2)))
         st = fetch_all(ctx, rec, &k); /* step 4's: the secondary slices now hold them */
     if (!st)
         st = zs_checkpoint_load_opts(ctx, dir, &o, &loaded);
@@ -54,11 +53,7 @@ static void run(const struct setup *s, const char *keys, struct record *rec)
     CHECK(!st && loaded == 1, "%s: up to the load: %s", s->name, st ? zs_last_error() : "not loaded");
     CHECK(!st && same(rec->at[2], rec->at[0], TOTAL), "%s: a fetch after the load does not show step 2's parameters",
           s->name);
-    if (!st)
-        st = one_step(ctx, NULL);
-    if (!st)
-        st = one_step(ctx, NULL);
-    if (!st)
+    if (!st && !(st = steps(ctx, 2)))
         st = fetch_all(ctx, rec, &k); /* step 4's again */
     CHECK(!st && same(rec->at[3], rec->at[1], TOTAL), "%s: steps 3-4 after the load differ (%s)", s->name,
           st ? zs_last_error() : "values");
@@ -70,9 +65,7 @@ static void run(const struct setup *s, const char *keys, struct record *rec)
         st = fetch_all(ctx, rec, &k);
     CHECK(!st && same(rec->at[4] + numel[0] + numel[1], w, numel[2]), "%s: the fetch after the write does not show "
           "it (%s)", s->name, st ? zs_last_error() : "values");
-    if (!st)
-        st = one_step(ctx, NULL);
-    if (!st)
+    if (!st && !(st = steps(ctx, 1)))
         st = read_all(ctx, ZS_STATE_PARAM, rec->at[k++]);
     CHECK(!st, "%s: the step after the write: %s", s->name, st ? zs_last_error() : "");
     zs_finalize(ctx);
