@@ -5,7 +5,9 @@
  * re-gather (so the hpZ run's come from the secondary group): two steps and a save, steps 3 and 4, a fetch of
  * every unit (each unit's secondary slice filled), a load of the step-2 checkpoint and a fetch (must show step 2's
  * parameters), steps 3 and 4 again, a fetch of every unit, rank 1 writes p2, a fetch (must show the write), a
- * step. Every value read must equal the flat run's bit for bit. */
+ * step. Every value read must equal the flat run's bit for bit. With ZS_TEST_DEVICE=separate (memory the host can
+ * only copy) or the argument "cuda" (zeroshard.device "cuda": a GPU) the slices live in the device arena and the
+ * secondary group's gathers go through the host-staged transport. */
 #include "ckpt_model.h"
 
 #define NREC 6
@@ -79,6 +81,7 @@ int main(int argc, char **argv)
     static struct record a, b;
     int diff = -1;
 
+    on_gpu = argc > 1 && !strcmp(argv[1], "cuda");
     model_begin(&argc, &argv, "hpz-reload");
     CHECK(world == 4, "run with mpirun -np 4 (got %d ranks)", world);
     if (world == 4) {
@@ -88,7 +91,9 @@ int main(int argc, char **argv)
             diff = same(a.at[i], b.at[i], TOTAL) ? -1 : i;
         CHECK(diff < 0, "hpZ: the values read at point %d differ from the flat run's", diff);
         if (rank == 0)
-            printf("flat and hpZ 2 runs: every fetch and the final parameters equal: %s\n", diff < 0 ? "ok" : "bad");
+            printf("flat and hpZ 2 runs (engine memory: %s): every fetch and the final parameters equal: %s\n",
+                   on_gpu ? "a CUDA device" : getenv("ZS_TEST_DEVICE") ? getenv("ZS_TEST_DEVICE") : "host",
+                   diff < 0 ? "ok" : "bad");
     }
     return model_end("hpz_reload");
 }

@@ -28,3 +28,11 @@ file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_reload)
 set_tests_properties(hpz_reload PROPERTIES TIMEOUT 600 ENVIRONMENT
                      "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_reload")
 set_property(TEST hpz_reload APPEND PROPERTY LABELS sharding ckpt)
+# the same on the separate test device (CPU memory the host can only copy, late copies; the slices in the device
+# arena, the secondary group's gathers host-staged)
+add_test(NAME hpz_reload_separate COMMAND ${ZS_MPIRUN} 4 -x ZS_FAKE_NODE_SIZE=2 -x ZS_TEST_DEVICE=separate
+         $<TARGET_FILE:hpz_reload>)
+file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_reload_separate)
+set_tests_properties(hpz_reload_separate PROPERTIES TIMEOUT 600 ENVIRONMENT
+                     "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_reload_separate")
+set_property(TEST hpz_reload_separate APPEND PROPERTY LABELS sharding ckpt device)
