@@ -24,6 +24,7 @@
 #include "core/units.h"
 #include "offload/nvme_optim.h"
 #include "offload/swap.h" /* defines: zs_crc32c */
+#include "sharding/sharding.h" /* defines: zs_fetch_invalidate */
 #include "runtime/runtime.h"
 #include "ckpt_dir.h"    /* defines: zs_ckpt_begin, zs_ckpt_publish, zs_ckpt_end, zs_ckpt_event */
 #include "ckpt_format.h"
@@ -493,6 +494,8 @@ zs_status zs_import_safetensors(zs_ctx *ctx, const char *path)
         if (p == ctx->nparams)
             s = zs_fail(ZS_ERR_MISMATCH, "%s: tensor '%s' matches no registered parameter", path, name);
     }
+    if (!s) /* gathered copies and hpZ secondary slices would keep the values replaced here */
+        s = zs_agree(ctx, zs_fetch_invalidate(ctx, -1, "zs_import_safetensors"));
     for (int32_t u = 0; !s && u < ctx->nunits; u++) {
         struct zs_unit *un = &ctx->units[u];
         struct unit_view v;

@@ -62,6 +62,7 @@ struct zs_zero_config {
     struct zs_offload_config offload_optimizer, offload_param;
     int64_t mics_shard_size;  /* ranks per shard group (hybrid sharding); -1: every rank (flat) */
     bool quantized_weights, quantized_gradients; /* ZeRO++ qwZ / qgZ across nodes (sharding/quant_path.c): lossy */
+    int64_t hpz_partition_size; /* ZeRO++ hpZ: ranks of the stage-3 secondary copy's group; 0 or 1: off */
 };
 
 struct zs_aio_config {

@@ -60,7 +60,6 @@ static const char *const zero_noeffect[] = {
 
 static const struct zs_cfg_gate zero_gates[] = {
     {"legacy_stage1", false, 0, 0, "the legacy stage-1 implementation is not supported"},
-    {"zero_hpz_partition_size", true, 1, 1, "ZeRO++ hierarchical partitioning (hpZ) is not supported"},
     {"zero_quantized_nontrainable_weights", false, 0, 0, "ZeRO++ quantized weights are not supported"},
     {"mics_hierarchical_params_gather", false, 0, 0,
      "MiCS hierarchical gathering is not supported (a shard group's gather is one collective)"},
@@ -236,6 +235,28 @@ static int parse_mics(parser *p, json_t *zo, struct zs_zero_config *zc)
     return 0;
 }
 
+/* ZeRO++ hpZ: 0 or 1 (or absent) is off. Stage 3 only (DeepSpeed applies it there), and not with offload_param (the
+ * secondary copy would live in the memory the offload frees); whether it divides the shard group is checked where
+ * the engine starts (runtime/hybrid.c: zs_hpz_start), with the world size in hand. Called after the offloads. */
+static int check_hpz(parser *p, json_t *zo, struct zs_zero_config *zc)
+{
+    const char *zp = "zero_optimization", *k = "zero_hpz_partition_size";
+    int64_t h = zc->hpz_partition_size;
+
+    if (zs_cfg_get_int(p, zo, zp, k, &(struct zs_cfg_spec){ZS_GE(0), .def = 0, .no_auto = true}, &h))
+        return -EINVAL;
+    zc->hpz_partition_size = h;
+    if (h <= 1)
+        return 0;
+    if (zc->stage != 3)
+        return zs_cfg_fail(p, zp, k, "%lld needs ZeRO stage 3 (ZeRO++ hpZ: a secondary copy of stage 3's "
+                           "parameter shards for its re-gathers); this is stage %d", (long long)h, zc->stage);
+    if (zc->offload_param.device != ZS_OFFLOAD_NONE)
+        return zs_cfg_fail(p, zp, k, "%lld is not implemented with zero_optimization.offload_param (the "
+                           "secondary copy would live in the memory the offload frees)", (long long)h);
+    return 0;
+}
+
 static int parse_zero_keys(parser *p, json_t *zo, struct zs_zero_config *zc)
 {
     const char *zp = "zero_optimization", *key;
@@ -299,7 +320,7 @@ int zs_cfg_parse_zero(parser *p, struct zs_config *cfg, json_t *root)
         parse_offload(p, zo, "offload_optimizer", false, &zc->offload_optimizer) ||
         parse_offload(p, zo, "offload_param", true, &zc->offload_param) ||
         (zo && parse_legacy_offload(p, zo, zc, &legacy_opt, &legacy_param)) ||
-        check_offload(p, zc, false, legacy_opt) || check_offload(p, zc, true, legacy_param))
+        check_offload(p, zc, false, legacy_opt) || check_offload(p, zc, true, legacy_param) || check_hpz(p, zo, zc))
         return -EINVAL;
     return parse_aio(p, cfg, root);
 }

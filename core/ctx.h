@@ -70,6 +70,12 @@ struct zs_unit {
     float *master;               /* 16-bit params: fp32 masters (whole at stage 0, shard otherwise), unless
                                   * they live in the NVMe swap file */
     float *m, *v;                /* optimizer state (whole at stage 0, shard otherwise) */
+    /* ZeRO++ hpZ (sharding/fetch.c): this rank's slice of the gathered unit for the secondary group of hpz_size
+     * ranks, padded / hpz_size elements, taken from the first full gather after each parameter change */
+    void *secondary;
+    bool secondary_valid;        /* holds the current parameters: later fetches gather it inside the group */
+    bool secondary_fill;         /* the gather in flight is a full one whose landing fills the secondary */
+    bool from_secondary;         /* the gather in flight runs over the secondary group (ctx->hcoll) */
 };
 
 /* DeepSpeed's DynamicLossScaler state (fp16 with loss_scale 0); a static scale otherwise. */
@@ -153,6 +159,12 @@ struct zs_ctx {
     MPI_Comm rmpi;                   /* hybrid: the replicas' MPI communicator (deterministic mode's int64 sum) */
     int32_t gfake, rfake;            /* ZS_FAKE_NODE_SIZE as the group's and the replicas' comms see it (0: real) */
     struct zs_qcomm *qcomm;          /* ZeRO++'s quantized collectives (sharding/quant_path.c), or NULL */
+    /* ZeRO++ hpZ (zero_optimization.zero_hpz_partition_size, runtime/hybrid.c): a secondary copy of every
+     * stage-3 unit sharded over hpz_size consecutive ranks (hpz_rank = rank % hpz_size) inside the shard group;
+     * hpz_size 0: off. */
+    int32_t hpz_size, hpz_rank, hfake;
+    struct zs_comm *hcomm;           /* the secondary group's comm, and its collectives on dev's buffers */
+    struct zs_coll hcoll;
 };
 
 #endif /* ZS_CTX_H */

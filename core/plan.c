@@ -26,6 +26,7 @@ void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_plac
     p->pl = pl;
     p->world = zs_partition_group_size(cfg->zero.mics_shard_size, world);
     p->replicas = world / p->world;
+    p->hpz = zs_hpz_size(cfg, p->world);
     p->psz = zs_dtype_bytes(cfg->param_dtype);
     p->csz = c;
     p->arrays = zs_config_state_arrays(cfg);
@@ -71,6 +72,8 @@ int zs_plan_unit(const struct zs_plan *p, int64_t numel, bool frozen, struct zs_
         put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, offload_home(p->pl.param, ZS_HOME_DEV), u->part.shard, p->psz);
     else
         put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, stage == 0 ? ZS_HOME_DEV : ZS_HOME_COMM, u->part.padded, p->psz);
+    if (u->sharded && p->hpz > 1) /* padded is world x shard, and hpz divides world */
+        put(u, ZS_SLOT_SECONDARY, ZS_MEM_PARAMS, ZS_HOME_DEV, u->part.padded / p->hpz, p->psz);
     if (frozen) /* no gradients, no masters, no optimizer state */
         return 0;
     if (stage <= 1)
@@ -113,6 +116,8 @@ int zs_plan_add(struct zs_plan *p, int64_t numel, bool frozen)
             p->cat[b->cat] += b->bytes;
         if (b->home == ZS_HOME_HOST)
             p->host_pool += page(b->bytes);
+        if (b->slot == ZS_SLOT_SECONDARY)
+            p->hpz_bytes += b->bytes;
     }
     if (p->exact && !frozen) /* stages 2-3: the program's whole buffer instead of a bucket slot (sharding/exact.c) */
         p->exact_bytes += (p->pl.stage >= 2 ? p->psz * pad : 0) + ZS_EXACT_ELEM_BYTES * pad;
@@ -148,4 +153,11 @@ uint64_t zs_plan_device_need(const struct zs_plan *p)
 {
     return p->home[ZS_HOME_DEV] + p->home[ZS_HOME_COMM] + p->bucket_elem_bytes * (uint64_t)p->bucket_elems +
            p->live_bytes + p->nccl_stage_bytes;
+}
+
+int32_t zs_hpz_size(const struct zs_config *cfg, int32_t g)
+{
+    int64_t h = cfg->zero.hpz_partition_size;
+
+    return cfg->zero.stage == 3 && h > 1 && h < g ? (int32_t)h : 0;
 }

@@ -24,8 +24,9 @@ extern const char *const zs_mem_cat_names[ZS_MEM_NCAT]; /* "parameters", ... (me
 enum zs_home { ZS_HOME_DEV, ZS_HOME_COMM, ZS_HOME_HOST, ZS_HOME_NVME, ZS_HOME_N };
 
 /* Which of a unit's pointers a buffer fills: the working parameters (whole, or the stage-3 shard), the
- * gradients (whole at stages 0-1, the reduced shard at 2-3), the fp32 masters, the moments m and v. */
-enum zs_slot { ZS_SLOT_PARAMS, ZS_SLOT_GRAD, ZS_SLOT_MASTER, ZS_SLOT_M, ZS_SLOT_V };
+ * gradients (whole at stages 0-1, the reduced shard at 2-3), the fp32 masters, the moments m and v; ZeRO++
+ * hpZ's secondary parameter shard (stage 3). */
+enum zs_slot { ZS_SLOT_PARAMS, ZS_SLOT_GRAD, ZS_SLOT_MASTER, ZS_SLOT_M, ZS_SLOT_V, ZS_SLOT_SECONDARY };
 
 struct zs_plan_buf {
     enum zs_slot slot;
@@ -35,7 +36,7 @@ struct zs_plan_buf {
     uint64_t bytes;
 };
 
-#define ZS_PLAN_UNIT_BUFS 5
+#define ZS_PLAN_UNIT_BUFS 6
 
 /* One unit's buffers, in the order set-up allocates them. */
 struct zs_plan_unit {
@@ -87,6 +88,10 @@ struct zs_plan {
                                    * staging buffer (comm/comm_nccl.c), made once whatever the collective's size */
     uint64_t cat[ZS_MEM_NCAT];    /* what set-up allocates, by category (nothing on NVMe, nothing gathered) */
     int32_t replicas;             /* shard groups holding the same shards (1: flat sharding) */
+    /* ZeRO++ hpZ (zero_optimization.zero_hpz_partition_size H, 1 < H < world): each sharded unit also keeps a
+     * secondary shard of padded / H elements (in cat[ZS_MEM_PARAMS], device memory); 0: off */
+    int32_t hpz;
+    uint64_t hpz_bytes;           /* the secondary shards' bytes */
 };
 
 /* Elements a rank steps of a unit (its masters and optimizer state): the whole unit at stage 0, its shard
@@ -99,7 +104,9 @@ static inline int64_t zs_plan_opt_elems(int stage, const struct zs_partition *pa
 /* The config's own placement: offloads apply from stage 1 (optimizer) and at stage 3 (parameters). */
 struct zs_placement zs_placement_of(const struct zs_config *cfg);
 
-/* world: the job's ranks; with zero_optimization.mics_shard_size the plan is the shard group's. */
+/* world: the job's ranks; with zero_optimization.mics_shard_size the plan is the shard group's. hpZ is on when
+ * zero_hpz_partition_size is above 1 and below the shard group's size (the caller refused one that does not
+ * divide it: zs_hpz_size). */
 void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_placement pl, int32_t world);
 /* One unit's buffers under p's inputs (nothing added up); a frozen unit keeps only its parameters. 0, or
  * -EINVAL when it cannot be partitioned. */
@@ -111,5 +118,9 @@ void zs_plan_finish(struct zs_plan *p);
 /* Device bytes as the budget check weighs a placement: the units' device and comm-heap buffers, the bucket's
  * elements, the gathered cap and the NCCL staging buffer. */
 uint64_t zs_plan_device_need(const struct zs_plan *p);
+
+/* The hpZ group's size in effect for this config and shard group of g ranks: the key's value when it is above 1
+ * and below g at stage 3, else 0 (off; equal to g, the secondary would be the primary). */
+int32_t zs_hpz_size(const struct zs_config *cfg, int32_t g);
 
 #endif /* ZS_PLAN_H */

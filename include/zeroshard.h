@@ -102,6 +102,9 @@ typedef struct zs_memory_report {
                              * buffers); the estimate counts it wherever NCCL may carry the collectives */
     int32_t shard_size;     /* ranks a shard is split over (zero_optimization.mics_shard_size; else the world):
                              * the N of the formulas above */
+    int32_t hpz_size;       /* ZeRO++ hpZ's secondary group (zero_hpz_partition_size H; 0: off) */
+    uint64_t hpz_secondary; /* of params, the secondary copy's bytes (padded / H elements a stage-3 unit); the
+                             * formula's expect_params adds ZeRO++'s psz x Psi / H for it */
 } zs_memory_report;
 
 /* Predicts zs_memory's figures before launching: the config (JSON text) at `world` ranks for a model of

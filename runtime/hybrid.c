@@ -1,7 +1,8 @@
 /* hybrid.c - hybrid sharding (DeepSpeed's MiCS, FSDP2's HSDP): zero_optimization.mics_shard_size G shards every
  * unit over a group of G consecutive ranks and replicates the group world / G times. Two communicators stand
  * for it: the group's (reduce-scatter and gathers) and the replicas' (the ranks with the same index in their
- * group: the gradients' sum across groups). */
+ * group: the gradients' sum across groups). ZeRO++ hpZ (zero_hpz_partition_size H) adds a third: H consecutive
+ * ranks inside the shard group, over which stage 3's re-gathers run from a secondary copy (sharding/fetch.c). */
 #include <stdio.h>
 #include <string.h>
 
@@ -69,7 +70,7 @@ static zs_status open_sub(struct zs_ctx *ctx, int32_t color, const char *name, i
     return st;
 }
 
-zs_status zs_hybrid_start(struct zs_ctx *ctx)
+static zs_status hybrid_groups(struct zs_ctx *ctx)
 {
     int64_t g = ctx->cfg.zero.mics_shard_size;
     zs_status st;
@@ -103,13 +104,65 @@ zs_status zs_hybrid_start(struct zs_ctx *ctx)
     return ZS_OK;
 }
 
+/* The forced node layout as the secondary group sees it: its H consecutive ranks fall in nodes of F (H a multiple
+ * of F) or all in one (F a multiple of H, or F at least the world). */
+static zs_status hpz_fake(struct zs_ctx *ctx, int32_t f, int32_t h)
+{
+    if (f <= 0 || f >= ctx->world || f % h == 0)
+        ctx->hfake = f > 0 ? h : 0;
+    else if (h % f == 0)
+        ctx->hfake = f;
+    else
+        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size %d and the forced node size %d "
+                       "(ZS_FAKE_NODE_SIZE / zeroshard.fake_node_size): one must divide the other", h, f);
+    return ZS_OK;
+}
+
+/* ZeRO++ hpZ: H must divide the shard group (the secondary groups then tile it); H equal to the group is the
+ * primary gather again, accepted as off. */
+static zs_status hpz_start(struct zs_ctx *ctx)
+{
+    int64_t h = ctx->cfg.zero.hpz_partition_size;
+    struct zs_comm_opts co;
+    zs_status st;
+
+    if (h <= 1 || ctx->cfg.zero.stage != 3) /* stages 0-2 were refused by the parser */
+        return ZS_OK;
+    if (h > ctx->shard_size || ctx->shard_size % h != 0)
+        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size %lld does not divide the shard "
+                       "group's size %d (%s; the secondary groups must tile it)", (long long)h, ctx->shard_size,
+                       ctx->nreplicas > 1 ? "zero_optimization.mics_shard_size" : "the world size");
+    ctx->hpz_size = zs_hpz_size(&ctx->cfg, ctx->shard_size);
+    if (!ctx->hpz_size)
+        return ZS_OK;
+    ctx->hpz_rank = ctx->rank % ctx->hpz_size;
+    st = zs_comm_opts_for(ctx, &co);
+    if (!st)
+        st = hpz_fake(ctx, co.fake_node_size, ctx->hpz_size);
+    if (!st)
+        st = open_sub(ctx, ctx->rank / ctx->hpz_size, "secondary", ctx->hfake, ctx->rank - ctx->hpz_rank, 1,
+                      &ctx->hcomm, &ctx->hcoll, NULL);
+    if (st)
+        ctx->hpz_size = 0;
+    return st;
+}
+
+zs_status zs_hybrid_start(struct zs_ctx *ctx)
+{
+    zs_status st = hybrid_groups(ctx);
+
+    return st ? st : hpz_start(ctx);
+}
+
 void zs_hybrid_free(struct zs_ctx *ctx)
 {
     zs_coll_close(&ctx->gcoll);
     zs_coll_close(&ctx->rcoll);
+    zs_coll_close(&ctx->hcoll);
     zs_comm_free(ctx->gcomm);
     zs_comm_free(ctx->rcomm);
-    ctx->gcomm = ctx->rcomm = NULL;
+    zs_comm_free(ctx->hcomm);
+    ctx->gcomm = ctx->rcomm = ctx->hcomm = NULL;
     if (ctx->rmpi != MPI_COMM_NULL && ctx->rmpi != 0)
         MPI_Comm_free(&ctx->rmpi);
     ctx->scoll = &ctx->coll;
@@ -118,10 +171,20 @@ void zs_hybrid_free(struct zs_ctx *ctx)
 
 void zs_hybrid_describe(const struct zs_ctx *ctx, char *buf, size_t len)
 {
+    int n;
+
     if (ctx->nreplicas == 1)
-        snprintf(buf, len, "flat: one shard group of %d ranks", ctx->world);
+        n = snprintf(buf, len, "flat: one shard group of %d ranks", ctx->world);
     else
-        snprintf(buf, len, "hybrid: %d groups of %d ranks (sharded inside a group, replicated across groups; "
-                 "group: %s, replicas: %s)", ctx->nreplicas, ctx->shard_size, zs_comm_describe(ctx->gcomm),
-                 zs_comm_describe(ctx->rcomm));
+        n = snprintf(buf, len, "hybrid: %d groups of %d ranks (sharded inside a group, replicated across groups; "
+                     "group: %s, replicas: %s)", ctx->nreplicas, ctx->shard_size, zs_comm_describe(ctx->gcomm),
+                     zs_comm_describe(ctx->rcomm));
+    if (n < 0 || (size_t)n >= len || ctx->cfg.zero.hpz_partition_size <= 1 || ctx->cfg.zero.stage != 3)
+        return;
+    if (ctx->hpz_size)
+        snprintf(buf + n, len - (size_t)n, "; hpZ: secondary copy over %d ranks (%s)", ctx->hpz_size,
+                 zs_comm_describe(ctx->hcomm));
+    else
+        snprintf(buf + n, len - (size_t)n, "; hpZ: off (zero_hpz_partition_size %lld is the shard group)",
+                 (long long)ctx->cfg.zero.hpz_partition_size);
 }

@@ -16,14 +16,16 @@
 #include "sharding/sharding.h"
 #include "runtime.h"
 
-/* The formulas, per category, for psi parameters (of them `trained` not frozen) at n ranks. */
-static void expect(const struct zs_config *cfg, uint64_t psi, uint64_t trained, uint64_t n, zs_memory_report *out)
+/* The formulas, per category, for psi parameters (of them `trained` not frozen) at n ranks; with hpZ over h ranks
+ * (stage 3) ZeRO++'s secondary copy adds p x psi / h to the parameters. */
+static void expect(const struct zs_config *cfg, uint64_t psi, uint64_t trained, uint64_t n, uint64_t h,
+                   zs_memory_report *out)
 {
     uint64_t p = zs_dtype_bytes(cfg->param_dtype), c = zs_dtype_bytes(cfg->comm_dtype);
     uint64_t k = zs_config_state_bytes(cfg);
     int stage = cfg->zero.stage;
 
-    out->expect_params = stage == 3 ? p * psi / n : p * psi;
+    out->expect_params = stage == 3 ? p * psi / n + (h > 1 ? p * psi / h : 0) : p * psi;
     out->expect_grads = stage <= 1 ? p * trained : c * trained / n;
     out->expect_optimizer = stage == 0 ? k * trained : k * trained / n;
     out->formula = out->expect_params + out->expect_grads + out->expect_optimizer;
@@ -57,7 +59,9 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out)
     out->nvme = zs_nvme_optim_file_bytes(ctx->nvme);
     out->nccl_staging = ctx->coll.nccl ? zs_nccl_stage_bytes(ctx->world) : 0;
     out->shard_size = ctx->shard_size;
-    expect(&ctx->cfg, ctx->numel, ctx->plan.numel_trained, (uint64_t)ctx->shard_size, out);
+    out->hpz_size = ctx->hpz_size;
+    out->hpz_secondary = ctx->plan.hpz_bytes;
+    expect(&ctx->cfg, ctx->numel, ctx->plan.numel_trained, (uint64_t)ctx->shard_size, (uint64_t)ctx->hpz_size, out);
     return ZS_OK;
 }
 
@@ -88,11 +92,15 @@ void zs_memory_log(const struct zs_ctx *ctx)
     if (ctx->rank != 0 || ctx->quiet || zs_memory(ctx, &r))
         return;
     uint64_t dp = zs_nvme_optim_param_bytes(ctx->nvme, ctx->nunits), dopt = r.nvme - dp;
-    char grp[96] = "";
+    char grp[160] = "";
+    int gl;
     if (r.shard_size < r.world) /* hybrid: the formula's N is the shard group's size */
-        snprintf(grp, sizeof(grp), ", shard group of %d; ZeRO formula with N = %d", r.shard_size, r.shard_size);
+        gl = snprintf(grp, sizeof(grp), ", shard group of %d; ZeRO formula with N = %d", r.shard_size, r.shard_size);
     else
-        snprintf(grp, sizeof(grp), "; ZeRO formula");
+        gl = snprintf(grp, sizeof(grp), "; ZeRO formula");
+    if (r.hpz_size && gl > 0 && (size_t)gl < sizeof(grp)) /* hpZ: its secondary copy is a term of params */
+        snprintf(grp + gl, sizeof(grp) - (size_t)gl, " + hpZ's %s secondary copy over %d", mib(r.hpz_secondary,
+                 a[0], 64), r.hpz_size);
     zs_log("memory per rank (rank 0, stage %d, %s, %d ranks%s and ratio "
            "in brackets): params %s [%s %.3f], grads %s [%s %.3f], optimizer %s (fp32 masters %s) [%s %.3f]",
            r.stage, zs_dtype_name(r.dtype), r.world, grp, placed(r.params, dp, a[0], 64), mib(r.expect_params, a[1], 64),
@@ -126,6 +134,10 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     if (cfg.zero.mics_shard_size > 0 && cfg.zero.mics_shard_size < world && cfg.zero.stage == 0)
         return zs_fail(ZS_ERR_CONFIG, "zero_optimization.mics_shard_size %lld needs ZeRO stage 1, 2 or 3 (stage 0 "
                        "shards nothing)", (long long)cfg.zero.mics_shard_size);
+    int64_t h = cfg.zero.hpz_partition_size, g = zs_partition_group_size(cfg.zero.mics_shard_size, world);
+    if (cfg.zero.stage == 3 && h > 1 && (h > g || g % h != 0))
+        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size %lld does not divide the shard "
+                       "group's size %lld", (long long)h, (long long)g);
     zs_plan_init(&p, &cfg, zs_placement_of(&cfg), world);
     for (int32_t u = 0; u < nunits; u++)
         if (zs_plan_add(&p, unit_numel[u], false))
@@ -147,6 +159,8 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     out->numel = p.numel;
     out->numel_padded = p.numel_padded;
     out->shard_size = p.world;
-    expect(&cfg, p.numel, p.numel, (uint64_t)p.world, out);
+    out->hpz_size = p.hpz;
+    out->hpz_secondary = p.hpz_bytes;
+    expect(&cfg, p.numel, p.numel, (uint64_t)p.world, (uint64_t)p.hpz, out);
     return ZS_OK;
 }

@@ -27,7 +27,8 @@ zs_status zs_groups_setup(struct zs_ctx *ctx);
 /* ctx's flat layout (every rank one shard group), right after the world is known. */
 void zs_hybrid_flat(struct zs_ctx *ctx);
 /* Collective, after the device opened: with zero_optimization.mics_shard_size G (1 <= G < world) the shard
- * group's and the replicas' comms and collectives; refuses a G that does not divide the world, and stage 0. */
+ * group's and the replicas' comms and collectives; refuses a G that does not divide the world, and stage 0.
+ * Then with zero_hpz_partition_size H (1 < H < G, stage 3) the secondary group's; refuses an H not dividing G. */
 zs_status zs_hybrid_start(struct zs_ctx *ctx);
 void zs_hybrid_free(struct zs_ctx *ctx);
 /* "flat: 4 ranks" or "hybrid: 2 groups of 2 ranks", for the start-up line */

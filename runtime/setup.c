@@ -102,6 +102,7 @@ static zs_status alloc_unit(struct zs_ctx *ctx, struct zs_unit *un)
         case ZS_SLOT_MASTER: un->master = p; break;
         case ZS_SLOT_M: un->m = p; break;
         case ZS_SLOT_V: un->v = p; break;
+        case ZS_SLOT_SECONDARY: un->secondary = p; break; /* filled by the unit's first gather (fetch.c) */
         }
     }
     return ZS_OK;

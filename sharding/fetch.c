@@ -1,7 +1,9 @@
 /* fetch.c - making a unit's parameters visible: a no-op below stage 3, a gather at stage 3, with
  * prefetch of the next units (stage3_prefetch_bucket_size), a cap on gathered elements alive at once
  * (stage3_max_live_parameters) and reuse of released units that come back soon
- * (stage3_max_reuse_distance). The unit order comes from the trace of the previous window. */
+ * (stage3_max_reuse_distance). The unit order comes from the trace of the previous window. With ZeRO++ hpZ
+ * the first gather of a unit after its parameters change is the shard group's, and leaves a secondary slice
+ * behind; every later one gathers those slices inside the secondary group. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -73,9 +75,40 @@ static zs_status shard_in(struct zs_ctx *ctx, int32_t u)
     return st;
 }
 
+/* hpZ: the secondary slice's elements, and where this rank's slice sits in the gathered unit. */
+static int64_t secondary_elems(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    return un->part.padded / ctx->hpz_size;
+}
+static void *secondary_place(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    return zs_at(un->gathered, (int64_t)ctx->hpz_rank * secondary_elems(ctx, un), ctx->psz);
+}
+
+/* hpZ, after the full gather landed: this rank's slice of it is the secondary copy until the parameters change.
+ * Taken after a quantized gather too (qwZ + hpZ): the copy is of the dequantized parameters every fetch until
+ * then would have seen. */
+static zs_status secondary_keep(struct zs_ctx *ctx, struct zs_unit *un)
+{
+    zs_status st = zs_device_copy(&ctx->dev, un->secondary, !ctx->dev.host_access, secondary_place(ctx, un),
+                                  !ctx->dev.host_access, (size_t)secondary_elems(ctx, un) * ctx->psz);
+
+    un->secondary_fill = false;
+    if (st)
+        return st;
+    un->secondary_valid = true;
+    return ZS_OK;
+}
+
+/* The gather of unit u over the shard group (the shards) or, with a valid hpZ secondary copy, over the secondary
+ * group (the slices): this rank's part into the gathered buffer, then the all-gather. */
 static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
+    bool sec = ctx->hpz_size > 0 && un->secondary_valid;
+    struct zs_coll *coll = sec ? &ctx->hcoll : ctx->scoll;
+    struct zs_comm *comm = sec ? ctx->hcomm : ctx->scomm;
+    int64_t count = sec ? secondary_elems(ctx, un) : un->part.shard;
     zs_status st;
 
     /* not zero-filled: the all-gather writes all of it (world x shard = padded elements) before a read */
@@ -84,21 +117,25 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
         zs_error_prefix("fetch unit '%s' (%lld elements)", un->name, (long long)un->part.padded);
         return ZS_ERR_NOMEM;
     }
-    st = shard_in(ctx, u);
+    un->from_secondary = sec;
+    un->secondary_fill = ctx->hpz_size > 0 && !sec;
+    st = sec ? zs_device_copy(&ctx->dev, secondary_place(ctx, un), !ctx->dev.host_access, un->secondary,
+                              !ctx->dev.host_access, (size_t)count * ctx->psz)
+             : shard_in(ctx, u);
     if (st) {
         /* The peers are about to gather with this rank and hold the same block of the shared heap: the
          * gather still goes out, marked failed, so that it ends with an error on every rank and the
          * block stays allocated on every rank alike (released by the usual wait and drop). */
-        zs_comm_fail_next(ctx->scomm);
-        zs_label_on(ctx, ctx->scomm, ZS_PURPOSE_FETCH, u);
-        if (!zs_coll_all_gather(ctx->scoll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req))
+        zs_comm_fail_next(comm);
+        zs_label_on(ctx, comm, ZS_PURPOSE_FETCH, u);
+        if (!zs_coll_all_gather(coll, un->gathered, ctx->pdt, count, &un->gather_req))
             un->gather = ZS_GATHER_PENDING;
     }
-    if (!st && zs_quant_weights(ctx)) { /* complete here: gather_req stays NULL */
+    if (!st && !sec && zs_quant_weights(ctx)) { /* complete here: gather_req stays NULL */
         st = zs_quant_gather(ctx, un->gathered, un->part.shard);
     } else if (!st) {
-        zs_label_on(ctx, ctx->scomm, ZS_PURPOSE_FETCH, u);
-        st = zs_coll_all_gather(ctx->scoll, un->gathered, ctx->pdt, un->part.shard, &un->gather_req);
+        zs_label_on(ctx, comm, ZS_PURPOSE_FETCH, u);
+        st = zs_coll_all_gather(coll, un->gathered, ctx->pdt, count, &un->gather_req);
     }
     if (st && un->gather == ZS_GATHER_PENDING) {
         zs_error_prefix("fetch unit '%s'", un->name);
@@ -120,18 +157,30 @@ static zs_status gather_wait(struct zs_ctx *ctx, struct zs_unit *un)
 
     if (un->gather != ZS_GATHER_PENDING)
         return ZS_OK;
-    st = zs_coll_wait(ctx->scoll, un->gather_req);
+    st = zs_coll_wait(un->from_secondary ? &ctx->hcoll : ctx->scoll, un->gather_req);
     un->gather_req = NULL;
     if (st) { /* the request is gone and the copy is not the unit: dropped here, on every rank alike */
         zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));
         un->gathered = NULL;
         un->gather = ZS_GATHER_NONE;
         un->prefetched = false;
+        un->secondary_fill = false;
         zs_error_prefix("gather unit '%s'", un->name);
         return st;
     }
     un->gather = ZS_GATHER_READY;
-    return ZS_OK;
+    st = un->secondary_fill ? secondary_keep(ctx, un) : ZS_OK;
+    if (st)
+        zs_error_prefix("keep unit '%s''s hpZ secondary copy", un->name);
+    return st;
+}
+
+/* hpZ: the parameters of units [lo, hi) changed (after their gathered copies were dropped, so that a gather that
+ * landed during the drop cannot leave an old slice valid): the next fetch of each is a full gather again. */
+static void secondary_stale(struct zs_ctx *ctx, int32_t lo, int32_t hi)
+{
+    for (int32_t i = lo; i < hi; i++)
+        ctx->units[i].secondary_valid = false;
 }
 
 static zs_status gather_drop(struct zs_ctx *ctx, struct zs_unit *un)
@@ -269,9 +318,15 @@ zs_status zs_fetch_unref(struct zs_ctx *ctx, int32_t u)
 
 void zs_fetch_free_all(struct zs_ctx *ctx)
 {
-    for (int32_t u = 0; u < ctx->nunits; u++)
-        if (ctx->units[u].gather != ZS_GATHER_NONE)
-            gather_drop(ctx, &ctx->units[u]);
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        struct zs_unit *un = &ctx->units[u];
+        if (un->gather != ZS_GATHER_NONE)
+            gather_drop(ctx, un);
+        if (un->secondary) /* only hpZ's secondary slices: the set-up's other buffers are engine.c's to free */
+            zs_mem_free(ctx, ZS_MEM_PARAMS, un->secondary, (uint64_t)secondary_elems(ctx, un) * ctx->psz);
+        un->secondary = NULL;
+        un->secondary_valid = false;
+    }
     if (ctx->fetch) {
         free(ctx->fetch->trace);
         free(ctx->fetch->rec);
@@ -280,7 +335,8 @@ void zs_fetch_free_all(struct zs_ctx *ctx)
     }
 }
 
-/* After the optimizer step every gathered copy is stale; the window just recorded becomes the trace. */
+/* After the optimizer step every gathered copy and hpZ secondary slice is stale; the window just recorded becomes
+ * the trace. */
 zs_status zs_fetch_step_end(struct zs_ctx *ctx)
 {
     zs_status st = ZS_OK;
@@ -293,6 +349,7 @@ zs_status zs_fetch_step_end(struct zs_ctx *ctx)
         if (un->gather != ZS_GATHER_NONE && !st)
             st = gather_drop(ctx, un);
     }
+    secondary_stale(ctx, 0, ctx->nunits); /* the step wrote new shards (or skipped: one full gather more) */
     if (ctx->fetch->rec_len > 0 && (!ctx->fetch->trace_valid || ctx->fetch->rec_len != ctx->fetch->trace_len ||
                              memcmp(ctx->fetch->rec, ctx->fetch->trace, (size_t)ctx->fetch->rec_len * sizeof(int32_t)))) {
         int32_t *t = ctx->fetch->trace;
@@ -311,8 +368,8 @@ zs_status zs_fetch_step_end(struct zs_ctx *ctx)
 }
 
 /* The parameters of unit u (every unit when u < 0) changed outside a step (a checkpoint load, a write of one
- * parameter): gathered copies are stale and dropped. For every unit the window being recorded restarts; the
- * learned order stays, since the program's order has not changed. */
+ * parameter): gathered copies are stale and dropped, hpZ secondary slices marked stale. For every unit the window
+ * being recorded restarts; the learned order stays, since the program's order has not changed. */
 zs_status zs_fetch_invalidate(struct zs_ctx *ctx, int32_t u, const char *who)
 {
     zs_status st = ZS_OK;
@@ -325,6 +382,7 @@ zs_status zs_fetch_invalidate(struct zs_ctx *ctx, int32_t u, const char *who)
         if (s && !st)
             st = s;
     }
+    secondary_stale(ctx, u < 0 ? 0 : u, u < 0 ? ctx->nunits : u + 1);
     if (u < 0) {
         ctx->fetch->rec_len = 0;
         ctx->fetch->trace_pos = 0;

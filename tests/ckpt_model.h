@@ -20,6 +20,7 @@
 
 #define NPARAMS 4
 static int accum; /* gradient_accumulation_steps of the set-up being run */
+static const char *zero_extra; /* more zero_optimization keys for open_ctx (", \"key\": value"), or NULL */
 static const int64_t numel[NPARAMS] = {100, 37, 300, 50};
 static const int32_t unit_of[NPARAMS] = {0, 0, 1, 2}; /* u2 (50 elements) stays whole at stage 3 */
 #define NUNITS 3
@@ -65,10 +66,10 @@ static inline zs_status open_ctx(zs_ctx **ctx, const struct setup *s, MPI_Comm c
              "\"gradient_accumulation_steps\": %d, \"steps_per_print\": 0, %s%s"
              "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}, "
              "\"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 60, "
-             "\"stage3_max_reuse_distance\": 1000000, \"stage3_prefetch_bucket_size\": 1000000%s}%s}",
+             "\"stage3_max_reuse_distance\": 1000000, \"stage3_prefetch_bucket_size\": 1000000%s%s}%s}",
              nranks * accum, accum, !strcmp(s->dtype, "bf16") ? "\"bf16\": {\"enabled\": true}, "
                                     : !strcmp(s->dtype, "fp16") ? "\"fp16\": {\"enabled\": true}, " : "",
-             extra ? extra : "", s->stage, off, zs);
+             extra ? extra : "", s->stage, off, zero_extra ? zero_extra : "", zs);
     st = zs_init(ctx, &o);
     for (int32_t p = 0, unit = -1; !st && p < NPARAMS; p++) { /* a unit is filled before the next is added */
         char name[16];

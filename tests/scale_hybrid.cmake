@@ -7,3 +7,36 @@ add_test(NAME hybrid_mlp COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/hybrid_mlp.sh 
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_mlp)
 set_tests_properties(hybrid_mlp PROPERTIES TIMEOUT 600 ENVIRONMENT
                      "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_mlp")
+
+# ZeRO++ hpZ (zero_hpz_partition_size 2) at 4 ranks on 2 forced nodes: the flat run's bits, the memory term, the
+# traffic moved inside the node, checkpoints and refusals (tests/hpz_mlp.sh). The optimized pass only: the C paths
+# it takes are hpz_reload's too (hpz_reload_separate in both passes, hpz_reload on host memory in the sanitizers').
+if(NOT ZS_SANITIZE)
+  add_test(NAME hpz_mlp COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/hpz_mlp.sh $<TARGET_FILE:zs-train-mlp>
+           $<TARGET_FILE:zs-estimate>)
+  file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_mlp)
+  set_tests_properties(hpz_mlp PROPERTIES TIMEOUT 600 ENVIRONMENT
+                       "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hpz_mlp")
+  set_property(TEST hpz_mlp APPEND PROPERTY LABELS sharding) # (zs_label_all has no ^hpz_ line yet)
+endif()
+
+# hpZ's secondary copy after a checkpoint load and a parameter write in the middle of a run (tests/hpz_reload.c),
+# on the separate test device (CPU memory the host can only copy, late copies: the slices in the device arena, the
+# secondary group's gathers host-staged) in both passes; on host memory in the sanitizer pass (the optimized pass
+# runs that path in hpz_mlp)
+zs_test(hpz_reload)
+set(hpz_reload_runs hpz_reload_separate)
+if(ZS_SANITIZE)
+  list(APPEND hpz_reload_runs hpz_reload)
+endif()
+foreach(t ${hpz_reload_runs})
+  if(t STREQUAL hpz_reload_separate)
+    add_test(NAME ${t} COMMAND ${ZS_MPIRUN} 4 -x ZS_FAKE_NODE_SIZE=2 -x ZS_TEST_DEVICE=separate $<TARGET_FILE:hpz_reload>)
+  else()
+    add_test(NAME ${t} COMMAND ${ZS_MPIRUN} 4 -x ZS_FAKE_NODE_SIZE=2 $<TARGET_FILE:hpz_reload>)
+  endif()
+  file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t})
+  set_tests_properties(${t} PROPERTIES TIMEOUT 600 ENVIRONMENT
+                       "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t}")
+  set_property(TEST ${t} APPEND PROPERTY LABELS sharding ckpt)
+endforeach()

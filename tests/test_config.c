@@ -205,8 +205,11 @@ static const struct err_case err_cases[] = {
      "zero_optimization.offload_optimizer.ratio: expected a number in (0, 1], got 0", NULL, 0},
     {"boolean auto is meaningless", "{" MB "'zero_optimization': {'contiguous_gradients': 'auto'}}",
      "zero_optimization.contiguous_gradients: \"auto\" cannot be resolved here; give a value", NULL, 0},
-    {"hpZ refused", "{" MB "'zero_optimization': {'zero_hpz_partition_size': 8}}",
-     "zero_optimization.zero_hpz_partition_size:", "not supported", 0},
+    {"hpZ below stage 3 refused", "{" MB "'zero_optimization': {'stage': 2, 'zero_hpz_partition_size': 8}}",
+     "zero_optimization.zero_hpz_partition_size: 8 needs ZeRO stage 3", "this is stage 2", 0},
+    {"hpZ with offload_param refused", "{" MB "'zero_optimization': {'stage': 3, 'zero_hpz_partition_size': 8, "
+     "'offload_param': {'device': 'cpu'}}}", "zero_optimization.zero_hpz_partition_size: 8 is not implemented with "
+     "zero_optimization.offload_param", NULL, 0},
     {"MiCS shard size 0 refused", "{" MB "'zero_optimization': {'mics_shard_size': 0}}",
      "zero_optimization.mics_shard_size:", "0 is not a shard group size", 0},
     {"MiCS hierarchical gather refused", "{" MB "'zero_optimization': {'mics_shard_size': 2, "

@@ -25,6 +25,7 @@
 struct est_args {
     int world, stage;         /* stage -1: the config's */
     int mics;                 /* --mics-shard-size (0: the config's) */
+    int hpz;                  /* --hpz-partition-size (0: the config's) */
     const char *config, *dtype, *offload;
     int64_t *units;
     int32_t nunits;
@@ -35,7 +36,7 @@ static void print_usage(FILE *f)
 {
     fprintf(f, "usage: zs-estimate --world N (--params P | --mlp HIDDEN,LAYERS | --units N1,N2,...) [--config FILE]\n"
                     "                   [--stage S] [--dtype fp32|bf16|fp16] [--offload none|cpu|nvme] [--mics-shard-size G]\n"
-                    "                   [--json]\n"
+                    "                   [--hpz-partition-size H] [--json]\n"
                     "       zs-estimate --time ...   the step-time model (zs-estimate --time --help)\n");
 }
 
@@ -59,6 +60,8 @@ static void help(void)
            "  --dtype D          fp32, bf16 or fp16 parameters (overrides the config's)\n"
            "  --offload O        none, cpu or nvme: offload_optimizer and, at stage 3, offload_param\n"
            "  --mics-shard-size G  hybrid sharding: shards over groups of G ranks (zero_optimization.mics_shard_size)\n"
+           "  --hpz-partition-size H  ZeRO++ hpZ at stage 3: a secondary parameter copy over groups of H ranks\n"
+           "                     (zero_optimization.zero_hpz_partition_size)\n"
            "  --json             one JSON object instead of the table\n");
 }
 
@@ -109,6 +112,10 @@ static int parse(struct est_args *a, int argc, char **argv)
             a->mics = (int)strtol(v, &end, 10);
             if (*end || a->mics < 1)
                 return usage("--mics-shard-size: a positive integer that divides --world");
+        } else if (!strcmp(o, "--hpz-partition-size")) {
+            a->hpz = (int)strtol(v, &end, 10);
+            if (*end || a->hpz < 1)
+                return usage("--hpz-partition-size: a positive integer that divides the shard group");
         } else if (!strcmp(o, "--stage")) {
             a->stage = (int)strtol(v, &end, 10);
             if (*end || a->stage < 0 || a->stage > 3)
@@ -182,6 +189,8 @@ static char *config_text(const struct est_args *a)
         json_object_set_new(z, "stage", json_integer(a->stage));
     if (a->mics > 0)
         json_object_set_new(z, "mics_shard_size", json_integer(a->mics));
+    if (a->hpz > 0)
+        json_object_set_new(z, "zero_hpz_partition_size", json_integer(a->hpz));
     if (a->dtype) {
         json_object_del(root, "fp16");
         json_object_del(root, "bf16");
@@ -236,9 +245,10 @@ int main(int argc, char **argv)
         printf("{\"estimate\": {\"world\": %d, \"shard_size\": %d, \"stage\": %d, \"dtype\": \"%s\", \"numel\": %" PRIu64 ", "
                "\"params\": %" PRIu64 ", \"grads\": %" PRIu64 ", \"optimizer\": %" PRIu64 ", \"master\": %" PRIu64
                ", \"buffers\": %" PRIu64 ", \"prefetch_cap\": %" PRIu64 ", \"host\": %" PRIu64 ", \"nvme\": %" PRIu64
-               ", \"nccl_staging\": %" PRIu64 ", \"formula\": %" PRIu64 ", \"device\": %" PRIu64 "}}\n",
+               ", \"nccl_staging\": %" PRIu64 ", \"formula\": %" PRIu64 ", \"device\": %" PRIu64 ", \"hpz_size\": %d"
+               ", \"hpz_secondary\": %" PRIu64 "}}\n",
                r.world, r.shard_size, r.stage, dt[r.dtype], r.numel, r.params, r.grads, r.optimizer, r.master, r.buffers,
-               r.prefetch_cap, r.host, r.nvme, r.nccl_staging, r.formula, device);
+               r.prefetch_cap, r.host, r.nvme, r.nccl_staging, r.formula, device, r.hpz_size, r.hpz_secondary);
     } else {
         if (r.shard_size < r.world) /* hybrid: the formula's N is the shard group's size */
             printf("%" PRIu64 " parameters, %d ranks, shard group of %d, ZeRO stage %d, %s; per rank (N = %d):\n",
@@ -247,6 +257,9 @@ int main(int argc, char **argv)
             printf("%" PRIu64 " parameters, %d ranks, ZeRO stage %d, %s; per rank:\n", r.numel, r.world, r.stage,
                    dt[r.dtype]);
         printf("  parameters     %10.3f GiB   (ZeRO formula %.3f)\n", gib(r.params), gib(r.expect_params));
+        if (r.hpz_size)
+            printf("   of which hpZ  %10.3f GiB   (secondary copy over %d ranks; ZeRO++: psz x Psi / %d)\n",
+                   gib(r.hpz_secondary), r.hpz_size, r.hpz_size);
         printf("  gradients      %10.3f GiB   (ZeRO formula %.3f)\n", gib(r.grads), gib(r.expect_grads));
         printf("  optimizer      %10.3f GiB   (ZeRO formula %.3f; fp32 masters %.3f)\n", gib(r.optimizer),
                gib(r.expect_optimizer), gib(r.master));
