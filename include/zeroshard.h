@@ -187,6 +187,9 @@ zs_status zs_group_set(zs_ctx *ctx, int32_t group, const zs_group_opts *opts);
 /* The group's values; lr is what the last optimizer step used (after the schedule), or the base before the
  * first step. */
 zs_status zs_group_get(const zs_ctx *ctx, int32_t group, zs_group_opts *out);
+/* After zs_setup: the lr the group's next optimizer step will use (the config schedule's next value, scaled
+ * as zs_group_set says). DeepSpeed's scheduler reports this as get_last_lr() after each step. */
+zs_status zs_group_next_lr(const zs_ctx *ctx, int32_t group, double *lr);
 int32_t zs_group_count(const zs_ctx *ctx);
 
 /* Collective: checks every rank registered the same parameters, partitions, allocates, and

@@ -9,6 +9,7 @@
 #include "base/hash.h" /* defines: zs_fnv1a */
 #include "core/ctx.h"
 #include "core/ranks.h" /* defines: zs_label */
+#include "core/schedule.h" /* defines: zs_schedule_lr */
 #include "runtime.h"
 
 #define GROUP_FIELDS (ZS_GROUP_LR | ZS_GROUP_WEIGHT_DECAY | ZS_GROUP_BETAS | ZS_GROUP_EPS | ZS_GROUP_MOMENTUM | \
@@ -213,24 +214,42 @@ int32_t zs_group_count(const zs_ctx *ctx)
 
 /* ---------------------------------------------------------------- the step */
 
-double zs_group_lr(struct zs_ctx *ctx, int32_t group, double sched_lr)
+/* Group `group`'s lr for a schedule value: the config's lr is the schedule's value itself (every bit as it
+ * was); a group's own lr is scaled by the schedule as torch's schedulers scale each group's initial lr. */
+static double group_lr_for(const struct zs_ctx *ctx, int32_t group, double sched_lr)
 {
     const struct zs_optim_config *o = &ctx->cfg.optim;
     zs_group_opts v;
-    double lr;
 
     zs_group_values(ctx, group, &v);
-    if (!(v.set & ZS_GROUP_LR)) /* the config's lr: the schedule's value itself, so every bit stays as it was */
-        lr = sched_lr;
-    else if (ctx->cfg.sched.type == ZS_SCHED_NONE || o->lr == 0.0)
-        lr = v.lr;
-    else
-        lr = v.lr * (sched_lr / o->lr);
+    if (!(v.set & ZS_GROUP_LR))
+        return sched_lr;
+    if (ctx->cfg.sched.type == ZS_SCHED_NONE || o->lr == 0.0)
+        return v.lr;
+    return v.lr * (sched_lr / o->lr);
+}
+
+double zs_group_lr(struct zs_ctx *ctx, int32_t group, double sched_lr)
+{
+    double lr = group_lr_for(ctx, group, sched_lr);
+
     if (group < ctx->ngroups) {
         ctx->groups[group].lr_used = lr;
         ctx->groups[group].stepped = true;
     }
     return lr;
+}
+
+zs_status zs_group_next_lr(const zs_ctx *ctx, int32_t group, double *lr)
+{
+    if (!ctx || !lr)
+        return zs_fail(ZS_ERR_INVALID, "zs_group_next_lr: NULL argument");
+    if (!ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_group_next_lr: call zs_setup first");
+    if (group < 0 || group >= zs_group_count(ctx))
+        return zs_fail(ZS_ERR_INVALID, "zs_group_next_lr: no group %d (%d groups)", group, zs_group_count(ctx));
+    *lr = group_lr_for(ctx, group, zs_schedule_lr(&ctx->cfg.sched, ctx->cfg.optim.lr, ctx->sched_steps + 1));
+    return ZS_OK;
 }
 
 /* ---------------------------------------------------------------- set-up */

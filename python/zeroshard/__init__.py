@@ -5,9 +5,36 @@
 
 Launched with `mpirun -np N python train.py`: the library initialises MPI itself.
 """
+import os
 import weakref
 
 from ._lib import ZsError
+
+
+def _check_launcher():
+    """ZeroShard's ranks are the MPI job's. A launcher that starts plain processes with WORLD_SIZE > 1 (torchrun,
+    accelerate launch, DeepSpeed's) would give N separate one-rank trainings: refused at import, naming the
+    launch line to use instead."""
+    from .run import mpi_rank_env
+    env = os.environ
+    world = env.get("WORLD_SIZE", "1")
+    if not world.isdigit() or int(world) <= 1 or mpi_rank_env() is not None:
+        return
+    if "ACCELERATE_DYNAMO_BACKEND" in env or "ACCELERATE_MIXED_PRECISION" in env:
+        by = "accelerate launch"
+    elif "TORCHELASTIC_RUN_ID" in env or "TORCHELASTIC_RESTART_COUNT" in env:
+        by = "torchrun"
+    elif "LOCAL_SIZE" in env:
+        by = "the deepspeed launcher"
+    else:
+        by = "a launcher that is not MPI"
+    raise RuntimeError(f"zeroshard: this process was started by {by} (WORLD_SIZE={world}, RANK={env.get('RANK', '?')}"
+                       ") outside an MPI job, so it would train alone as rank 0 of 1. ZeroShard's ranks are MPI "
+                       f"processes: launch with `zeroshard-run -np {world} SCRIPT ARGS` (or `mpirun -np {world} "
+                       "python -m zeroshard.run SCRIPT ARGS`); docs/frameworks.md")
+
+
+_check_launcher()
 from . import zero
 
 __version__ = "0.1.0"
@@ -15,7 +42,9 @@ __all__ = ["initialize", "init_distributed", "ZsError", "zero", "comm", "checkpo
 
 
 class _Scheduler:
-    """The config's `scheduler` section runs inside ZeroShard's step; this reports its learning rates."""
+    """The config's `scheduler` section runs inside ZeroShard's step; this reports its learning rates as
+    DeepSpeed's scheduler objects do: get_last_lr() is each group's lr for the next optimizer step (what the
+    param_groups hold after DeepSpeed's scheduler.step())."""
 
     def __init__(self, engine):
         self._engine = weakref.ref(engine)   # no cycle: a dropped engine goes at once, on every rank
@@ -24,7 +53,7 @@ class _Scheduler:
         """Stepped by engine.step() at each accumulation boundary, as DeepSpeed does."""
 
     def get_lr(self):
-        return self._engine().get_lr()
+        return self._engine().next_lrs()
 
     get_last_lr = get_lr
 

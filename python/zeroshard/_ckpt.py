@@ -147,8 +147,34 @@ class CheckpointMixin:
         return self._gathered_state_dict(self, prefix, destination, keep_vars)
 
     def module_state_dict(self, destination=None, prefix="", keep_vars=False, exclude_frozen_parameters=False):
-        """The model's state_dict (its own names), full values. Collective at stage 3."""
-        return self._gathered_state_dict(self.module, prefix, destination, keep_vars)
+        """The model's state_dict (its own names), full values; without the frozen parameters when asked.
+        Collective at stage 3."""
+        sd = self._gathered_state_dict(self.module, prefix, destination, keep_vars)
+        if exclude_frozen_parameters:
+            for n, p in self.module.named_parameters(prefix=prefix.rstrip("."), remove_duplicate=False):
+                if not p.requires_grad:
+                    sd.pop(n, None)
+        return sd
+
+    def zero_gather_16bit_weights_on_model_save(self):
+        """The config's zero_optimization.stage3_gather_16bit_weights_on_model_save (or its alias): whether a
+        stage-3 model may be saved as one full state_dict (Accelerate and the Trainer ask before saving)."""
+        z = self.config.get("zero_optimization", {})
+        for k in ("stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save",
+                  "stage3_gather_fp16_weights_on_model_save"):
+            if k in z:
+                return bool(z[k])
+        return False
+
+    def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters=False):
+        """DeepSpeed's: the model's full state_dict (training dtype, on the CPU) on rank 0, None elsewhere.
+        Collective: every rank gathers one unit at a time."""
+        sd = self._gathered_state_dict(self.module, "", None, False)
+        if exclude_frozen_parameters:
+            for n, p in self.module.named_parameters(remove_duplicate=False):
+                if not p.requires_grad:
+                    sd.pop(n, None)
+        return sd if self.global_rank == 0 else None
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
         """Keys as state_dict() gives them ("module.<name>") or as the model's own. Collective: every rank

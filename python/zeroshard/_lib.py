@@ -176,6 +176,7 @@ def _declare(lib):
         "zs_param_freeze": [P, c.c_int32],
         "zs_group_set": [P, c.c_int32, c.POINTER(GroupOpts)],
         "zs_group_get": [P, c.c_int32, c.POINTER(GroupOpts)],
+        "zs_group_next_lr": [P, c.c_int32, c.POINTER(c.c_double)],
         "zs_checkpoint_save_opts": [P, c.c_char_p, c.POINTER(CkptOpts)],
         "zs_checkpoint_load_opts": [P, c.c_char_p, c.POINTER(CkptOpts), c.POINTER(c.c_int)],
         "zs_checkpoint_extra": [P, c.c_char_p, c.c_char_p, c.c_char_p, P, c.POINTER(c.c_size_t)],

@@ -1,6 +1,8 @@
 """How a module maps onto ZeroShard's units (the blocks of repeated ModuleLists, the rest, frozen parameters
 apart), and the config as the front end reads it before handing it to the library."""
+import base64
 import json
+import math
 import os
 
 
@@ -77,13 +79,44 @@ def _stage_of(cfg):
 
 
 def load_config(config):
-    """The config as a dict, from a path or a dict (a copy: initialize adds the client optimizer's section)."""
-    if isinstance(config, (str, os.PathLike)):
-        with open(config) as f:
-            return json.load(f)
+    """The config as a dict (a copy: initialize adds the client optimizer's section), from a dict, a path, JSON
+    text, or base64-encoded JSON (what DeepSpeed takes besides a path). Accelerate writes steps_per_print as
+    infinity for "never": that is 0 here; any other value that is not a finite number is refused by its key."""
     if isinstance(config, dict):
-        return json.loads(json.dumps(config))
-    raise TypeError("zeroshard.initialize: config must be a path or a dict, got " + type(config).__name__)
+        cfg = json.loads(json.dumps(config, allow_nan=True))
+    elif isinstance(config, (str, os.PathLike)):
+        text = os.fspath(config)
+        if os.path.exists(text):
+            with open(text) as f:
+                cfg = json.load(f)
+        elif text.lstrip().startswith("{"):
+            cfg = json.loads(text)
+        else:
+            try:
+                cfg = json.loads(base64.urlsafe_b64decode(text).decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                raise FileNotFoundError(f"zeroshard.initialize: config '{text}' is not a file, JSON text or base64 "
+                                        "JSON") from None
+    else:
+        raise TypeError("zeroshard.initialize: config must be a path, JSON text or a dict, got " + type(config).__name__)
+    if not isinstance(cfg, dict):
+        raise ValueError(f"zeroshard.initialize: the config is a JSON {type(cfg).__name__}, not an object")
+    spp = cfg.get("steps_per_print")
+    if isinstance(spp, float) and math.isinf(spp) and spp > 0:
+        cfg["steps_per_print"] = 0
+    _finite(cfg, "")
+    return cfg
+
+
+def _finite(node, path):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _finite(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _finite(v, f"{path}[{i}]")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ValueError(f"zeroshard.initialize: config key '{path}' is {node}, not a finite number")
 
 
 def _check_device(cfg):

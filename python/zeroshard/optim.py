@@ -16,6 +16,8 @@ _GROUP_KEYS = {
     "Lion": ("lr", "weight_decay", "betas"),
 }
 _DEEPSPEED = ("FusedAdam", "DeepSpeedCPUAdam")
+# DeepSpeed's other optimizer classes, by name: the config type each one runs as
+_DEEPSPEED_OTHER = {"DeepSpeedCPUAdagrad": "Adagrad", "DeepSpeedCPULion": "Lion", "FusedLion": "Lion"}
 _BITS = {"lr": L.GROUP_LR, "weight_decay": L.GROUP_WEIGHT_DECAY, "betas": L.GROUP_BETAS, "eps": L.GROUP_EPS,
          "momentum": L.GROUP_MOMENTUM, "dampening": L.GROUP_DAMPENING, "nesterov": L.GROUP_NESTEROV}
 # torch options ZeroShard's kernels do not compute: refused when set rather than silently ignored
@@ -38,8 +40,10 @@ def _kind(opt):
         return "SGD"
     if isinstance(opt, torch.optim.Adagrad):
         return "Adagrad"
-    if cls in _DEEPSPEED:   # DeepSpeed's own: recognised by name (not imported here)
+    if cls in _DEEPSPEED:   # DeepSpeed's own (or this module's stand-ins): recognised by name
         return "AdamW" if getattr(opt, "adam_w_mode", True) else "Adam"
+    if cls in _DEEPSPEED_OTHER:
+        return _DEEPSPEED_OTHER[cls]
     raise ValueError(f"zeroshard.initialize: optimizer {type(opt).__module__}.{cls} is not supported: ZeroShard runs "
                      "torch.optim.Adam, AdamW, SGD and Adagrad and DeepSpeed's FusedAdam / DeepSpeedCPUAdam (or "
                      "use the config's 'optimizer' section)")
@@ -294,7 +298,7 @@ def make_optimizer_class(torch):
     """torch's LRScheduler accepts only torch.optim.Optimizer instances: the front end's optimizer is one,
     whose param_groups are the client optimizer's dicts (so a scheduler built on either writes the same)."""
 
-    class ZeroShardOptimizer(torch.optim.Optimizer):
+    class ZeroShardOptimizer(torch.optim.Optimizer, ZeROOptimizer):
         """What initialize returns as the optimizer. Its param_groups are real (lr, weight_decay, betas, ...
         per group, written by a scheduler or the script, handed to ZeroShard at each boundary); the optimizer
         itself runs inside ZeroShard, whose moments are not in `state` (zeroshard.utils reads them)."""
@@ -330,3 +334,71 @@ def make_optimizer_class(torch):
                 g.update({k: v for k, v in s.items() if k != "params"})
 
     return ZeroShardOptimizer
+
+
+# ---------------------------------------------------------------------------- DeepSpeed's optimizer classes
+
+class DeepSpeedOptimizer:
+    """deepspeed.runtime.base_optimizer.DeepSpeedOptimizer: the base of what initialize returns as the
+    optimizer (Lightning's Fabric checks isinstance against it)."""
+
+
+class ZeROOptimizer(DeepSpeedOptimizer):
+    """deepspeed.runtime.base_optimizer.ZeROOptimizer."""
+
+
+def _torch_optimizer():
+    import torch
+    return torch.optim.Optimizer
+
+
+def _ds_optimizer(name, kind, defaults_of):
+    """A class standing for one of DeepSpeed's optimizers: it holds the param_groups and the defaults that
+    initialize turns into the config's optimizer (the algorithm runs inside ZeroShard on the shards); its own
+    step() is refused. Made on first use, so that importing deepspeed.ops needs no torch until then."""
+    def make():
+        class Stand(_torch_optimizer()):
+            def __init__(self, params, *args, **kwargs):
+                super().__init__(params, defaults_of(*args, **kwargs))
+                self.adam_w_mode = self.defaults.pop("adam_w_mode", True)
+
+            def step(self, closure=None):
+                raise RuntimeError(f"zeroshard: {name}.step(): pass the optimizer to deepspeed.initialize; "
+                                   "engine.step() runs it on ZeroShard's shards")
+        Stand.__name__ = Stand.__qualname__ = name
+        Stand.__doc__ = f"DeepSpeed's {name}: run by ZeroShard as the config optimizer '{kind}'."
+        return Stand
+    return make
+
+
+def _adam_defaults(lr=1e-3, bias_correction=True, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                   amsgrad=False, adamw_mode=True, set_grad_none=True, fp32_optimizer_states=True,
+                   adam_w_mode=None, **_ignored):
+    if not bias_correction:
+        raise ValueError("zeroshard: Adam with bias_correction=False is not supported (ZeroShard's Adam corrects)")
+    mode = adamw_mode if adam_w_mode is None else adam_w_mode
+    return {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay, "amsgrad": amsgrad,
+            "adam_w_mode": bool(mode)}
+
+
+def _adagrad_defaults(lr=1e-2, eps=1e-10, weight_decay=0, amsgrad=False, fp32_optimizer_states=True):
+    return {"lr": lr, "eps": eps, "weight_decay": weight_decay, "adam_w_mode": True}
+
+
+def _lion_defaults(lr=1e-3, betas=(0.9, 0.999), weight_decay=0, fp32_optimizer_states=True):
+    return {"lr": lr, "betas": tuple(betas), "weight_decay": weight_decay, "adam_w_mode": True}
+
+
+_MADE = {}
+_CLASSES = {"FusedAdam": ("AdamW", _adam_defaults), "DeepSpeedCPUAdam": ("AdamW", _adam_defaults),
+            "DeepSpeedCPUAdagrad": ("Adagrad", _adagrad_defaults), "DeepSpeedCPULion": ("Lion", _lion_defaults),
+            "FusedLion": ("Lion", _lion_defaults)}
+
+
+def __getattr__(name):
+    if name in _CLASSES:
+        if name not in _MADE:
+            kind, defaults = _CLASSES[name]
+            _MADE[name] = _ds_optimizer(name, kind, defaults)()
+        return _MADE[name]
+    raise AttributeError(f"module 'zeroshard.optim' has no attribute '{name}'")

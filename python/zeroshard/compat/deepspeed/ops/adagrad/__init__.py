@@ -1,0 +1,2 @@
+"""deepspeed.ops.adagrad: DeepSpeedCPUAdagrad."""
+from zeroshard.optim import DeepSpeedCPUAdagrad  # noqa: F401

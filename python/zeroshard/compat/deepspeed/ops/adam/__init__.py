@@ -1,0 +1,2 @@
+"""deepspeed.ops.adam: FusedAdam and DeepSpeedCPUAdam."""
+from zeroshard.optim import FusedAdam, DeepSpeedCPUAdam  # noqa: F401

@@ -1,0 +1,203 @@
+"""zeroshard-run (python -m zeroshard.run): starts a training script on ZeroShard, unchanged.
+
+    zeroshard-run -np 2 train.py --deepspeed ds.json        # was: deepspeed --num_gpus 2 train.py --deepspeed ds.json
+    zeroshard-run -np 2 --use_deepspeed --deepspeed_config_file ds.json train.py
+                                                            # was: accelerate launch --use_deepspeed ... train.py
+
+Outside MPI it runs itself under `mpirun` (-np, --hostfile, -H and any other option before the script go to
+mpirun). Inside an MPI job (this launcher's, the user's own `mpirun`, or `srun`) each rank exports what scripts
+written for torchrun and DeepSpeed's launcher read (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, LOCAL_SIZE,
+MASTER_ADDR, MASTER_PORT), puts ZeroShard's DeepSpeed-compatible package (zeroshard/compat/deepspeed) first on
+the import path, so that `import deepspeed` in the script and in every library it imports is ZeroShard, and
+runs the script as __main__. A real DeepSpeed installed beside it is untouched outside this launcher.
+"""
+import os
+import shlex
+import shutil
+import socket
+import sys
+
+COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat")
+# mpirun options that take a value (two for --mca): the launcher passes them through with it
+_MPIRUN_VALUE = {"-x", "--map-by", "-map-by", "--bind-to", "-bind-to", "--rank-by", "-rank-by", "--npernode",
+                 "-npernode", "-N", "--prefix", "--wdir", "-wdir", "--tmpdir", "--output-filename",
+                 "--report-bindings-file", "--app", "-am", "--tune"}
+_MPIRUN_TWO = {"--mca", "-mca", "--gmca", "-gmca"}
+# accelerate launch's DeepSpeed flags: the environment `accelerate launch` gives its processes
+_ACCELERATE = {"--deepspeed_config_file": "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+               "--zero_stage": "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+               "--gradient_accumulation_steps": "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+               "--gradient_clipping": "ACCELERATE_GRADIENT_CLIPPING",
+               "--offload_optimizer_device": "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+               "--offload_param_device": "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+               "--zero3_init_flag": "ACCELERATE_DEEPSPEED_ZERO3_INIT",
+               "--zero3_save_16bit_model": "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
+               "--mixed_precision": "ACCELERATE_MIXED_PRECISION"}
+USAGE = """usage: zeroshard-run [-np N] [--hostfile FILE | -H HOSTS] [--use_deepspeed [--deepspeed_config_file F ...]]
+                     [mpirun options] (SCRIPT | -m MODULE) [ARGS...]"""
+
+def mpi_rank_env():
+    """(rank, world, local_rank, local_size) from an MPI launcher's variables (Open MPI, PMIx, MPICH's PMI,
+    Slurm's srun), or None outside an MPI job. A Slurm batch shell has SLURM_PROCID but is no job step's rank."""
+    env = os.environ
+
+    def first(*names, default=None):
+        for n in names:
+            if n in env and env[n].isdigit():
+                return int(env[n])
+        return default
+    slurm = ("SLURM_PROCID",) if "SLURM_STEP_ID" in env else ()
+    rank = first("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", *slurm)
+    if rank is None:
+        return None
+    world = first("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1)
+    local = first("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID", default=0)
+    lsize = first("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
+                  default=world)
+    return rank, world, local, lsize
+
+
+def _split(argv):
+    """(mpirun options, launcher options, script argv)."""
+    mpi, own, i = [], {"np": None, "accelerate": {}}, 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help"):
+            print(USAGE + "\n\n" + __doc__)
+            sys.exit(0)
+        if a == "--":
+            i += 1
+            break
+        if not a.startswith("-"):
+            break
+        if a == "-m":
+            break
+        key, eq, val = a.partition("=")
+        if key in ("-np", "-n", "--np", "--num_processes", "--nproc_per_node", "--num_gpus"):
+            own["np"] = int(val if eq else argv[i + 1])
+            i += 1 if eq else 2
+        elif key == "--use_deepspeed":
+            own["accelerate"].setdefault("ACCELERATE_USE_DEEPSPEED", "true")
+            i += 1
+        elif key in _ACCELERATE:
+            own["accelerate"][_ACCELERATE[key]] = val if eq else argv[i + 1]
+            own["accelerate"]["ACCELERATE_USE_DEEPSPEED"] = "true"
+            i += 1 if eq else 2
+        elif key in ("--hostfile", "-hostfile", "--host", "-H") and not eq:
+            mpi += [a, argv[i + 1]]
+            i += 2
+        elif key in _MPIRUN_TWO and not eq:
+            mpi += argv[i:i + 3]
+            i += 3
+        elif key in _MPIRUN_VALUE and not eq:
+            mpi += argv[i:i + 2]
+            i += 2
+        else:
+            mpi.append(a)
+            i += 1
+    script = argv[i:]
+    if not script or script == ["-m"]:
+        sys.exit(USAGE + "\nzeroshard-run: no script to run")
+    return mpi, own, script
+
+
+def _spawn(mpi, own, script):
+    """Runs this launcher under mpirun, one process per rank; returns mpirun's exit status."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        sys.exit("zeroshard-run: mpirun not found (Debian: apt-get install openmpi-bin); or start the job with "
+                 "your own mpirun/srun and `python -m zeroshard.run SCRIPT`")
+    env = dict(os.environ)
+    n = own["np"] if own["np"] is not None else 1
+    cmd = [mpirun, "-np", str(n)]
+    if os.geteuid() == 0:   # containers run as root; Open MPI refuses that unless told
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    remote = any(a in ("--hostfile", "-hostfile", "--host", "-H") for a in mpi)
+    if not remote and n > (os.cpu_count() or 1) and "--oversubscribe" not in mpi:
+        cmd.append("--oversubscribe")   # more ranks than cores on one machine (a test, a laptop)
+    env.update(own["accelerate"])
+    # Open MPI forwards only the variables named with -x to remote hosts (locally it forwards all)
+    for k in sorted(own["accelerate"]) + ["PYTHONPATH", "ZEROSHARD_LIB"]:
+        if k in env:
+            cmd += ["-x", k]
+    cmd += mpi + [sys.executable, "-m", "zeroshard.run", "--"] + script
+    if os.environ.get("ZEROSHARD_RUN_VERBOSE"):
+        print("zeroshard-run: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
+    os.execve(mpirun, cmd, env)
+
+
+def _rendezvous(rank):
+    """MASTER_ADDR and MASTER_PORT agreed by every rank: rank 0's address and a free port of its host (the
+    user's values when set), sent over MPI. Collective over MPI_COMM_WORLD."""
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        return os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]
+    from . import _lib, comm
+    _lib.init_mpi()
+    addr, _, port = comm._rendezvous(rank, None).rpartition(":")
+    return addr, port
+
+
+def export_world():
+    """In an MPI rank: the torchrun/DeepSpeed variables, set from MPI (they override stale values: MPI's
+    world is the one that trains). Returns (rank, world)."""
+    info = mpi_rank_env()
+    if info is None:
+        return None
+    rank, world, local, lsize = info
+    env = os.environ
+    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(lsize),
+               LOCAL_SIZE=str(lsize))
+    env["MASTER_ADDR"], env["MASTER_PORT"] = _rendezvous(rank)
+    env["ZEROSHARD_RUN"] = "1"
+    return rank, world
+
+
+def use_compat():
+    """`import deepspeed` resolves to ZeroShard's package, here and in processes this one starts (DataLoader
+    workers, subprocesses), with the distribution metadata `importlib.metadata` finds first."""
+    if sys.path[:1] != [COMPAT]:
+        sys.path.insert(0, COMPAT)
+    pp = os.environ.get("PYTHONPATH", "")
+    if pp.split(os.pathsep)[:1] != [COMPAT]:
+        os.environ["PYTHONPATH"] = COMPAT + (os.pathsep + pp if pp else "")
+    old = sys.modules.get("deepspeed")
+    if old is not None and not getattr(old, "__zeroshard__", False):
+        sys.exit("zeroshard-run: the real deepspeed was imported before the launcher could replace it")
+
+
+def _run(script):
+    import runpy
+    if script[0] == "-m":
+        if len(script) < 2:
+            sys.exit(USAGE)
+        sys.argv = [script[1]] + script[2:]
+        sys.path.insert(1, os.getcwd())
+        runpy.run_module(script[1], run_name="__main__", alter_sys=True)
+        return
+    path = script[0]
+    if not os.path.exists(path):
+        sys.exit(f"zeroshard-run: script '{path}' not found")
+    sys.argv = list(script)
+    sys.path.insert(1, os.path.dirname(os.path.abspath(path)))
+    runpy.run_path(path, run_name="__main__")
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    mpi, own, script = _split(argv)
+    if mpi_rank_env() is None:
+        _spawn(mpi, own, script)   # does not return
+    if mpi:
+        sys.exit(f"zeroshard-run: inside an MPI job the mpirun options {mpi} have no effect; give them to your "
+                 "mpirun")
+    os.environ.update(own["accelerate"])
+    export_world()
+    use_compat()
+    from . import _accelerate_cpu   # acts only where Accelerate takes its DeepSpeed path without a GPU
+    _accelerate_cpu.install()
+    _run(script)
+
+
+if __name__ == "__main__":
+    main()
