@@ -2,7 +2,7 @@
 ranks (torch_api_window.py SCRATCH_DIR). gradient_accumulation_steps 3 over epochs of 16 micro-batches, 2 epochs, the loop driving the boundary
 as Accelerate does at an epoch's end: set_gradient_accumulation_boundary(True) before the epoch's last
 backward, step() at each boundary only. Against plain PyTorch in one process with DeepSpeed's divisor: each
-micro-batch's loss over the global micro-batch divided by 3, optimizer.step() after every 3rd micro-batch of
+micro-batch's loss over the global micro-batch divided by 3, no clipping, optimizer.step() after every 3rd micro-batch of
 the epoch and after its 16th (so each epoch's last window holds one micro-batch and its gradient a third of
 a full one's weight). At stages 0 and 3, with backward(loss) (scale_wrt_gas) and, at stage 3, with the loss
 divided by the script (backward(loss / 3, scale_wrt_gas=False), as the Trainer). Also: is_gradient_
@@ -52,10 +52,17 @@ def train_torch(world):
         idx, tgt = batch(e, m, MICRO * world)
         (model(idx, tgt) / GAS).backward()
         if last:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
     return [p.detach().float().clone() for p in model.parameters()]
+
+
+def config(stage):
+    """torch_api.py's config without clipping: this model's gradients are clipped at every step, and a clipped
+    step has the same size whatever the divisor, so a wrong one would pass unseen."""
+    cfg = T.config(stage, micro=MICRO, accum=GAS)
+    cfg["gradient_clipping"] = 0.0
+    return cfg
 
 
 def train_zs(cfg, scaled=True, save=None, load=None, trace=None):
@@ -113,7 +120,7 @@ def main():
     ref = train_torch(world)
     for stage in (0, 3):
         trace = []
-        got = train_zs(T.config(stage, micro=MICRO, accum=GAS), trace=trace)
+        got = train_zs(config(stage), trace=trace)
         compare(f"stage {stage}, backward(loss)", got, ref)
         # a boundary exactly at each window's last micro-batch: the count restarts after the short window
         want = [last for _, _, last in windows()]
@@ -122,15 +129,15 @@ def main():
             T.fail(f"stage {stage}: is_gradient_accumulation_boundary() at micro-batch {bad}: {trace[bad]}, "
                    f"expected {want[bad]}")
     compare("stage 3, backward(loss / 3, scale_wrt_gas=False)",
-            train_zs(T.config(3, micro=MICRO, accum=GAS), scaled=False), ref)
+            train_zs(config(3), scaled=False), ref)
 
     # a checkpoint after epoch 0's short window (global step 6, 16 micro-batches), resumed at stage 0
     d = os.path.join(sys.argv[1], "ck")
-    straight = train_zs(T.config(3, micro=MICRO, accum=GAS), save=d)
-    resumed = train_zs(T.config(0, micro=MICRO, accum=GAS), load=d)
+    straight = train_zs(config(3), save=d)
+    resumed = train_zs(config(0), load=d)
     compare("saved at stage 3 after the short window, resumed at stage 0", resumed, straight)
 
-    engine, _, _, _ = zeroshard.initialize(model=T.make_model(), config=T.config(0, micro=MICRO, accum=GAS))
+    engine, _, _, _ = zeroshard.initialize(model=T.make_model(), config=config(0))
     for m in range(GAS - 1):
         idx, tgt = batch(0, m, MICRO * world)
         engine.set_gradient_accumulation_boundary(False)
@@ -151,7 +158,7 @@ def main():
                 raise AttributeError(name)
             return getattr(self._lib, name)
 
-    engine, _, _, _ = zeroshard.initialize(model=T.make_model(), config=T.config(3, micro=MICRO, accum=GAS))
+    engine, _, _, _ = zeroshard.initialize(model=T.make_model(), config=config(3))
     engine.lib = OlderLibrary(engine.lib)
     T.expect_error("set_gradient_accumulation_boundary(True) on micro-batch 1 of 3 without zs_window_end",
                    lambda: engine.set_gradient_accumulation_boundary(True), "no zs_window_end")
