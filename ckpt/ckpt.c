@@ -250,9 +250,10 @@ zs_status zs_ckpt_save(struct zs_ctx *ctx, const char *dir, const zs_ckpt_opts *
 
     if (!ctx->set_up)
         return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: call zs_setup first");
-    if (ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
+    if (ctx->window_micro != 0)
         return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_save: in the middle of an accumulation window (micro-step "
-                       "%lld); save after the step", (long long)ctx->micro_step);
+                       "%lld, %lld of its window stepped); save after the step", (long long)ctx->micro_step,
+                       (long long)ctx->window_micro);
     if (o->tag)
         snprintf(tag, sizeof(tag), "%s", o->tag);
     else
@@ -377,8 +378,10 @@ static zs_status load_unit(struct zs_ctx *ctx, struct zs_ckpt_reader *rd, int32_
     return st;
 }
 
-/* The step counts, the loss scale and the schedule's position from the manifest, as the flags say. */
-static void load_counters(struct zs_ctx *ctx, const struct zs_ckpt_manifest *m, int64_t micro, const zs_ckpt_opts *o)
+/* The step counts, the loss scale and the schedule's position from the manifest, as the flags say. A save is
+ * taken at a boundary, so the window starts empty; micro_step is the manifest's own count (after a window
+ * ended early it is not global_step x gradient_accumulation_steps, and an older manifest's is that product). */
+static void load_counters(struct zs_ctx *ctx, const struct zs_ckpt_manifest *m, const zs_ckpt_opts *o)
 {
     int64_t updates = m->global_step - m->scaler.skipped_steps;
     int64_t optim = m->optim_steps >= 0 ? m->optim_steps : updates;
@@ -388,7 +391,8 @@ static void load_counters(struct zs_ctx *ctx, const struct zs_ckpt_manifest *m, 
         return;
     ctx->global_step = m->global_step;
     ctx->skipped_steps = m->scaler.skipped_steps;
-    ctx->micro_step = micro;
+    ctx->micro_step = m->micro_step;
+    ctx->window_micro = 0;
     ctx->optim_steps = o->no_optimizer ? 0 : optim; /* fresh moments start Adam's count again */
     if (!o->no_scheduler)
         ctx->sched_steps = sched;
@@ -408,7 +412,6 @@ zs_status zs_ckpt_load(struct zs_ctx *ctx, const char *tag, const zs_ckpt_opts *
     struct zs_ckpt_manifest m;
     struct zs_ckpt_reader *rd = NULL;
     char err[1024];
-    int64_t micro = 0;
     zs_status st = ZS_OK;
 
     memset(&m, 0, sizeof(m));
@@ -416,9 +419,6 @@ zs_status zs_ckpt_load(struct zs_ctx *ctx, const char *tag, const zs_ckpt_opts *
         st = zs_fail(ZS_ERR_IO, "checkpoint: %s", err);
     if (!st)
         st = match_model(ctx, &m, tag);
-    if (!st && __builtin_mul_overflow(m.global_step, ctx->cfg.grad_accum_steps, &micro))
-        st = zs_fail(ZS_ERR_MISMATCH, "checkpoint %s: global_step %lld x gradient_accumulation_steps %lld overflows "
-                     "the micro-step count", tag, (long long)m.global_step, (long long)ctx->cfg.grad_accum_steps);
     /* Every file's checksum is checked before anything is used, each file by one rank. */
     for (int32_t f = ctx->rank; !st && f < m.nfiles; f += ctx->world)
         if (zs_ckpt_verify_file(&m, tag, f, err, sizeof(err)))
@@ -442,7 +442,7 @@ zs_status zs_ckpt_load(struct zs_ctx *ctx, const char *tag, const zs_ckpt_opts *
     }
     if (!st) {
         ctx->broken = false;
-        load_counters(ctx, &m, micro, o);
+        load_counters(ctx, &m, o);
         if (ctx->rank == 0 && !ctx->quiet)
             zs_log("checkpoint: loaded %s (step %lld, saved by %d ranks at stage %d)", tag, (long long)m.global_step,
                    m.world_size, m.stage);

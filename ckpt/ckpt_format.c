@@ -457,6 +457,10 @@ static int parse_root(struct mp *p, json_t *root, struct zs_ckpt_manifest *m)
         return zs_ckpt_mp_fail(p, "loss_scaler", "skipped_steps", "%lld is more than global_step %lld (skipped "
                                "steps are counted in it)", (long long)m->scaler.skipped_steps,
                                (long long)m->global_step);
+    /* a load restores micro_step as written (a window may have ended early, so it is no multiple of the steps) */
+    if (m->micro_step < m->global_step)
+        return zs_ckpt_mp_fail(p, "", "micro_step", "%lld is less than global_step %lld (every step takes at least "
+                               "one micro-batch)", (long long)m->micro_step, (long long)m->global_step);
     if (parse_counts(p, root, m))
         return -1;
     if ((v = mp_get(p, root, "", "config", JSON_OBJECT, false, &rc)) &&

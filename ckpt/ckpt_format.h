@@ -24,6 +24,8 @@
  *   "files": [ {"name": "rank00000.bin", "rank": 0, "bytes": 12288, "crc32c": "1a2b3c4d"} ],
  *   "segments": [ {"unit": 0, "kind": "param", "begin": 0, "count": 256, "file": 0, "offset": 0}, ... ]
  * }
+ * micro_step counts the micro-batches trained, at least global_step: a window ended early (zs_window_end) leaves
+ * it short of global_step x gradient_accumulation_steps, so a load restores it as written.
  * units[].numel is the unit's flat length (alignment gaps between parameters included, no shard padding).
  * A parameter occupies [offset, offset + numel) of its unit. A segment holds elements [begin, begin+count)
  * of one unit's flat array of one kind, stored at byte `offset` of file `file` (count * 4 bytes).

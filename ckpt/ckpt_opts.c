@@ -136,9 +136,10 @@ static zs_status boundary_check(const struct zs_ctx *ctx)
 {
     if (!ctx->set_up)
         return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_load: call zs_setup first");
-    if (ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
+    if (ctx->window_micro != 0)
         return zs_fail(ZS_ERR_INVALID, "zs_checkpoint_load: in the middle of an accumulation window (micro-step "
-                       "%lld of %lld per step); load after zs_step's boundary", (long long)ctx->micro_step,
+                       "%lld, %lld of %lld per step stepped); load after zs_step's boundary",
+                       (long long)ctx->micro_step, (long long)ctx->window_micro,
                        (long long)ctx->cfg.grad_accum_steps);
     for (int32_t u = 0; u < ctx->nunits; u++) {
         const struct zs_unit *un = &ctx->units[u];

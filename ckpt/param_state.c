@@ -43,7 +43,7 @@ static zs_status state_check(const struct zs_ctx *ctx, int32_t param, enum zs_st
     if (ctx->cfg.zs.deterministic)
         return zs_fail(ZS_ERR_UNSUPPORTED, "%s: ZS_STATE_GRAD with zeroshard.deterministic: the reduced gradient is "
                        "an exact sum that exists only inside zs_step", who);
-    if ((ctx->micro_step + 1) % ctx->cfg.grad_accum_steps != 0)
+    if (!zs_window_last(ctx))
         return zs_fail(ZS_ERR_INVALID, "%s: ZS_STATE_GRAD at micro-step %lld: the gradients are reduced only in the "
                        "accumulation window's last micro-batch", who, (long long)ctx->micro_step);
     for (int32_t u = 0; u < ctx->nunits; u++)
@@ -219,7 +219,7 @@ zs_status zs_param_write(zs_ctx *ctx, int32_t param, enum zs_state which, const 
     if (!st && which == ZS_STATE_GRAD)
         st = zs_fail(ZS_ERR_UNSUPPORTED, "zs_param_write: ZS_STATE_GRAD is read-only (the reduced gradient is "
                      "rebuilt from zs_grad_buffer every window)");
-    if (!st && ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
+    if (!st && ctx->window_micro != 0)
         st = zs_fail(ZS_ERR_INVALID, "zs_param_write: in the middle of an accumulation window (micro-step %lld); "
                      "write at a step boundary", (long long)ctx->micro_step);
     if (!st && ctx->rank == root && !in)

@@ -125,6 +125,11 @@ struct zs_ctx {
     struct zs_plan plan;             /* what this rank allocates, and where (set-up fills it) */
 
     int64_t micro_step, global_step;
+    /* The accumulation window: micro-batches already stepped in it (0 at a boundary), and whether
+     * zs_window_end made the current micro-batch its last. micro_step counts every micro-batch ever seen, so
+     * after a short window it is no longer a multiple of gradient_accumulation_steps: zs_window_last decides. */
+    int64_t window_micro;
+    bool window_end;
     /* Updates since the optimizer's moments started (Adam's step count less one) and since the learning-rate
      * schedule started: global_step less skipped steps, unless a load kept one of them (zs_ckpt_opts). */
     int64_t optim_steps, sched_steps;
@@ -166,5 +171,12 @@ struct zs_ctx {
     struct zs_comm *hcomm;           /* the secondary group's comm, and its collectives on dev's buffers */
     struct zs_coll hcoll;
 };
+
+/* Whether the current micro-batch (the one between the last zs_step and the next) ends its accumulation
+ * window: the configured gradient_accumulation_steps ran, or the program ended it early (zs_window_end). */
+static inline bool zs_window_last(const struct zs_ctx *ctx)
+{
+    return ctx->window_end || ctx->window_micro + 1 >= ctx->cfg.grad_accum_steps;
+}
 
 #endif /* ZS_CTX_H */

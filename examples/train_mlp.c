@@ -23,6 +23,7 @@
 struct opts {
     struct ex_run_opts run;
     int64_t hidden, layers;
+    int64_t epoch_batches; /* --epoch-batches: micro-batches per epoch (0: no epochs) */
     const char *device, *gemm; /* --device cpu|cuda, --gemm exact|cublas */
 };
 
@@ -298,13 +299,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
         {"--layers", CLI_INT, &o->layers, "hidden layers (default 2)"},
         {"--device", CLI_STR, &o->device, "cpu or cuda: where the layers' products run (default cpu)"},
         {"--gemm", CLI_STR, &o->gemm, "with --device cuda: exact (the CPU's bits) or cublas (default exact)"},
+        {"--epoch-batches", CLI_INT, &o->epoch_batches, "micro-batches per epoch (per rank): an epoch's last "
+         "accumulation window ends at its last micro-batch (zs_window_end), short when the count is not a "
+         "multiple of gradient_accumulation_steps (default 0: no epochs)"},
     };
     int rc = ex_parse(argc, argv, &o->run, own, (int)(sizeof(own) / sizeof(own[0])), usage);
 
     if (rc)
         return rc;
-    if (o->hidden < 1 || o->layers < 0) {
-        fprintf(stderr, "zeroshard: error: --hidden must be positive and --layers non-negative\n");
+    if (o->hidden < 1 || o->layers < 0 || o->epoch_batches < 0) {
+        fprintf(stderr, "zeroshard: error: --hidden must be positive, --layers and --epoch-batches non-negative\n");
         return -1;
     }
     if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda")) {
@@ -433,15 +437,38 @@ static int open_device(struct run *r)
     return all_ok ? 0 : 1;
 }
 
-/* One optimizer step: gas micro-batches of this rank's slice of the global sample stream, then the mean
- * loss over every rank. 0, or the exit code with the failure printed. */
+/* Optimizer step `step`'s window: its micro-batch count, and into *mb0 the global index of its first. gas
+ * micro-batches, except with --epoch-batches N, where each epoch's windows restart at its first micro-batch
+ * and its last holds what is left of the N (as Accelerate and the Trainer cut them). Step numbers map to
+ * windows alone, so a run resumed from a checkpoint draws what the straight run drew. */
+static int64_t step_window(const struct run *r, int64_t step, int64_t *mb0)
+{
+    int64_t n = r->o->epoch_batches, windows, w;
+
+    if (n == 0) {
+        *mb0 = step * r->gas;
+        return r->gas;
+    }
+    windows = (n + r->gas - 1) / r->gas; /* per epoch */
+    w = step % windows;
+    *mb0 = step / windows * n + w * r->gas;
+    return n - w * r->gas < r->gas ? n - w * r->gas : r->gas;
+}
+
+/* One optimizer step: a window of micro-batches of this rank's slice of the global sample stream, then the
+ * mean loss over every rank. 0, or the exit code with the failure printed. */
 static int train_step(struct run *r, int64_t step, double *mean)
 {
     double sum = 0.0, loss = 0.0;
-    zs_status st;
+    int64_t mb0, count = step_window(r, step, &mb0);
+    zs_status st = ZS_OK;
 
-    for (int64_t mb = 0; mb < r->gas; mb++) {
-        uint64_t first = (uint64_t)(((step * r->gas + mb) * r->world + r->rank) * r->B);
+    for (int64_t mb = 0; mb < count; mb++) {
+        uint64_t first = (uint64_t)(((mb0 + mb) * r->world + r->rank) * r->B);
+        /* an epoch's last micro-batch ends its window, before its first zs_grad_ready: as a framework does
+         * (a window that is full already is left as it is) */
+        if (r->o->epoch_batches && (mb0 + mb + 1) % r->o->epoch_batches == 0 && (st = zs_window_end(r->ctx)))
+            return ex_die("window end", st);
         st = r->gpu ? micro_batch_gpu(r->ctx, &r->m, r->o, first, r->B, r->acts, r->dlog, &r->wd, r->gpu, &loss)
                     : micro_batch(r->ctx, &r->m, r->o, first, r->B, r->acts, r->dlog, r->dbuf, &r->wd, &loss,
                                   r->shard_loss + mb * r->per);
@@ -458,9 +485,9 @@ static int train_step(struct run *r, int64_t step, double *mean)
     *mean = sum; /* summed under the watchdog: a rank that stopped cannot hang this one here */
     if ((st = zs_allreduce_sum(r->ctx, mean, 1)))
         return ex_die("loss", st);
-    *mean /= (double)(r->world * r->gas);
+    *mean /= (double)(r->world * count);
     if (zs_micro_shard_size(r->ctx)) /* the world-size-independent mean, in the global micro-shard order */
-        *mean = ex_det_loss(r->shard_loss, r->gas, r->per, r->world);
+        *mean = ex_det_loss(r->shard_loss, count, r->per, r->world);
     return 0;
 }
 
@@ -483,6 +510,13 @@ static int train(struct run *r, bool *preempted)
         if ((rc = train_step(r, step, &mean)))
             break;
         zs_stats(r->ctx, &s);
+        if ((!s.stepped && !s.skipped) || s.global_step != step + 1 || s.window_step != 0) { /* a window ends in a step */
+            fprintf(stderr, "zeroshard: error: rank %d: window %lld: its last zs_step left global step %lld and "
+                    "%lld micro-batches in the window\n", r->rank, (long long)step + 1, (long long)s.global_step,
+                    (long long)s.window_step);
+            rc = 1;
+            break;
+        }
         if (r->rank == 0)
             printf("step %lld loss %.6f lr %.6g grad_norm %.6f time %.3fs clip_coef %.6g loss_scale %g%s\n",
                    (long long)s.global_step, mean, s.lr, s.grad_norm, MPI_Wtime() - t0, s.clip_coef,

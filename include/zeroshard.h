@@ -5,6 +5,7 @@
  *   per micro-batch:  forward  zs_unit_fetch / zs_unit_release   (unit order)
  *                     backward zs_unit_fetch, zs_grad_get, zs_grad_ready, zs_unit_release (reverse order)
  *                     zs_step (steps the optimizer at each gradient-accumulation boundary)
+ *   a short last window (an epoch's end): zs_window_end before that micro-batch's backward
  *   zs_finalize
  * Every call returns a zs_status; zs_last_error() gives a one-line message naming what was wrong
  * (config key path, parameter, rank). The library never exits the process.
@@ -130,6 +131,9 @@ typedef struct zs_step_stats {
     double time_optimizer;  /* the norm, clipping and the optimizer on this rank's shard */
     double time_gather;     /* making updated parameters visible (stages 1-2 all-gather) */
     double time_swap;       /* of the above, waiting for NVMe transfers */
+    /* The accumulation window now (zs_stats reads them live, not as of the last step): */
+    int64_t window_step;    /* micro-batches stepped in the current window (0 at a boundary) */
+    int32_t window_end;     /* 1 when zs_window_end made the current micro-batch the window's last */
 } zs_step_stats;
 
 /* ---------------------------------------------------------------- lifetime */
@@ -270,8 +274,18 @@ zs_status zs_grad_ready(zs_ctx *ctx, int32_t unit);
  * before zs_grad_ready. In the normal mode it does nothing (the buffer keeps summing). */
 zs_status zs_grad_deposit(zs_ctx *ctx, int32_t unit);
 /* Called once per micro-batch; at each accumulation boundary it clips, runs the optimizer on this
- * rank's shard and makes updated parameters visible again. */
+ * rank's shard and makes updated parameters visible again. A boundary is the window's
+ * gradient_accumulation_steps-th micro-batch, or the one zs_window_end marked; the count restarts after it. */
 zs_status zs_step(zs_ctx *ctx);
+/* The current micro-batch ends the accumulation window (DeepSpeed's set_gradient_accumulation_boundary(True),
+ * which Accelerate and the Trainer call at an epoch's last micro-batch): its zs_step is a boundary (reduce,
+ * clip, optimizer step) although fewer than gradient_accumulation_steps micro-batches ran. The gradients are
+ * still averaged over world x gradient_accumulation_steps, as DeepSpeed's are, so a window of k micro-batches
+ * sums k of them divided by that. Call it on every rank in the same micro-batch, before its first
+ * zs_grad_ready (after one, an error names the unit); calling it again, or in a window's natural last
+ * micro-batch, changes nothing. Every stage, offload, overlap_comm, hybrid sharding and zeroshard.deterministic
+ * take it. A checkpoint saved after such a step resumes as any other: the manifest keeps micro_step. */
+zs_status zs_window_end(zs_ctx *ctx);
 
 /* ---------------------------------------------------------------- full state of one parameter (collective) */
 enum zs_state {

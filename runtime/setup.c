@@ -358,5 +358,7 @@ zs_status zs_stats(const zs_ctx *ctx, zs_step_stats *out)
     if (!ctx || !out)
         return zs_fail(ZS_ERR_INVALID, "zs_stats: NULL argument");
     *out = ctx->stats;
+    out->window_step = ctx->window_micro;
+    out->window_end = ctx->window_end;
     return ZS_OK;
 }

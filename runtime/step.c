@@ -303,6 +303,8 @@ static zs_status end_window(struct zs_ctx *ctx)
     if (st)
         return st;
     ctx->global_step++;
+    ctx->window_micro = 0;
+    ctx->window_end = false;
     return ZS_OK;
 }
 
@@ -419,11 +421,31 @@ zs_status zs_step(zs_ctx *ctx)
     zs_note(ctx, "zs_step", -1);
     ctx->stats.stepped = 0;
     ctx->stats.micro_step = ++ctx->micro_step;
-    if (ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
+    if (!zs_window_last(ctx)) {
+        ctx->window_micro++;
         return zs_grads_progress(ctx);
-    st = zs_step_boundary(ctx);
+    }
+    st = zs_step_boundary(ctx); /* window_micro stays the last micro-batch's until end_window resets it */
     if (st) { /* some sub-groups may be stepped and others not (a swap I/O error part-way) */
         zs_ctx_break(ctx, "step %lld failed part-way (%s)", (long long)ctx->global_step + 1, zs_last_error());
     }
     return st;
+}
+
+zs_status zs_window_end(zs_ctx *ctx)
+{
+    if (!ctx || !ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_window_end: call zs_setup first");
+    if (ctx->broken)
+        return zs_fail(ZS_ERR_INVALID, "zs_window_end: refused: %s; the context cannot continue", ctx->broken_why);
+    /* Stages 0-1 (and the exact sums) start a unit's reduction at its zs_grad_ready in the window's last
+     * micro-batch only: a unit handed over before this call would keep its gradients local and miss the step. */
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        if (!ctx->units[u].frozen && ctx->units[u].ready_micro == ctx->micro_step)
+            return zs_fail(ZS_ERR_INVALID, "zs_window_end: unit '%s' already had its zs_grad_ready in this "
+                           "micro-batch (micro-step %lld); call zs_window_end before the micro-batch's first "
+                           "zs_grad_ready", ctx->units[u].name, (long long)ctx->micro_step);
+    zs_note(ctx, "zs_window_end", -1);
+    ctx->window_end = true;
+    return ZS_OK;
 }

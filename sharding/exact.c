@@ -193,7 +193,7 @@ zs_status zs_exact_ready(struct zs_ctx *ctx, int32_t u)
     struct zs_unit *un = &ctx->units[u];
     struct zs_exact_unit *xu = zs_exact_unit_of(ctx, un);
     int64_t per = ctx->cfg.micro_batch_size / ctx->cfg.zs.micro_shard_size;
-    int64_t want = per * (ctx->micro_step % ctx->cfg.grad_accum_steps + 1);
+    int64_t want = per * (ctx->window_micro + 1); /* a window ended early (zs_window_end) holds fewer */
     const unsigned char *g = un->grad;
     size_t nb = (size_t)un->part.padded * ctx->psz, i = 0;
     uint64_t any = 0, w;

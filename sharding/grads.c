@@ -18,11 +18,6 @@
 #include "quant_path.h" /* defines: zs_quant_grads, zs_quant_reduce */
 #include "sharding.h"
 
-static bool at_boundary(const struct zs_ctx *ctx)
-{
-    return (ctx->micro_step + 1) % ctx->cfg.grad_accum_steps == 0;
-}
-
 /* Hybrid sharding: the group's reduce-scatter summed this group's gradients into the shard at `shard`; the sum
  * across groups is an all-reduce among the ranks holding the same shard (in rank order, so every replica keeps
  * the same bits). The shard is a whole number of nreplicas chunks (core/partition.c). Waited for with the
@@ -67,8 +62,9 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
     un->reduced = NULL;
     if (st)
         zs_error_prefix("fold the reduced gradients of unit '%s'", un->name);
-    /* the window's last micro-batch: an offloaded optimizer's gradients start down now, not at the step */
-    if (!st && un->accumulated == ctx->cfg.grad_accum_steps && !hybrid)
+    /* the window's last micro-batch: an offloaded optimizer's gradients start down now, not at the step. A
+     * reduction of an earlier micro-batch landing in a later one has accumulated <= window_micro. */
+    if (!st && zs_window_last(ctx) && un->accumulated == ctx->window_micro + 1 && !hybrid)
         st = zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u));
     return st;
 }
@@ -298,10 +294,10 @@ zs_status zs_grads_submit(struct zs_ctx *ctx, int32_t u)
             return st;
         un->ready_micro = ctx->micro_step;
         un->grad_state = ZS_GRAD_IDLE;
-        return at_boundary(ctx) ? zs_exact_launch(ctx, u) : ZS_OK;
+        return zs_window_last(ctx) ? zs_exact_launch(ctx, u) : ZS_OK;
     }
     un->ready_micro = ctx->micro_step;
-    if (ctx->cfg.zero.stage < 2 && !at_boundary(ctx)) {
+    if (ctx->cfg.zero.stage < 2 && !zs_window_last(ctx)) {
         un->grad_state = ZS_GRAD_IDLE; /* keeps accumulating locally until the boundary */
         return ZS_OK;
     }

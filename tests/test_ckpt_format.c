@@ -405,6 +405,7 @@ static void test_bounds(const char *good, const char *dir)
 
     expect_bad(good, "loss_scaler.skipped_steps", json_integer((1ll << 40) + 4), "loss_scaler.skipped_steps",
                "more than global_step 1099511627779");
+    expect_bad(good, "micro_step", json_integer(5), "micro_step", "5 is less than global_step 1099511627779");
     snprintf(text, sizeof(text), "%s\"units\":[{\"name\":\"u\",\"numel\":1,\"params\":[{\"name\":\"s\",\"offset\":0,"
              "\"numel\":1,\"shape\":[]}]}],\"segments\":[{},{}]}", one);
     expect_bad_text(text, strlen(text), "segments: 2 entries, more than the files' 4 bytes of data can hold");

@@ -45,6 +45,10 @@ case $MODE in
     $run 2 python3 "$here/torch_api_surface.py" tags "$tmp/ck" ;;
   misuse) python3 "$here/torch_api.py" misuse ;;   # no mpirun: a world of one
   boundary) python3 "$here/torch_api.py" boundary ;;
+  window)
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    $run 2 python3 "$here/torch_api_window.py" "$tmp" ;;
   install)
     # pip install ./python without its library (wheel.cmake=false; into a scratch target) + cmake --install
     # (into a scratch prefix): the installed package finds the installed library through ZEROSHARD_PREFIX and

@@ -9,7 +9,7 @@ load flags, torch.distributed. torch_api.sh runs it under mpirun (torch_api.sh M
   frozen    2 ranks: a frozen embedding and a block with a frozen Linear beside trainable LayerNorm (a mixed
             unit, registered as two), and model_parameters listing a subset, at stages 0 and 3.
   accum     2 ranks, accumulation 2: backward(scale_wrt_gas=False) with the loss divided by the script,
-            set_gradient_accumulation_boundary as Accelerate calls it (a disagreeing call refused), no_sync at
+            set_gradient_accumulation_boundary as Accelerate calls it (False at a full window refused), no_sync at
             stage 1 (same numbers) and refused at stage 3.
   tags      2 ranks: save_checkpoint(tag="checkpoint") mid-training with client_state and a client scheduler,
             train on, load it mid-training (step, parameters, scheduler and client_state back), then train to
@@ -272,8 +272,12 @@ def mode_accum():
     elif T.RANK == 0:
         print("  stage 1: no_sync on the first micro-batch: parameters bit-identical to without")
     engine, _, _, _ = zeroshard.initialize(model=T.make_model(), config=T.config(3, micro=1, accum=2))
-    T.expect_error("set_gradient_accumulation_boundary(True) on micro-batch 1 of 2",
-                   lambda: engine.set_gradient_accumulation_boundary(True), "gradient_accumulation_steps 2")
+    engine.set_gradient_accumulation_boundary(False)   # micro-batch 1 of 2: the count agrees
+    idx, tgt = T.global_batch(0, 2)
+    engine.backward(engine(idx[T.RANK:T.RANK + 1], tgt[T.RANK:T.RANK + 1]))
+    engine.step()
+    T.expect_error("set_gradient_accumulation_boundary(False) on micro-batch 2 of 2",
+                   lambda: engine.set_gradient_accumulation_boundary(False), "gradient_accumulation_steps 2")
 
     def in_no_sync():
         with engine.no_sync():

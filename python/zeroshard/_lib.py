@@ -58,7 +58,9 @@ class StepStats(ctypes.Structure):
                 ("clip_coef", ctypes.c_double), ("loss_scale", ctypes.c_double),
                 ("time_fetch", ctypes.c_double), ("time_reduce", ctypes.c_double),
                 ("time_optimizer", ctypes.c_double), ("time_gather", ctypes.c_double),
-                ("time_swap", ctypes.c_double)]
+                ("time_swap", ctypes.c_double),
+                # the accumulation window, filled by a library with zs_window_end (an older one leaves them 0)
+                ("window_step", ctypes.c_int64), ("window_end", ctypes.c_int32)]
 
 
 class GroupOpts(ctypes.Structure):
@@ -169,6 +171,7 @@ def _declare(lib):
         "zs_grad_buffer": [P, c.c_int32, c.POINTER(P)],
         "zs_grad_ready": [P, c.c_int32],
         "zs_step": [P],
+        "zs_window_end": [P],
         "zs_stats": [P, c.POINTER(StepStats)],
         "zs_param_info": [P, c.c_int32, P, P, P, c.POINTER(c.c_int64)],
         "zs_group_add": [P, c.POINTER(GroupOpts), c.POINTER(c.c_int32)],

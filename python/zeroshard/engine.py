@@ -471,19 +471,30 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
             self.lr_scheduler.step(**(lr_kwargs or {}))
 
     def set_gradient_accumulation_boundary(self, is_boundary):
-        """Accelerate drives the boundary itself. ZeroShard's step applies the optimizer every
-        gradient_accumulation_steps micro-batches, so a call must agree with that count: one that does not is
-        refused (set the config's gradient_accumulation_steps to Accelerate's). Accelerate calls step() only at
-        the boundary: a finished micro-batch that is not one is closed first."""
+        """Accelerate and the Trainer drive the boundary themselves, before each micro-batch's backward.
+        True before the window has run gradient_accumulation_steps micro-batches (an epoch's last batch) ends
+        the window at the coming micro-batch (zs_window_end): its backward and step() are a boundary, the
+        gradients still divided by gradient_accumulation_steps, as DeepSpeed's. False where the count says the
+        window is full is refused (set the config's gradient_accumulation_steps to the caller's). Unlike
+        DeepSpeed's flag, the early end lasts until that boundary's step, not until the next call; the callers
+        set it before every micro-batch, so the two agree for them. A finished micro-batch that is not a
+        boundary is closed first (Accelerate calls step() only at the boundary)."""
         self._close_pending()
         want = self.is_gradient_accumulation_boundary()
-        if bool(is_boundary) != want:
-            s = self.stats()
-            raise RuntimeError(f"zeroshard: set_gradient_accumulation_boundary({bool(is_boundary)}) at micro-batch "
-                               f"{s.micro_step + 1}: with gradient_accumulation_steps "
-                               f"{self.gradient_accumulation_steps()} this micro-batch is "
-                               f"{'' if want else 'not '}a boundary; the config's gradient_accumulation_steps must "
-                               "match the caller's accumulation")
+        if bool(is_boundary) == want:
+            return
+        end = getattr(self.lib, "zs_window_end", None)
+        if is_boundary and end is not None:   # a backward already run without step() was closed above
+            L.check(end(self.ctx), "zs_window_end")
+            return
+        s = self.stats()
+        raise RuntimeError(f"zeroshard: set_gradient_accumulation_boundary({bool(is_boundary)}) at micro-batch "
+                           f"{s.micro_step + 1}: with gradient_accumulation_steps "
+                           f"{self.gradient_accumulation_steps()} this micro-batch is "
+                           f"{'' if want else 'not '}a boundary; the config's gradient_accumulation_steps must "
+                           "match the caller's accumulation"
+                           + ("" if not is_boundary or end is not None else
+                              " (this libzeroshard has no zs_window_end to end a window early: rebuild it)"))
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -538,8 +549,12 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         return not self.stats().skipped
 
     def is_gradient_accumulation_boundary(self):
+        """DeepSpeed's rule: the early end if set_gradient_accumulation_boundary(True) made one, else the count
+        (this window's micro-batches, which restarts at each boundary, also after a short window)."""
         s = self.stats()
-        return (s.micro_step + 1) % self.gradient_accumulation_steps() == 0
+        if getattr(self.lib, "zs_window_end", None) is None:   # an older library: no early end, no window count
+            return (s.micro_step + 1) % self.gradient_accumulation_steps() == 0
+        return bool(s.window_end) or s.window_step + 1 >= self.gradient_accumulation_steps()
 
     def gradient_accumulation_steps(self):
         return self.lib.zs_grad_accum_steps(self.ctx)
