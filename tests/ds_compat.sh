@@ -29,6 +29,11 @@ ds() { # DeepSpeed's launcher, 2 CPU ranks; Accelerate's CPU backend as zeroshar
   PYTHONPATH=$S/ds_site ZS_ACCELERATE_CPU_PY=$here/../python/zeroshard/_accelerate_cpu.py \
     deepspeed --num_gpus 2 --no_local_rank --master_port "$(port)" "$@"
 }
+ds_accelerate() { # what `accelerate launch --use_deepspeed --deepspeed_config_file F` exports, then ds
+  local f=$1
+  shift
+  ACCELERATE_USE_DEEPSPEED=true ACCELERATE_DEEPSPEED_CONFIG_FILE=$f ds "$@"
+}
 step() { # name log command...: runs it, its output in log; a failure is counted and shown
   local name=$1 log=$2
   shift 2
@@ -63,7 +68,7 @@ case $MODE in
   accelerate)
     A="--use_deepspeed --deepspeed_config_file $S/ds_accel.json"
     mkdir "$tmp/ds" "$tmp/zs"
-    step "deepspeed accelerate" "$tmp/ds.log" env ACCELERATE_USE_DEEPSPEED=true ACCELERATE_DEEPSPEED_CONFIG_FILE="$S/ds_accel.json" ds "$S/accel_loop.py" "$tmp/ds" --gas 3 --batches 16
+    step "deepspeed accelerate" "$tmp/ds.log" ds_accelerate "$S/ds_accel.json" "$S/accel_loop.py" "$tmp/ds" --gas 3 --batches 16
     step "zeroshard-run accelerate" "$tmp/zs.log" zs $A "$S/accel_loop.py" "$tmp/zs" --gas 3 --batches 16
     cmp_runs accel "$tmp/ds/log.json" "$tmp/zs/log.json" 1e-5
     has_files "$tmp/zs/state" latest random_states_0.pkl random_states_1.pkl scheduler.bin ;;
