@@ -582,6 +582,12 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
     def cuda(self, device=None):
         return self.to("cuda")
 
+    def compile(self, *args, **kwargs):
+        """DeepSpeed's engine.compile (Accelerate calls it with torch.compile settings): not implemented; the
+        stage-3 hooks and saved-tensor packing are not traced by torch.compile."""
+        raise NotImplementedError("zeroshard: engine.compile (DeepSpeedEngine.compile, torch.compile of the engine) "
+                                  "is not implemented; leave torch.compile / dynamo off")
+
     def zero_grad(self, *a, **k):
         """Gradients live in ZeroShard's buffers and are cleared by the step; nothing to do."""
 
