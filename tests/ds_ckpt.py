@@ -11,9 +11,9 @@ ds_ckpt.sh runs the modes:
                     DIR/ds_fp32.pt exactly; ZeroShard's own checkpoint of the run read the same way equals
                     safe_get_full_fp32_param exactly; convert_zero_checkpoint_to_fp32_state_dict and
                     load_state_dict_from_zero_checkpoint give the same values.
-  errors STAGE DIR  under mpirun (2 ranks): copies of DIR/ds with a rank's optim file truncated, then removed, and
-                    a model whose parameter names differ: each load is an error naming the file (or key), on
-                    every rank.
+  errors STAGE DIR  under mpirun (2 ranks): copies of DIR/ds with a rank's optim file truncated, then removed, or
+                    marked fp16 in its ds_config; a model whose parameter names differ; an engine running SGD:
+                    each load is an error naming the file and key, on every rank.
 
 The data: every rank gets the same batch, a function of the step only. The gradient averaged over ranks is then
 the same at any world size, so DeepSpeed's continuation at 2 ranks is the reference for ZeroShard at 2 and at 3
@@ -123,7 +123,9 @@ def run_zs(stage, d):
     losses = train(torch, engine, SAVE_AT, MORE)
     with open(os.path.join(d, "ds_losses.json")) as f:
         ref = json.load(f)["losses"]
-    rel = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref))
+    # a NaN loss compares False with anything: it must not slip through max()
+    diffs = [abs(a - b) / max(abs(b), 1e-30) for a, b in zip(losses, ref)]
+    rel = float("inf") if any(d != d for d in diffs) or len(diffs) != MORE else max(diffs)
     if rank == 0:
         print(f"ds_ckpt zs: stage {stage}, {world} ranks: losses {losses}")
         print(f"ds_ckpt zs: stage {stage}, {world} ranks: DeepSpeed's {ref}")
@@ -189,7 +191,7 @@ def run_errors(stage, d):
         f = os.path.join(bad, tag, name)
         with open(f, "r+b") as fh:
             fh.truncate(os.path.getsize(f) // 2)
-    engine.comm_barrier() if hasattr(engine, "comm_barrier") else zeroshard.comm.barrier()
+    zeroshard.comm.barrier()
     expect_error(engine, bad, "a truncated rank file", name)
     zeroshard.comm.barrier()
     if rank == 0:
@@ -201,7 +203,23 @@ def run_errors(stage, d):
     train(torch, engine, 0, 1)
     other = make_model(torch, names=("inp", "ln", "mid", "head"))
     e2, _, _, _ = zeroshard.initialize(model=other, optimizer=make_optimizer(torch, other), config=config(stage))
-    expect_error(e2, os.path.join(d, "ds"), "a parameter name not in the model", "out.weight")
+    expect_error(e2, os.path.join(d, "ds"), "a parameter name not in the model", "out.weight", "param_shapes")
+    sgd = make_model(torch)
+    e3, _, _, _ = zeroshard.initialize(model=sgd, optimizer=torch.optim.SGD(sgd.parameters(), lr=LR, momentum=0.9),
+                                       config=config(stage))
+    expect_error(e3, os.path.join(d, "ds"), "an optimizer type mismatch", "optim_states.pt", "SGD")
+    # fp16 loss scaling: the model file's ds_config says fp16 (it pickles only torch's and collections' classes)
+    fp16 = os.path.join(d, f"fp16_{stage}")
+    model_file = "mp_rank_00_model_states.pt" if stage < 3 else "zero_pp_rank_0_mp_rank_00_model_states.pt"
+    if rank == 0:
+        shutil.rmtree(fp16, ignore_errors=True)
+        shutil.copytree(os.path.join(d, "ds"), fp16)
+        f = os.path.join(fp16, tag, model_file)
+        sd = torch.load(f, weights_only=False)
+        sd["ds_config"]["fp16"] = {"enabled": True}
+        torch.save(sd, f)
+    zeroshard.comm.barrier()
+    expect_error(engine, fp16, "fp16 loss-scaler state", "loss_scaler", "optim_states.pt")
 
 
 if __name__ == "__main__":

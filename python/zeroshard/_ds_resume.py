@@ -54,8 +54,9 @@ def _check_precision(ck):
     scale = getattr(scaler, "cur_scale", 1.0)
     if fp16.get("enabled") or ck.dynamic_loss_scale or scale != 1.0:
         raise ValueError(f"zeroshard: DeepSpeed checkpoint '{ck.optim_files[0]}': optimizer_state_dict.loss_scaler "
-                         f"(fp16 loss scaling, scale {scale}, dynamic {bool(ck.dynamic_loss_scale)}) is not resumed: "
-                         "ZeroShard resumes fp32 and bf16 DeepSpeed runs")
+                         f"(fp16 loss scaling, scale {scale}, dynamic {bool(ck.dynamic_loss_scale)}; ds_config.fp16 "
+                         f"in '{ck.model_file}': {fp16 or None}) is not resumed: ZeroShard resumes fp32 and bf16 "
+                         "DeepSpeed runs")
 
 
 def _match(engine, ck, strict, module_only):
@@ -159,11 +160,12 @@ def load_into_engine(engine, load_dir, tag, load_module_strict=True, load_optimi
             torch.save({"error": None, "info": info}, buf)
         except Exception as e:   # noqa: BLE001 (every rank raises it, below)
             buf = io.BytesIO()
-            torch.save({"error": f"{type(e).__name__}: {e}"}, buf)
+            torch.save({"error": str(e) if str(e).startswith("zeroshard:") else f"zeroshard: {type(e).__name__}: {e}"},
+                       buf)
         blob = buf.getvalue()
     got = torch.load(io.BytesIO(_bcast(engine, blob)), weights_only=False)
     if got["error"]:
-        raise L.ZsError(got["error"] if got["error"].find("zeroshard:") >= 0 else f"zeroshard: {got['error']}")
+        raise L.ZsError(got["error"])
     info = got["info"]
     module_only, optimizer, scheduler, _ = flags
     kinds = [("param", L.STATE_PARAM)]
