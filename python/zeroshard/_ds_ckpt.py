@@ -2,16 +2,12 @@
 at any world size by engine.load_checkpoint), and deepspeed.utils.zero_to_fp32's functions over DeepSpeed's
 checkpoints and ZeroShard's own (ckpt/ckpt_format.h)."""
 import collections
-import ctypes
 import glob
-import io
 import json
 import math
 import os
 import pickle
 import re
-
-from . import _lib as L
 
 __all__ = ["get_fp32_state_dict_from_zero_checkpoint", "convert_zero_checkpoint_to_fp32_state_dict",
            "convert_zero_checkpoint_to_state_dict", "load_state_dict_from_zero_checkpoint", "get_model_state_file",
@@ -180,7 +176,6 @@ def _optim_names(tag_dir, world):
 def read_ds_checkpoint(tag_dir, moments=True):
     """Reads every rank's files of DeepSpeed tag directory tag_dir (stages 1-3) into a DsCheckpoint; moments:
     Adam's exp_avg / exp_avg_sq too. Errors name the file and key."""
-    torch = _torch()
     ck = DsCheckpoint()
     ck.model_file = _model_file(tag_dir)
     meta = _load(ck.model_file, "model-states file")
