@@ -246,3 +246,64 @@ zs_status zs_param_write(zs_ctx *ctx, int32_t param, enum zs_state which, const 
     free(vals);
     return st;
 }
+
+// ----------------------------------------------------------------------------------- step counters
+
+/* -1 keeps the running value; else v must be at least 0. */
+static zs_status count_arg(int64_t v, const char *what)
+{
+    if (v < -1)
+        return zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: %s %lld is negative (-1 keeps the running count)", what,
+                       (long long)v);
+    return ZS_OK;
+}
+
+zs_status zs_step_counts_set(zs_ctx *ctx, int64_t global_step, int64_t optimizer_steps, int64_t schedule_steps)
+{
+    int64_t want[3] = {global_step, optimizer_steps, schedule_steps}, root[3];
+    int64_t g, o, micro = 0;
+    zs_status st = ZS_OK;
+
+    if (!ctx || !ctx->set_up)
+        return zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: call zs_setup first");
+    if (ctx->broken)
+        st = zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: refused: %s", ctx->broken_why);
+    if (!st && ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
+        st = zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: in the middle of an accumulation window (micro-step %lld "
+                     "of %lld per step); set the counts at a step boundary", (long long)ctx->micro_step,
+                     (long long)ctx->cfg.grad_accum_steps);
+    if (!st)
+        st = count_arg(global_step, "global_step");
+    if (!st)
+        st = count_arg(optimizer_steps, "optimizer_steps");
+    if (!st)
+        st = count_arg(schedule_steps, "schedule_steps");
+    g = global_step < 0 ? ctx->global_step : global_step;
+    o = optimizer_steps < 0 ? ctx->optim_steps : optimizer_steps;
+    if (!st && o > g)
+        st = zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: optimizer_steps %lld is more than global_step %lld (the "
+                     "optimizer steps at most once per global step)", (long long)o, (long long)g);
+    if (!st && __builtin_mul_overflow(g, ctx->cfg.grad_accum_steps, &micro))
+        st = zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: global_step %lld x gradient_accumulation_steps %lld "
+                     "overflows the micro-step count", (long long)g, (long long)ctx->cfg.grad_accum_steps);
+    memcpy(root, want, sizeof(root));
+    st = zs_agree(ctx, st);
+    if (!st)
+        st = zs_comm_bcast(ctx->comm, root, (int64_t)sizeof(root), 0);
+    if (!st && memcmp(root, want, sizeof(root)) != 0)
+        st = zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: rank %d passed (%lld, %lld, %lld), rank 0 (%lld, %lld, "
+                     "%lld): every rank passes the same counts", ctx->rank, (long long)want[0], (long long)want[1],
+                     (long long)want[2], (long long)root[0], (long long)root[1], (long long)root[2]);
+    st = zs_agree(ctx, st);
+    if (st)
+        return st;
+    ctx->global_step = g;
+    ctx->micro_step = micro;
+    ctx->optim_steps = o;
+    if (schedule_steps >= 0)
+        ctx->sched_steps = schedule_steps;
+    ctx->skipped_steps = 0; /* the overflow count is fp16's, which a resumed foreign run does not carry */
+    ctx->stats.global_step = ctx->global_step;
+    ctx->stats.micro_step = ctx->micro_step;
+    return ZS_OK;
+}

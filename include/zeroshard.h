@@ -311,6 +311,15 @@ zs_status zs_param_read(zs_ctx *ctx, int32_t param, enum zs_state which, float *
  * likewise (safe_set_full_optimizer_state); ZS_STATE_GRAD is ZS_ERR_UNSUPPORTED. At a step boundary, with
  * the parameter's unit not fetched. */
 zs_status zs_param_write(zs_ctx *ctx, int32_t param, enum zs_state which, const float *in, int32_t root);
+/* Collective, at a step boundary: sets the step counters a run resumed from another format's checkpoint carries
+ * on from (zs_checkpoint_load sets them from its own manifest). global_step: optimizer boundaries so far (the
+ * micro-step count becomes global_step x gradient_accumulation_steps); optimizer_steps: updates since the
+ * optimizer's moments started (Adam's bias correction uses optimizer_steps + 1 at the next step); schedule_steps:
+ * the config scheduler's position (its next step uses schedule_steps + 1; DeepSpeed's last_batch_iteration + 1).
+ * -1 keeps the running value. The fp16 skipped-step count restarts at 0. Every rank passes the same counts; a
+ * negative count other than -1, optimizer_steps above global_step, or differing ranks are ZS_ERR_INVALID naming
+ * the values. */
+zs_status zs_step_counts_set(zs_ctx *ctx, int64_t global_step, int64_t optimizer_steps, int64_t schedule_steps);
 
 /* ---------------------------------------------------------------- faults and preemption */
 /* Every wait on other ranks ends after zeroshard.timeout_s (ZS_TIMEOUT overrides; default 600 s) with

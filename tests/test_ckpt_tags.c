@@ -4,7 +4,8 @@
  * `latest` loads nothing; the extra file round-trips, its checksum is verified by a load, and a failing write
  * of it (a full disk, injected) fails the save on every rank and leaves `latest` and the directory as they
  * were. module_only, no_optimizer and no_scheduler against the running engine and the checkpoint; a load
- * after a micro-batch began, or inside an accumulation window, is refused naming the micro-step. */
+ * after a micro-batch began, or inside an accumulation window, is refused naming the micro-step.
+ * zs_step_counts_set: the counters a resumed foreign checkpoint carries on from. */
 #include "ckpt_model.h"
 
 static bool latest_is(const char *dir, const char *want)
@@ -276,6 +277,101 @@ static void test_flags(const char *dir)
 }
 
 /* zs_mpi_comm_bytes, zs_world_info and zs_world_bcast, without a context. */
+static zs_status write_all(zs_ctx *ctx, enum zs_state which, const float *in)
+{
+    zs_status st = ZS_OK;
+
+    for (int32_t p = 0, at = 0; !st && p < NPARAMS; at += (int32_t)numel[p++])
+        st = zs_param_write(ctx, p, which, in + at, 0);
+    return st;
+}
+
+/* zs_step_counts_set: a run's whole state written back with zs_param_write and its counters set (what resuming
+ * another format's checkpoint does) repeats the next step bit for bit, lr included; counters left at zero give
+ * another step (Adam's bias correction, the warm-up). Misuse is refused naming the values. */
+static void test_counts(void)
+{
+    static const struct setup s = {"counts", 3, "none", "fp32", 2, 0};
+    static const char sched[] = "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0, "
+                                "\"warmup_max_lr\": 0.01, \"warmup_num_steps\": 10}}, ";
+    static float p2[TOTAL], m2[TOTAL], v2[TOTAL], p3[TOTAL], got[TOTAL];
+    zs_step_stats stats;
+    double lr3;
+    zs_ctx *ctx = NULL;
+    zs_status st = open_ctx(&ctx, &s, MPI_COMM_WORLD, world, sched);
+
+    for (int i = 0; !st && i < 2; i++)
+        st = one_step(ctx, NULL);
+    if (!st)
+        st = read_all(ctx, ZS_STATE_PARAM, p2);
+    if (!st)
+        st = read_all(ctx, ZS_STATE_EXP_AVG, m2);
+    if (!st)
+        st = read_all(ctx, ZS_STATE_EXP_AVG_SQ, v2);
+    if (!st)
+        st = one_step(ctx, NULL);
+    if (!st)
+        st = read_all(ctx, ZS_STATE_PARAM, p3);
+    zs_stats(ctx, &stats);
+    lr3 = stats.lr;
+    CHECK(!st, "counts: set-up and three steps: %s", zs_last_error());
+    if (st) {
+        zs_finalize(ctx);
+        return;
+    }
+    /* step 3 again from step 2's state: first with the counters at zero (another step), then set */
+    st = write_all(ctx, ZS_STATE_PARAM, p2);
+    if (!st)
+        st = write_all(ctx, ZS_STATE_EXP_AVG, m2);
+    if (!st)
+        st = write_all(ctx, ZS_STATE_EXP_AVG_SQ, v2);
+    if (!st)
+        st = zs_step_counts_set(ctx, 2, 0, 0);
+    if (!st)
+        st = one_step(ctx, NULL);
+    zs_stats(ctx, &stats);
+    CHECK(!st && !read_all(ctx, ZS_STATE_PARAM, got) && !same(got, p3, TOTAL) && stats.lr != lr3,
+          "counts (2, 0, 0): a step unlike step 3 (lr %g, step 3's %g): %s", stats.lr, lr3, zs_last_error());
+    st = write_all(ctx, ZS_STATE_PARAM, p2);
+    if (!st)
+        st = write_all(ctx, ZS_STATE_EXP_AVG, m2);
+    if (!st)
+        st = write_all(ctx, ZS_STATE_EXP_AVG_SQ, v2);
+    if (!st)
+        st = zs_step_counts_set(ctx, 2, 2, 2);
+    if (!st)
+        st = one_step(ctx, NULL);
+    zs_stats(ctx, &stats);
+    CHECK(!st && !read_all(ctx, ZS_STATE_PARAM, got) && same(got, p3, TOTAL) && stats.lr == lr3 &&
+          stats.global_step == 3 && stats.micro_step == 3 * accum,
+          "counts (2, 2, 2): step 3 again (lr %g, step 3's %g; step %lld, micro %lld): %s", stats.lr, lr3,
+          (long long)stats.global_step, (long long)stats.micro_step, zs_last_error());
+    /* -1 keeps a count */
+    st = zs_step_counts_set(ctx, -1, -1, 7);
+    zs_stats(ctx, &stats);
+    CHECK(!st && stats.global_step == 3, "counts (-1, -1, 7): %s step %lld", zs_last_error(),
+          (long long)stats.global_step);
+
+    /* misuse */
+    st = zs_step_counts_set(ctx, -2, 0, 0);
+    CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "global_step -2"), "a negative step: %s", zs_last_error());
+    st = zs_step_counts_set(ctx, 4, 5, 0);
+    CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "optimizer_steps 5 is more than global_step 4"),
+          "optimizer_steps above global_step: %s", zs_last_error());
+    st = zs_step_counts_set(ctx, 4 + rank, 4, 4);
+    CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "every rank passes the same counts"),
+          "differing ranks: %s", zs_last_error());
+    st = grads_in(ctx, 3 * accum);
+    if (!st)
+        st = zs_step(ctx);
+    CHECK(!st, "a micro-batch: %s", zs_last_error());
+    st = zs_step_counts_set(ctx, 4, 4, 4);
+    CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "accumulation window (micro-step 7"),
+          "inside an accumulation window: %s", zs_last_error());
+    CHECK(zs_step_counts_set(NULL, 1, 1, 1) == ZS_ERR_INVALID, "a NULL context");
+    zs_finalize(ctx);
+}
+
 static void test_world(void)
 {
     int32_t r = -1, n = -1, lr = -1, ln = -1;
@@ -308,5 +404,6 @@ int main(int argc, char **argv)
     zs_finalize(ctx);
     snprintf(dir, sizeof(dir), "%s/flags", base);
     test_flags(dir);
+    test_counts();
     return model_end("test_ckpt_tags");
 }

@@ -37,9 +37,16 @@ class CheckpointMixin:
                         load_lr_scheduler_states=True, load_module_only=False):
         """Collective, at any step boundary. (None, None) when no tag is given and load_dir has no `latest`;
         else (path, client_state). The parameters are loaded strictly whatever load_module_strict says (the
-        library checks every name and size)."""
+        library checks every name and size). A DeepSpeed ZeRO checkpoint (stages 1-3, any world size) is
+        recognised by its files and resumed through zeroshard._ds_resume."""
         if self._micro_backward:
             raise RuntimeError("zeroshard: load_checkpoint between engine.backward() and engine.step()")
+        ds_tag = _deepspeed_tag(load_dir, tag)
+        if ds_tag is not None:   # DeepSpeed's own files: read and written in (zeroshard._ds_resume)
+            from ._ds_resume import load_into_engine
+            path, client = load_into_engine(self, load_dir, ds_tag, load_module_strict, load_optimizer_states,
+                                            load_lr_scheduler_states, load_module_only)
+            return path, client
         if not hasattr(self.lib, "zs_checkpoint_load_opts"):
             return self._load_plain(load_dir, tag, load_optimizer_states, load_lr_scheduler_states, load_module_only)
         opts = L.CkptOpts(tag=str(tag).encode() if tag is not None else None, module_only=int(bool(load_module_only)),
@@ -280,6 +287,19 @@ class CheckpointMixin:
         """Sets the parameters from a safetensors file (before training), names as in the module."""
         L.check(self.lib.zs_import_safetensors(self.ctx, os.fspath(path).encode()), f"import of '{path}'")
         self._refresh_all()
+
+
+def _deepspeed_tag(load_dir, tag):
+    """The tag when load_dir/<tag> (load_dir/latest's without one) is a DeepSpeed checkpoint, else None."""
+    from ._ds_ckpt import is_deepspeed_checkpoint
+    d = os.fspath(load_dir)
+    if tag is None:
+        latest = os.path.join(d, "latest")
+        if not os.path.isfile(latest):
+            return None
+        with open(latest) as f:
+            tag = f.read().strip()
+    return str(tag) if is_deepspeed_checkpoint(os.path.join(d, str(tag))) else None
 
 
 def _close(f):

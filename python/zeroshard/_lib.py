@@ -190,6 +190,7 @@ def _declare(lib):
         "zs_world_bcast": [P, c.c_int64, c.c_int32],
         "zs_memory": [P, P],
         "zs_allreduce_sum": [P, c.POINTER(c.c_double), c.c_int32],
+        "zs_step_counts_set": [P, c.c_int64, c.c_int64, c.c_int64],
     }
     for name, args in sigs.items():
         f = getattr(lib, name, None)
