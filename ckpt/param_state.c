@@ -268,9 +268,9 @@ zs_status zs_step_counts_set(zs_ctx *ctx, int64_t global_step, int64_t optimizer
         return zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: call zs_setup first");
     if (ctx->broken)
         st = zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: refused: %s", ctx->broken_why);
-    if (!st && ctx->micro_step % ctx->cfg.grad_accum_steps != 0)
-        st = zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: in the middle of an accumulation window (micro-step %lld "
-                     "of %lld per step); set the counts at a step boundary", (long long)ctx->micro_step,
+    if (!st && ctx->window_micro != 0)
+        st = zs_fail(ZS_ERR_INVALID, "zs_step_counts_set: in the middle of an accumulation window (micro-batch %lld "
+                     "of %lld per step); set the counts at a step boundary", (long long)ctx->window_micro + 1,
                      (long long)ctx->cfg.grad_accum_steps);
     if (!st)
         st = count_arg(global_step, "global_step");
@@ -299,6 +299,8 @@ zs_status zs_step_counts_set(zs_ctx *ctx, int64_t global_step, int64_t optimizer
         return st;
     ctx->global_step = g;
     ctx->micro_step = micro;
+    ctx->window_micro = 0;
+    ctx->window_end = false;
     ctx->optim_steps = o;
     if (schedule_steps >= 0)
         ctx->sched_steps = schedule_steps;

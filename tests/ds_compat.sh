@@ -10,6 +10,8 @@
 #   loop       stages 0-3 give one params hash; a resume from global_step4 gives the straight run's
 #   loop_ds    the loop at stage 2 against DeepSpeed (1e-5)
 #   torchrun   a ZeroShard script under torchrun --nproc_per_node 2 fails naming the launcher to use
+#   noengine   a script that starts MPI (deepspeed.comm.get_rank) and makes no engine ends cleanly, under
+#              zeroshard-run and under a plain mpirun (MPI finalised at exit)
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -96,6 +98,16 @@ case $MODE in
     echo "$out" | grep -m1 'RuntimeError: zeroshard'
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'started by torchrun.*zeroshard-run -np 2' <<< "$out" &&
        ! grep -q 'trained alone' <<< "$out"; then check ok torchrun; else check no "torchrun (exit $rc): $(tail -3 <<< "$out")"; fi ;;
+  noengine)
+    printf 'import deepspeed\nprint("rank", deepspeed.comm.get_rank(), "of", deepspeed.comm.get_world_size())\n' > "$tmp/a.py"
+    printf 'import zeroshard.comm\nprint("rank", zeroshard.comm.get_rank())\n' > "$tmp/b.py"
+    for run in "zs $tmp/a.py" "mpirun --oversubscribe -np 2 python3 $tmp/b.py"; do
+      out=$($run 2>&1)
+      rc=$?
+      if [ $rc -eq 0 ] && grep -q 'rank 1' <<< "$out" && ! grep -q 'exiting improperly' <<< "$out"; then
+        check ok "$run"; echo "ds_compat: '$run' ended cleanly"
+      else check no "'$run' (exit $rc): $(tail -5 <<< "$out")"; fi
+    done ;;
   *) echo "ds_compat.sh: unknown mode $MODE"; exit 2 ;;
 esac
 finish "ds_compat $MODE"

@@ -366,7 +366,7 @@ static void test_counts(void)
         st = zs_step(ctx);
     CHECK(!st, "a micro-batch: %s", zs_last_error());
     st = zs_step_counts_set(ctx, 4, 4, 4);
-    CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "accumulation window (micro-step 7"),
+    CHECK(st == ZS_ERR_INVALID && strstr(zs_last_error(), "accumulation window (micro-batch 2 of 2"),
           "inside an accumulation window: %s", zs_last_error());
     CHECK(zs_step_counts_set(NULL, 1, 1, 1) == ZS_ERR_INVALID, "a NULL context");
     zs_finalize(ctx);

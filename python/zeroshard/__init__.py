@@ -15,7 +15,7 @@ def _check_launcher():
     """ZeroShard's ranks are the MPI job's. A launcher that starts plain processes with WORLD_SIZE > 1 (torchrun,
     accelerate launch, DeepSpeed's) would give N separate one-rank trainings: refused at import, naming the
     launch line to use instead."""
-    from .run import mpi_rank_env
+    from ._mpienv import mpi_rank_env
     env = os.environ
     world = env.get("WORLD_SIZE", "1")
     if not world.isdigit() or int(world) <= 1 or mpi_rank_env() is not None:

@@ -266,6 +266,9 @@ def init_mpi():
     if _mpi.MPI_Init_thread(None, None, ctypes.c_int(1), ctypes.byref(provided)) != 0:  # MPI_THREAD_FUNNELED
         raise ZsError("zeroshard: MPI_Init_thread failed")
     _own_mpi = True
+    # MPI started here ends at exit whether or not an engine was ever made (mpirun calls a rank that exits
+    # without MPI_Finalize an abnormal termination); _exit's handler ends the engines first, then MPI
+    from . import _exit  # noqa: F401
 
 
 def world_info():

@@ -17,6 +17,8 @@ import shutil
 import socket
 import sys
 
+from ._mpienv import mpi_rank_env
+
 COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat")
 # mpirun options that take a value (two for --mca): the launcher passes them through with it
 _MPIRUN_VALUE = {"-x", "--map-by", "-map-by", "--bind-to", "-bind-to", "--rank-by", "-rank-by", "--npernode",
@@ -35,27 +37,6 @@ _ACCELERATE = {"--deepspeed_config_file": "ACCELERATE_DEEPSPEED_CONFIG_FILE",
                "--mixed_precision": "ACCELERATE_MIXED_PRECISION"}
 USAGE = """usage: zeroshard-run [-np N] [--hostfile FILE | -H HOSTS] [--use_deepspeed [--deepspeed_config_file F ...]]
                      [mpirun options] (SCRIPT | -m MODULE) [ARGS...]"""
-
-def mpi_rank_env():
-    """(rank, world, local_rank, local_size) from an MPI launcher's variables (Open MPI, PMIx, MPICH's PMI,
-    Slurm's srun), or None outside an MPI job. A Slurm batch shell has SLURM_PROCID but is no job step's rank."""
-    env = os.environ
-
-    def first(*names, default=None):
-        for n in names:
-            if n in env and env[n].isdigit():
-                return int(env[n])
-        return default
-    slurm = ("SLURM_PROCID",) if "SLURM_STEP_ID" in env else ()
-    rank = first("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", *slurm)
-    if rank is None:
-        return None
-    world = first("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", default=1)
-    local = first("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "SLURM_LOCALID", default=0)
-    lsize = first("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE",
-                  default=world)
-    return rank, world, local, lsize
-
 
 def _split(argv):
     """(mpirun options, launcher options, script argv)."""

@@ -8,6 +8,7 @@ name (docs/deepspeed_api.md lists every entry and what ZeroShard does for it).
 import argparse
 
 import zeroshard as _zs
+from zeroshard import _plan
 from zeroshard import ZsError  # noqa: F401
 
 from . import _missing
@@ -21,6 +22,8 @@ __version__ = "0.19.8+zeroshard"   # the DeepSpeed release whose API this packag
 __version_major__, __version_minor__, __version_patch__ = 0, 19, 8
 __git_hash__ = None
 __git_branch__ = None
+# DeepSpeed 0.19.8 clips at 1.0 when the config has no gradient_clipping (ZeroShard's own default is off)
+GRADIENT_CLIPPING_DEFAULT = 1.0
 
 
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None,
@@ -29,6 +32,13 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     """deepspeed.initialize: (engine, optimizer, training_dataloader, lr_scheduler) from ZeroShard's engine."""
     if mesh_param is not None:
         raise _missing.missing("deepspeed.initialize(mesh_param=...) (sequence/tensor parallel meshes)")
+    cfg = config if config is not None else config_params
+    if cfg is None and args is not None:
+        cfg = getattr(args, "deepspeed_config", None)
+    if cfg is not None:
+        cfg = _plan.load_config(cfg)
+        cfg.setdefault("gradient_clipping", GRADIENT_CLIPPING_DEFAULT)
+        config, config_params = cfg, None
     if model_parameters is not None and not isinstance(model_parameters, (list, tuple)):
         model_parameters = list(model_parameters)   # Lightning passes a one-shot filter()
     return _zs.initialize(args=args, model=model, optimizer=optimizer, model_parameters=model_parameters,
