@@ -224,7 +224,42 @@ def surface(d):
         for way, st in (("configure_model", states[1]), ("trainer.init_module", states[2])):
             check(torch.equal(states[0][k], st[k]), f"{way} at stage 3: '{k}' differs from the module built in "
                   "__init__")
-    expect(["accumulate_grad_batches=3"], lambda: trainer(accumulate_grad_batches=3, max_steps=2).fit(Tiny(), data))
+    # validate before fit on one Trainer (Lightning's usual sanity check of a fresh model): the fit then trains
+    # the validated module as a fit alone does; a second fit stays refused
+    for strat in ("zeroshard_stage_2", "zeroshard_stage_3"):
+        ref = trainer(strategy=strat, max_steps=2)
+        m_ref = Tiny()
+        ref.fit(m_ref, data)
+        want = {n: safe_get_full_fp32_param(p) for n, p in m_ref.named_parameters()}
+        ref.strategy.model.destroy()
+        t = trainer(strategy=strat, max_steps=2)
+        m = Tiny()
+        t.validate(m, data, verbose=False)
+        t.fit(m, data)
+        for n, p in m.named_parameters():
+            check(torch.equal(safe_get_full_fp32_param(p), want[n]), f"{strat}: validate then fit: '{n}' differs "
+                  "from fit alone")
+        expect(["second fit"], lambda: t.fit(m, data))
+        t.strategy._engine.destroy()
+        print(f"fw_lightning: {strat}: validate() then fit() trains as fit() alone", flush=True)
+
+    # accumulate_grad_batches=3 over epochs of 2 batches: each epoch ends a short window (Lightning steps at an
+    # epoch's last batch, the loss divided by 3); the same parameters as Lightning's own single-device loop
+    got = {}
+    for strat in ("zeroshard_stage_2", "zeroshard_stage_3", "auto"):
+        t = trainer(strategy=strat, accumulate_grad_batches=3, max_epochs=3, max_steps=-1)
+        m = Tiny()
+        t.fit(m, data)
+        got[strat] = {n: (safe_get_full_fp32_param(p) if strat != "auto" else p.detach().clone())
+                      for n, p in m.named_parameters()}
+        check(t.global_step == 3, f"{strat}: {t.global_step} optimizer steps over 3 epochs of one short window")
+        if strat != "auto":
+            t.strategy.model.destroy()
+    for strat in ("zeroshard_stage_2", "zeroshard_stage_3"):
+        diff = max((got[strat][n] - got["auto"][n]).abs().max().item() for n in got["auto"])
+        check(diff <= 1e-6, f"{strat}: short windows differ from Lightning's own loop by {diff}")
+        print(f"fw_lightning: {strat}, accumulate_grad_batches=3 over epochs of 2: within {diff:.1e} of "
+              "Lightning's own loop", flush=True)
     print("fw_lightning: surface passed (epoch scheduler, configure_model at stage 3, gathered state, "
           "trainer.save_checkpoint)", flush=True)
 

@@ -59,8 +59,13 @@ class ZeroShardPrecision(Precision):
     def backward(self, tensor, model, optimizer, *args, **kwargs):
         if is_overridden("backward", model, pl.LightningModule):
             raise _refuse("an overridden LightningModule.backward (the engine runs backward)")
+        engine = model.trainer.model
+        if model.trainer.training and not model.trainer.fit_loop.epoch_loop._should_accumulate():
+            # Lightning steps here: at a full window or at the epoch's last batch, whose window may be short
+            # (as with DDP); the engine ends its window with it, dividing by accumulate_grad_batches as Lightning
+            engine.set_gradient_accumulation_boundary(True)
         # Lightning divided the loss by accumulate_grad_batches already: the engine must not divide again
-        model.trainer.model.backward(tensor, *args, scale_wrt_gas=False, **kwargs)
+        engine.backward(tensor, *args, scale_wrt_gas=False, **kwargs)
 
     def optimizer_step(self, optimizer, model, closure, **kwargs):
         result = closure()
@@ -71,10 +76,9 @@ class ZeroShardPrecision(Precision):
         if not engine.is_gradient_accumulation_boundary():
             trainer = model.trainer
             raise RuntimeError(f"{WHERE}: Lightning steps the optimizer after batch {trainer.fit_loop.batch_idx + 1} "
-                               f"of {trainer.num_training_batches}, which is not a multiple of "
-                               f"accumulate_grad_batches={trainer.accumulate_grad_batches}: ZeroShard applies the "
-                               "optimizer every accumulate_grad_batches micro-batches; make the epoch's batch count "
-                               "a multiple of it (drop_last, limit_train_batches)")
+                               f"of {trainer.num_training_batches}, which does not end an accumulation window of "
+                               f"accumulate_grad_batches={trainer.accumulate_grad_batches} (the backward before it "
+                               "ran outside the training loop)")
         engine.step(**kwargs)
         for cfg in model.trainer.lr_scheduler_configs:   # the step ran in ZeroShard: torch would warn of none
             cfg.scheduler.optimizer._opt_called = True
@@ -100,6 +104,7 @@ class ZeroShardStrategy(DDPStrategy):
         self._user_config = config
         self.config = None
         self._engine = None
+        self._fitted = False
 
     # ------------------------------------------------------------------ what Lightning hands over
     @DDPStrategy.accelerator.setter
@@ -174,10 +179,12 @@ class ZeroShardStrategy(DDPStrategy):
         module = self.lightning_module
         fitting = trainer.state.fn == TrainerFn.FITTING
         if self._engine is not None and self._engine.module is module:
-            if fitting:
+            if not fitting:
+                self.model = self._engine   # validate / test again, or after fit: the same engine
+                return
+            if self._fitted:
                 raise _refuse("a second fit on one ZeroShardStrategy (make a new Trainer)")
-            self.model = self._engine   # validate / test after fit: the trained engine
-            return
+            self._drop_inference_engine(module)
         optimizer, scheduler = None, None
         if fitting:
             self._check_trainer(trainer, module)
@@ -194,10 +201,23 @@ class ZeroShardStrategy(DDPStrategy):
         # at each boundary and keeps them the truth across checkpoints (a client scheduler)
         engine.lr_scheduler = None
         self._engine = self.model = engine
+        self._fitted = fitting
         if fitting:
             self.optimizers = [zopt]
             self.lr_scheduler_configs = [scheduler] if scheduler else []
         self.barrier()
+
+    def _drop_inference_engine(self, module):
+        """validate / test before the first fit built an engine without an optimizer: its fp32 parameters go
+        back into the module (collective, one parameter at a time) and it is destroyed, so that fit builds the
+        training engine from the same values, as Lightning's other strategies train the validated module."""
+        from zeroshard.utils import safe_get_full_fp32_param
+        engine = self._engine
+        values = [(p, safe_get_full_fp32_param(p)) for p in module.parameters()]
+        engine.destroy()
+        for p, v in values:
+            p.data = v
+        self._engine = None
 
     def model_to_device(self):
         """The engine's parameters are ZeroShard's host buffers: nothing to move."""
