@@ -59,6 +59,16 @@ case $MODE in
       has_files "$tmp/$run" config.json generation_config.json model.safetensors training_args.bin
       has_files "$tmp/$run/checkpoint-6" trainer_state.json latest global_step6 model.safetensors rng_state_1.pth
     done
+    # zero_to_fp32 on ZeroShard's checkpoint: the Trainer's own model.safetensors of that step (fp32), key by key
+    step "zero_to_fp32" "$tmp/fp32.log" python3 -m zeroshard.zero_to_fp32 "$tmp/zs/checkpoint-6" "$tmp/fp32" --safe_serialization
+    out=$(python3 -c "import sys, safetensors.torch as st, torch
+a, b = st.load_file(sys.argv[1]), st.load_file(sys.argv[2])
+common = sorted(set(a) & set(b))
+bad = [k for k in common if not torch.equal(a[k], b[k])]
+print(f'{len(common)} tensors in common, {len(bad)} differ', *bad[:3])
+sys.exit(1 if bad or len(common) < len(b) - 1 else 0)" "$tmp/fp32/model.safetensors" "$tmp/zs/checkpoint-6/model.safetensors" 2>&1) &&
+      check ok "$out" || check no "zero_to_fp32 against the Trainer's model.safetensors: $out"
+    echo "ds_compat: zero_to_fp32 of checkpoint-6 against its model.safetensors: $out"
     mkdir "$tmp/re" && cp -r "$tmp/zs/checkpoint-3" "$tmp/re/"
     step "zeroshard-run trainer resumed" "$tmp/re.log" zs "$S/clm_trainer.py" --deepspeed "$S/ds_z2.json" --output_dir "$tmp/re" $TR --save_steps 3 --resume_from_checkpoint "$tmp/re/checkpoint-3"
     cmp_runs trainer "$tmp/zs/losses.json" "$tmp/re/losses.json" 0 ;;
