@@ -109,7 +109,11 @@ sys.exit(1 if bad or len(common) < len(b) - 1 else 0)" "$tmp/fp32/model.safetens
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'started by torchrun.*zeroshard-run -np 2' <<< "$out" &&
        ! grep -q 'trained alone' <<< "$out"; then check ok torchrun; else check no "torchrun (exit $rc): $(tail -3 <<< "$out")"; fi ;;
   noengine)
-    printf 'import deepspeed\nprint("rank", deepspeed.comm.get_rank(), "of", deepspeed.comm.get_world_size())\n' > "$tmp/a.py"
+    printf 'import os, deepspeed\nprint("rank", deepspeed.comm.get_rank(), "of", deepspeed.comm.get_world_size())\nprint("env", *(os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")))\n' > "$tmp/a.py"
+    # the variables torchrun and DeepSpeed's launcher export, from MPI; DeepSpeed's launcher flags taken
+    out=$(zs --no_local_rank --master_port 29917 "$tmp/a.py" 2>&1)
+    grep -q '^env 1 2 1 2 29917$' <<< "$out" && grep -q '^env 0 2 0 2 29917$' <<< "$out" && check ok env ||
+      check no "zeroshard-run's exported variables: $out"
     printf 'import zeroshard.comm\nprint("rank", zeroshard.comm.get_rank())\n' > "$tmp/b.py"
     for run in "zs $tmp/a.py" "mpirun --oversubscribe -np 2 python3 $tmp/b.py"; do
       out=$($run 2>&1)

@@ -40,7 +40,7 @@ USAGE = """usage: zeroshard-run [-np N] [--hostfile FILE | -H HOSTS] [--use_deep
 
 def _split(argv):
     """(mpirun options, launcher options, script argv)."""
-    mpi, own, i = [], {"np": None, "accelerate": {}}, 0
+    mpi, own, i = [], {"np": None, "env": {}}, 0
     while i < len(argv):
         a = argv[i]
         if a in ("-h", "--help"):
@@ -57,12 +57,17 @@ def _split(argv):
         if key in ("-np", "-n", "--np", "--num_processes", "--nproc_per_node", "--num_gpus"):
             own["np"] = int(val if eq else argv[i + 1])
             i += 1 if eq else 2
+        elif key in ("--no_local_rank",):   # the DeepSpeed launcher's: LOCAL_RANK is exported,
+            i += 1                                        # --local_rank is never appended
+        elif key in ("--master_port", "--master_addr"):
+            own["env"]["MASTER_" + key[len("--master_"):].upper()] = val if eq else argv[i + 1]
+            i += 1 if eq else 2
         elif key == "--use_deepspeed":
-            own["accelerate"].setdefault("ACCELERATE_USE_DEEPSPEED", "true")
+            own["env"].setdefault("ACCELERATE_USE_DEEPSPEED", "true")
             i += 1
         elif key in _ACCELERATE:
-            own["accelerate"][_ACCELERATE[key]] = val if eq else argv[i + 1]
-            own["accelerate"]["ACCELERATE_USE_DEEPSPEED"] = "true"
+            own["env"][_ACCELERATE[key]] = val if eq else argv[i + 1]
+            own["env"]["ACCELERATE_USE_DEEPSPEED"] = "true"
             i += 1 if eq else 2
         elif key in ("--hostfile", "-hostfile", "--host", "-H") and not eq:
             mpi += [a, argv[i + 1]]
@@ -97,9 +102,9 @@ def _spawn(mpi, own, script):
     remote = any(a in ("--hostfile", "-hostfile", "--host", "-H") for a in mpi)
     if not remote and n > (os.cpu_count() or 1) and "--oversubscribe" not in mpi:
         cmd.append("--oversubscribe")   # more ranks than cores on one machine (a test, a laptop)
-    env.update(own["accelerate"])
+    env.update(own["env"])
     # Open MPI forwards only the variables named with -x to remote hosts (locally it forwards all)
-    for k in sorted(own["accelerate"]) + ["PYTHONPATH", "ZEROSHARD_LIB"]:
+    for k in sorted(own["env"]) + ["PYTHONPATH", "ZEROSHARD_LIB"]:
         if k in env:
             cmd += ["-x", k]
     cmd += mpi + [sys.executable, "-m", "zeroshard.run", "--"] + script
@@ -172,7 +177,7 @@ def main(argv=None):
     if mpi:
         sys.exit(f"zeroshard-run: inside an MPI job the mpirun options {mpi} have no effect; give them to your "
                  "mpirun")
-    os.environ.update(own["accelerate"])
+    os.environ.update(own["env"])
     export_world()
     use_compat()
     from . import _accelerate_cpu   # acts only where Accelerate takes its DeepSpeed path without a GPU
