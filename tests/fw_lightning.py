@@ -211,6 +211,16 @@ def surface(d):
             check(os.path.isdir(os.path.join(path, "checkpoint")), f"trainer.save_checkpoint wrote no engine "
                   f"checkpoint in {path}")
             t.validate(m, data, ckpt_path=path, verbose=False)
+            # Lightning's conversion of a ZeRO checkpoint to one fp32 file, on ZeroShard's checkpoint
+            from zeroshard.lightning import convert_zero_checkpoint_to_fp32_state_dict
+            conv = convert_zero_checkpoint_to_fp32_state_dict(path, os.path.join(d, "fp32.pt"))
+            back = torch.load(os.path.join(d, "fp32.pt"), weights_only=False)
+            check(back["global_step"] == 2 and "epoch" in back, f"converted file lacks Lightning's state: {sorted(back)}")
+            for n, p in m.named_parameters():
+                check(torch.equal(back["state_dict"][n], safe_get_full_fp32_param(p)),
+                      f"convert_zero_checkpoint_to_fp32_state_dict: '{n}' is not the trained parameter")
+            check(sorted(conv["state_dict"]) == sorted(n for n, _ in m.named_parameters()),
+                  f"converted keys {sorted(conv['state_dict'])}")
         t.strategy.model.destroy()
     t = trainer(strategy="zeroshard_stage_3", max_steps=2)
     with t.init_module():

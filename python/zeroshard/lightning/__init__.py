@@ -16,5 +16,6 @@ except ImportError as e:   # pragma: no cover - said once, clearly
 from ._env import MPIEnvironment  # noqa: E402
 from ._fabric import ZeroShardFabricStrategy  # noqa: E402
 from ._trainer import ZeroShardStrategy  # noqa: E402
+from ._convert import convert_zero_checkpoint_to_fp32_state_dict  # noqa: E402
 
-__all__ = ["ZeroShardStrategy", "ZeroShardFabricStrategy", "MPIEnvironment"]
+__all__ = ["ZeroShardStrategy", "ZeroShardFabricStrategy", "MPIEnvironment", "convert_zero_checkpoint_to_fp32_state_dict"]
