@@ -34,8 +34,6 @@ def zero_config(a):
         zero["offload_optimizer"] = {"device": "cpu"}
         if stage == 3:
             zero["offload_param"] = {"device": "cpu"}
-    if stage == 3:
-        zero["stage3_gather_16bit_weights_on_model_save"] = True   # get_state_dict gathers the full model
     cfg = {"zero_optimization": zero, "train_micro_batch_size_per_gpu": "auto",
            "gradient_accumulation_steps": "auto", "zero_force_ds_cpu_optimizer": False}
     if a.clip:
@@ -114,6 +112,17 @@ def accuracy(accelerator, model, loader):
     return right / seen
 
 
+def full_params(accelerator, model):
+    """(name, full fp32 tensor) in named_parameters() order: the engine's fp32 masters under DeepSpeed
+    (gathered from the shards, on every rank)."""
+    from accelerate.utils import DistributedType
+    named = list(accelerator.unwrap_model(model).named_parameters())
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        from deepspeed.utils import safe_get_full_fp32_param
+        return [(n, safe_get_full_fp32_param(p)) for n, p in named]
+    return [(n, p.detach().float()) for n, p in named]
+
+
 def parse(argv=None):
     p = fortunes.parser(__doc__)
     p.add_argument("--strategy", default="zeroshard_stage_2", choices=STRATEGIES)
@@ -123,18 +132,17 @@ def parse(argv=None):
 def run(a):
     """One training run and its evaluation; returns the RESULT row (on every rank). The Accelerator lets go of
     what it prepared at the end, so a test can run several strategies in one process."""
-    from accelerate.utils import DistributedType, set_seed
+    from accelerate.utils import set_seed
     from transformers import get_linear_schedule_with_warmup
     accelerator = make_accelerator(a)
     set_seed(a.seed)
     train_set, test_set, vocab = fortunes.datasets(a)
     model = fortunes.build_model(a, len(vocab))
     optimizer = torch.optim.AdamW(fortunes.decay_groups(model, a.weight_decay), lr=a.lr)
-    # plain Accelerate steps a scheduler once per process at each optimizer step, the schedule is sized for
-    # that; under DeepSpeed the engine steps it once per optimizer step
+    # Accelerate steps a scheduler once per process at each optimizer step (a torch LambdaLR under DeepSpeed
+    # too, which the engine does not take): the schedule is sized for that
     world = accelerator.num_processes
-    per_step = 1 if accelerator.distributed_type == DistributedType.DEEPSPEED else world
-    scheduler = get_linear_schedule_with_warmup(optimizer, a.warmup * per_step, a.steps * per_step)
+    scheduler = get_linear_schedule_with_warmup(optimizer, a.warmup * world, a.steps * world)
     train_loader = torch.utils.data.DataLoader(train_set, batch_size=a.micro_batch, shuffle=True,
                                                generator=torch.Generator().manual_seed(a.seed))
     test_loader = torch.utils.data.DataLoader(test_set, batch_size=a.micro_batch)
@@ -148,9 +156,7 @@ def run(a):
     train(a, accelerator, model, optimizer, scheduler, train_loader, progress)
     train_s = time.time() - t0
     acc = None if a.no_eval else accuracy(accelerator, model, test_loader)
-    names = [n for n, _ in accelerator.unwrap_model(model).named_parameters()]
-    state = accelerator.get_state_dict(model)
-    phash = fortunes.params_hash((n, state[n]) for n in names)
+    phash = fortunes.params_hash(full_params(accelerator, model))
     rss = accelerator.gather(torch.tensor([fortunes.peak_rss_mib()])).tolist()
     row = {"strategy": a.strategy, "test_acc": acc, "params_hash": phash, "losses": progress.losses}
     if accelerator.is_main_process:
