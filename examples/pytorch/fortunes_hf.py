@@ -29,6 +29,8 @@ def zero_config(strategy):
     Trainer's own optimizer (a torch AdamW) steps on the CPU, offloaded or not."""
     stage = int(strategy.split("_")[2])
     zero = {"stage": stage}
+    if stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True   # save_model writes model.safetensors
     if strategy.endswith("_offload"):
         zero["offload_optimizer"] = {"device": "cpu"}
         if stage == 3:
