@@ -1,12 +1,16 @@
 """fortunes_accelerate.py - the fortunes walk-through (fortunes.py) in Accelerate's idiom, on Accelerate's own
-Accelerator or on ZeroShard's: the import is the switch, --strategy only picks which.
+Accelerator: plain (DDP over gloo) or with a DeepSpeed plugin, Accelerate's own DeepSpeed path, which
+zeroshard-run points at ZeroShard.
 
     mpirun -np 2 python3 examples/pytorch/fortunes_accelerate.py --strategy accelerate          # DDP over gloo
-    mpirun -np 2 python3 examples/pytorch/fortunes_accelerate.py --strategy zeroshard_stage_3   # ZeRO stage 3
+    zeroshard-run -np 2 examples/pytorch/fortunes_accelerate.py --strategy zeroshard_stage_3   # ZeRO stage 3
 
-Strategies: accelerate, zeroshard_stage_0..3, zeroshard_stage_2_offload, zeroshard_stage_3_offload. The loop is
-Accelerate's: prepare, accumulate, backward, clip_grad_norm_ at the sync steps, gather_for_metrics, and
-save_state / load_state for --save-dir / --save-at / --resume. Global batch = micro-batch x ranks x accum.
+Strategies: accelerate, zeroshard_stage_0..3, zeroshard_stage_2_offload, zeroshard_stage_3_offload. A zeroshard_*
+strategy passes Accelerator(deepspeed_plugin=DeepSpeedPlugin(hf_ds_config=config)) (see `zero_config`); launched
+with `zeroshard-run -np 2 --use_deepspeed --deepspeed_config_file ds.json`, the Accelerator takes that file's
+config from the environment instead, as under `accelerate launch`. The loop is Accelerate's: prepare,
+accumulate, backward, clip_grad_norm_ at the sync steps, gather_for_metrics, and save_state / load_state for
+--save-dir / --save-at / --resume. Global batch = micro-batch x ranks x accum.
 """
 import os
 import sys
@@ -30,9 +34,10 @@ def zero_config(a):
         zero["offload_optimizer"] = {"device": "cpu"}
         if stage == 3:
             zero["offload_param"] = {"device": "cpu"}
-    cfg = {"zero_optimization": zero}
+    cfg = {"zero_optimization": zero, "train_micro_batch_size_per_gpu": "auto",
+           "gradient_accumulation_steps": "auto", "zero_force_ds_cpu_optimizer": False}
     if a.clip:
-        cfg["gradient_clipping"] = a.clip   # ZeroShard clips inside its step: the value clip_grad_norm_ passes
+        cfg["gradient_clipping"] = a.clip   # the engine clips inside its step; clip_grad_norm_ only reads the norm
     return cfg
 
 
@@ -50,17 +55,18 @@ class Progress:
 
 
 def make_accelerator(a):
+    from accelerate import Accelerator, DeepSpeedPlugin
     from accelerate.utils import GradientAccumulationPlugin
     if a.strategy == "accelerate":
         fortunes.mpi_to_torch_env()   # Accelerate reads the ranks from Open MPI; gloo needs MASTER_ADDR/PORT
-        from accelerate import Accelerator
-        zero = {}
-    else:
-        from zeroshard.accelerate import Accelerator   # the one-line switch (was: from accelerate import ...)
-        zero = {"zeroshard_config": zero_config(a)}
+        kw = {"cpu": True}
+    elif os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        kw = {}   # --use_deepspeed --deepspeed_config_file: Accelerator() builds the plugin from the environment
+    else:   # no cpu=True: it turns Accelerate's DeepSpeed path off (without a GPU the device is the CPU anyway)
+        kw = {"deepspeed_plugin": DeepSpeedPlugin(hf_ds_config=zero_config(a))}
     # sync every --accum micro-batches across epoch ends too, so both give the same global batches
     plugin = GradientAccumulationPlugin(num_steps=a.accum, sync_with_dataloader=False)
-    return Accelerator(cpu=True, mixed_precision=MIXED[a.precision], gradient_accumulation_plugin=plugin, **zero)
+    return Accelerator(mixed_precision=MIXED[a.precision], gradient_accumulation_plugin=plugin, **kw)
 
 
 def train(a, accelerator, model, optimizer, scheduler, loader, progress):
@@ -106,6 +112,17 @@ def accuracy(accelerator, model, loader):
     return right / seen
 
 
+def full_params(accelerator, model):
+    """(name, full fp32 tensor) in named_parameters() order: the engine's fp32 masters under DeepSpeed
+    (gathered from the shards, on every rank)."""
+    from accelerate.utils import DistributedType
+    named = list(accelerator.unwrap_model(model).named_parameters())
+    if accelerator.distributed_type == DistributedType.DEEPSPEED:
+        from deepspeed.utils import safe_get_full_fp32_param
+        return [(n, safe_get_full_fp32_param(p)) for n, p in named]
+    return [(n, p.detach().float()) for n, p in named]
+
+
 def parse(argv=None):
     p = fortunes.parser(__doc__)
     p.add_argument("--strategy", default="zeroshard_stage_2", choices=STRATEGIES)
@@ -122,7 +139,8 @@ def run(a):
     train_set, test_set, vocab = fortunes.datasets(a)
     model = fortunes.build_model(a, len(vocab))
     optimizer = torch.optim.AdamW(fortunes.decay_groups(model, a.weight_decay), lr=a.lr)
-    # Accelerate steps a scheduler once per process at each optimizer step: the schedule is sized for that
+    # Accelerate steps a scheduler once per process at each optimizer step (a torch LambdaLR under DeepSpeed
+    # too, which the engine does not take): the schedule is sized for that
     world = accelerator.num_processes
     scheduler = get_linear_schedule_with_warmup(optimizer, a.warmup * world, a.steps * world)
     train_loader = torch.utils.data.DataLoader(train_set, batch_size=a.micro_batch, shuffle=True,
@@ -132,15 +150,13 @@ def run(a):
         model, optimizer, train_loader, test_loader, scheduler)
     progress = Progress()
     accelerator.register_for_checkpointing(progress)
-    if a.resume:   # ZeroShard's load_state also restores the loaders' shuffling (Accelerate's own does not)
+    if a.resume:
         accelerator.load_state(a.save_dir)
     t0 = time.time()
     train(a, accelerator, model, optimizer, scheduler, train_loader, progress)
     train_s = time.time() - t0
     acc = None if a.no_eval else accuracy(accelerator, model, test_loader)
-    names = [n for n, _ in accelerator.unwrap_model(model).named_parameters()]
-    state = accelerator.get_state_dict(model)
-    phash = fortunes.params_hash((n, state[n]) for n in names)
+    phash = fortunes.params_hash(full_params(accelerator, model))
     rss = accelerator.gather(torch.tensor([fortunes.peak_rss_mib()])).tolist()
     row = {"strategy": a.strategy, "test_acc": acc, "params_hash": phash, "losses": progress.losses}
     if accelerator.is_main_process:

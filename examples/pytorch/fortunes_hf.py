@@ -1,17 +1,14 @@
 """fortunes_hf.py - the fortunes walk-through with the Hugging Face Trainer: DistilBERT learns which fortunes
-file a fortune comes from, under the plain Trainer (DDP over gloo) or under ZeroShard's Trainer.
+file a fortune comes from, under the plain Trainer (DDP over gloo) or under the Trainer's own DeepSpeed
+integration, which zeroshard-run points at ZeroShard.
 
     mpirun -np 2 python3 examples/pytorch/fortunes_hf.py --strategy trainer
-    mpirun -np 2 python3 examples/pytorch/fortunes_hf.py --strategy zeroshard_stage_2
+    zeroshard-run -np 2 examples/pytorch/fortunes_hf.py --strategy zeroshard_stage_2
 
-The switch is the Trainer's import, one line (see `trainer_class`):
-
-    from transformers import Trainer        # --strategy trainer
-    from zeroshard.hf import Trainer        # --strategy zeroshard_stage_0..3, _2_offload, _3_offload
-
-and, for ZeroShard, one more line: the ZeRO config passed as Trainer(..., zeroshard_config=config) (as a
-DeepSpeed user passes TrainingArguments(deepspeed=config)). Everything else (the weight-decay groups, AdamW,
-the linear warm-up, accumulation, clipping, evaluation, checkpoints) is the Trainer's own. The last line
+The Trainer is `transformers.Trainer` in both. A zeroshard_* strategy only adds the ZeRO config, as any
+DeepSpeed user does: TrainingArguments(deepspeed=config) (see `zero_config`); the launch line is the switch.
+Everything else (the weight-decay groups, AdamW, the linear warm-up, accumulation, clipping, evaluation,
+checkpoints) is the Trainer's own, and the same script runs on DeepSpeed under `deepspeed`. The last line
 printed is `RESULT {json}` (fortunes.result).
 """
 import os
@@ -26,31 +23,31 @@ STRATEGIES = ["trainer", "zeroshard_stage_0", "zeroshard_stage_1", "zeroshard_st
               "zeroshard_stage_2_offload", "zeroshard_stage_3_offload"]
 
 
-def trainer_class(strategy):
-    if strategy == "trainer":
-        from transformers import Trainer
-    else:
-        from zeroshard.hf import Trainer
-    return Trainer
-
-
 def zero_config(strategy):
     """zeroshard_stage_<n>[_offload]: ZeRO stage n (optimizer, and at stage 3 parameters, offloaded to the
-    CPU's own memory pool); everything else "auto", from TrainingArguments."""
+    CPU's own memory pool); everything else "auto", filled by the Trainer from TrainingArguments. The
+    Trainer's own optimizer (a torch AdamW) steps on the CPU, offloaded or not."""
     stage = int(strategy.split("_")[2])
     zero = {"stage": stage}
+    if stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True   # save_model writes model.safetensors
     if strategy.endswith("_offload"):
         zero["offload_optimizer"] = {"device": "cpu"}
         if stage == 3:
             zero["offload_param"] = {"device": "cpu"}
     return {"zero_optimization": zero, "train_micro_batch_size_per_gpu": "auto",
-            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto"}
+            "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "bf16": {"enabled": "auto"},
+            "zero_force_ds_cpu_optimizer": False}
 
 
 def training_args(a, out):
+    """The plain Trainer runs on the CPU with use_cpu=True; a DeepSpeed config must go without it (use_cpu
+    turns Accelerate's DeepSpeed path off): on a machine without a GPU the device is the CPU anyway."""
     from transformers import TrainingArguments
+    zeroshard = a.strategy != "trainer"
+    ds = {"deepspeed": a.deepspeed or zero_config(a.strategy)} if zeroshard else {"use_cpu": True}
     return TrainingArguments(
-        output_dir=out, use_cpu=True, seed=a.seed, data_seed=a.seed, max_steps=a.steps,
+        **ds, output_dir=out, seed=a.seed, data_seed=a.seed, max_steps=a.steps,
         per_device_train_batch_size=a.micro_batch, per_device_eval_batch_size=64,
         gradient_accumulation_steps=a.accum, learning_rate=a.lr, weight_decay=a.weight_decay,
         warmup_steps=a.warmup, lr_scheduler_type="linear", max_grad_norm=a.clip,
@@ -65,10 +62,11 @@ def accuracy(pred):
 
 
 def full_params(trainer, zeroshard):
-    """(name, full fp32 tensor) in model.named_parameters() order: gathered by the engine under ZeroShard."""
+    """(name, full fp32 tensor) in model.named_parameters() order: the engine's fp32 masters under DeepSpeed
+    (gathered from the shards, on every rank)."""
     if zeroshard:
-        full = trainer.full_state_dict()
-        return [(n, full[n]) for n, _ in trainer.model.named_parameters()]
+        from deepspeed.utils import safe_get_full_fp32_param
+        return [(n, safe_get_full_fp32_param(p)) for n, p in trainer.model.named_parameters()]
     return [(n, p.detach().float()) for n, p in trainer.model.named_parameters()]
 
 
@@ -76,23 +74,25 @@ def main(argv=None):
     """Trains, evaluates and prints the RESULT line; returns (trainer, the result row or None off rank 0)."""
     p = fortunes.parser(__doc__, steps=200)
     p.add_argument("--strategy", choices=STRATEGIES, default="trainer")
+    p.add_argument("--deepspeed", help="a DeepSpeed JSON to use instead of a zeroshard_* strategy's config")
     a = p.parse_args(argv)
     zeroshard = a.strategy != "trainer"
     if not zeroshard:
         fortunes.mpi_to_torch_env()   # the plain Trainer's DDP reads torch.distributed's variables
-    Trainer = trainer_class(a.strategy)
+    from transformers import Trainer
+    out = a.save_dir or tempfile.mkdtemp(prefix="fortunes_hf.")
+    args = training_args(a, out)   # before the model: at stage 3 the Trainer's zero.Init then partitions it
     train, test, vocab = fortunes.datasets(a)
     model = fortunes.build_model(a, len(vocab))
-    out = a.save_dir or tempfile.mkdtemp(prefix="fortunes_hf.")
-    kwargs = {"zeroshard_config": zero_config(a.strategy)} if zeroshard else {}
-    trainer = Trainer(model=model, args=training_args(a, out), train_dataset=train, eval_dataset=test,
-                      compute_metrics=accuracy, **kwargs)
+    trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=test, compute_metrics=accuracy)
     resume = None
     if a.resume:
         resume = os.path.join(out, f"checkpoint-{a.save_at}") if a.save_at else True
     t0 = time.time()
     trainer.train(resume_from_checkpoint=resume)
     train_s = time.time() - t0
+    if a.save_dir:
+        trainer.save_model()   # the trained model, loadable with from_pretrained, into --save-dir
     import torch.distributed as dist
     world = dist.get_world_size() if dist.is_initialized() else 1
     rss = [None] * world

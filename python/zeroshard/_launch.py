@@ -1,6 +1,6 @@
-"""What the framework adapters (zeroshard.lightning, zeroshard.accelerate, zeroshard.hf) share: the ZeRO config
-a framework's switches describe (stage, offload, precision, clipping, batch sizes) merged into the user's
-DeepSpeed JSON, every conflict an error naming the key."""
+"""What zeroshard.lightning's strategies (Trainer and Fabric) share: the ZeRO config Lightning's switches describe
+(stage, offload, precision, clipping, batch sizes) merged into the user's DeepSpeed JSON, every conflict an error
+naming the key."""
 import copy
 
 from ._plan import load_config
