@@ -4,6 +4,7 @@ difference beyond TOL (relative; 0 = bit for bit).
   trainer  A/losses.json B/losses.json: the Trainer's log_history (loss, learning_rate, eval_loss) step by step
   accel    A/log.json B/log.json: per-step losses, the epochs' accuracy and evaluated sample counts
   loop     A/losses*.json B/losses*.json: losses over the steps both ran, and the params hash when TOL is 0
+  resumed  A/log.json B/log-resumed.json: the resumed run's losses against the straight run's last ones
 """
 import json
 import sys
@@ -70,6 +71,18 @@ def loop(a, b, tol):
     return f"{len(lb)} losses from step {b['start'] + 1}, worst relative difference {worst:.2e}"
 
 
+def resumed(a, b, tol):
+    la, lb = a["loss"][len(a["loss"]) - len(b["loss"]):], b["loss"]
+    if not lb:
+        fail("the resumed run logged no loss")
+    for i, (x, y) in enumerate(zip(la, lb)):
+        if not close(x, y, tol):
+            fail(f"resumed micro-batch {i + 1}: loss {x!r} against the straight run's {y!r} (tolerance {tol})")
+    if a["accuracy"][-1] != b["accuracy"][-1]:
+        fail(f"last accuracy {a['accuracy'][-1]} against {b['accuracy'][-1]}")
+    return f"the resumed run's {len(lb)} losses and last accuracy equal the straight run's"
+
+
 def main():
     kind, pa, pb = sys.argv[1:4]
     tol = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
@@ -77,7 +90,7 @@ def main():
         a = json.load(f)
     with open(pb) as f:
         b = json.load(f)
-    print(f"ds_compare {kind}: {({'trainer': trainer, 'accel': accel, 'loop': loop}[kind])(a, b, tol)}")
+    print(f"ds_compare {kind}: {({'trainer': trainer, 'accel': accel, 'loop': loop, 'resumed': resumed}[kind])(a, b, tol)}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 #              checkpoint-3 continuing the straight run bit for bit
 #   trainer3   stage 3 (zero.Init, the 16-bit model save) with an evaluation: losses and eval_loss (1e-5)
 #   accelerate stage 2, accumulation 3 over 16 batches an epoch (a short window at each epoch's end),
-#              gather_for_metrics over a short last batch, save_state: losses (1e-5), accuracy, sample counts
+#              gather_for_metrics over a short last batch, save_state: losses (1e-5), accuracy, sample counts;
+#              load_state of the first epoch's state continuing the straight run bit for bit
 #   loop       stages 0-3 give one params hash; a resume from global_step4 gives the straight run's
 #   loop_ds    the loop at stage 2 against DeepSpeed (1e-5)
 #   torchrun   a ZeroShard script under torchrun --nproc_per_node 2 fails naming the launcher to use
@@ -83,7 +84,11 @@ sys.exit(1 if bad or len(common) < len(b) - 1 else 0)" "$tmp/fp32/model.safetens
     step "deepspeed accelerate" "$tmp/ds.log" ds_accelerate "$S/ds_accel.json" "$S/accel_loop.py" "$tmp/ds" --gas 3 --batches 16
     step "zeroshard-run accelerate" "$tmp/zs.log" zs $A "$S/accel_loop.py" "$tmp/zs" --gas 3 --batches 16
     cmp_runs accel "$tmp/ds/log.json" "$tmp/zs/log.json" 1e-5
-    has_files "$tmp/zs/state" latest random_states_0.pkl random_states_1.pkl scheduler.bin ;;
+    has_files "$tmp/zs/state1" latest random_states_0.pkl random_states_1.pkl scheduler.bin
+    # load_state from the first epoch's save_state (the torch scheduler Accelerate steps itself restored beside
+    # the engine's checkpoint): the second epoch as the straight run's, bit for bit
+    step "zeroshard-run accelerate resumed" "$tmp/re.log" zs $A "$S/accel_loop.py" "$tmp/zs" --gas 3 --batches 16 --resume "$tmp/zs/state1" --start-epoch 1
+    cmp_runs resumed "$tmp/zs/log.json" "$tmp/zs/log-resumed.json" 0 ;;
   loop)
     for s in 0 1 2 3; do
       sed "s/\"stage\": 2/\"stage\": $s/" "$S/ds_loop.json" > "$tmp/z$s.json"

@@ -109,8 +109,12 @@ class CheckpointMixin:
         if scheduler and self._client_scheduler and self.lr_scheduler and extra.get("lr_scheduler"):
             self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
         # the library's groups came from the checkpoint; the param_groups' values are handed again at the next
-        # boundary, so the two agree whatever was restored (a config schedule's lr is the library's own)
-        self._bridge.reset(self.lib, self.ctx, self.optimizer.param_groups, self._client_scheduler)
+        # boundary, so the two agree whatever was restored. Without a config schedule the param_groups are the
+        # truth, whoever writes them: a client scheduler, or one the framework steps itself (Accelerate does,
+        # its scheduler state restored beside), whose lr for the next step is what the param_groups held at the
+        # save (the library reports the lr the last step used). A config schedule's lr is the library's own.
+        truth = self._client_scheduler or "scheduler" not in self.config
+        self._bridge.reset(self.lib, self.ctx, self.optimizer.param_groups, truth)
 
     # ------------------------------------------------------------------ the full model
     def _refuse_released(self, module, prefix, keep_vars):

@@ -260,12 +260,12 @@ class GroupBridge:
                 g["lr"] = lr
                 self.note_lr(i, lr)
 
-    def reset(self, lib, ctx, groups, client_scheduler):
-        """After a checkpoint load. With a client scheduler, param_groups are the truth and all handed at the
-        next boundary; else the library's (restored) values are what param_groups report."""
+    def reset(self, lib, ctx, groups, groups_are_truth):
+        """After a checkpoint load. When the param_groups are the truth (no config schedule) they are all handed
+        at the next boundary; else the library's (restored) values are what param_groups report."""
         if not hasattr(lib, "zs_group_set"):   # a library without groups: nothing can differ
             return
-        if client_scheduler or not hasattr(lib, "zs_group_get"):
+        if groups_are_truth or not hasattr(lib, "zs_group_get"):
             self.handed = [{} for _ in groups]
             return
         for i, g in enumerate(groups):

@@ -3,7 +3,7 @@ Accelerator() takes its DeepSpeed plugin from the launcher's environment (`accel
 --deepspeed_config_file ds.json`, or the same flags to `zeroshard-run`). Reads distributed_type, uses
 accumulate(), gather_for_metrics() and save_state(). Nothing in it knows about ZeroShard.
 
-    accel_loop.py OUT_DIR [--gas 3] [--epochs 2] [--batches 16] [--resume DIR]
+    accel_loop.py OUT_DIR [--gas 3] [--epochs 2] [--batches 16] [--resume OUT_DIR/stateN --start-epoch N]
 """
 import argparse
 import json
@@ -39,7 +39,8 @@ def main():
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--batches", type=int, default=16, help="batches per epoch and rank")
     ap.add_argument("--micro", type=int, default=4)
-    ap.add_argument("--resume", default=None)
+    ap.add_argument("--resume", default=None, help="a save_state folder to load_state from first")
+    ap.add_argument("--start-epoch", type=int, default=0, help="the epoch to start at (with --resume)")
     args = ap.parse_args()
     accelerator = Accelerator(gradient_accumulation_steps=args.gas)
     set_seed(0)
@@ -56,7 +57,7 @@ def main():
     log = {"distributed_type": str(accelerator.distributed_type), "num_processes": world,
            "deepspeed": accelerator.distributed_type == DistributedType.DEEPSPEED, "loss": [], "accuracy": [],
            "eval_samples": []}
-    for epoch in range(args.epochs):
+    for epoch in range(args.start_epoch, args.epochs):
         model.train()
         for x, y in train_dl:
             with accelerator.accumulate(model):
@@ -77,9 +78,9 @@ def main():
         log["accuracy"].append(correct / total)
         log["eval_samples"].append(total)
         accelerator.print(f"epoch {epoch}: accuracy {correct / total:.4f} over {total} samples")
-    accelerator.save_state(os.path.join(args.out, "state"))
+        accelerator.save_state(os.path.join(args.out, f"state{epoch + 1}"))
     if accelerator.is_main_process:
-        with open(os.path.join(args.out, "log.json"), "w") as f:
+        with open(os.path.join(args.out, "log-resumed.json" if args.resume else "log.json"), "w") as f:
             json.dump(log, f)
 
 
