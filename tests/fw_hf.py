@@ -7,8 +7,8 @@ NAME.json, the --save-dir folders); prints what it found, exits 1 on a mismatch.
   ckpt    resumed.json (resume_from_checkpoint checkpoint-10, stage 3) ends on full.json's losses and
           params-hash bit for bit; the save_model folder holds the files the Trainer writes and from_pretrained
           loads the trained parameters bit for bit
-  config  absent.json (no gradient_clipping in the config, max_grad_norm 1.0) trains as clip0.json (max_grad_norm
-          0) and not as clip1.json ("auto" filled with 1.0)
+  config  absent.json (no gradient_clipping in the config, max_grad_norm 0) trains as clip1.json ("auto" filled
+          with 1.0: DeepSpeed 0.19.8's default when the key is absent) and not as clip0.json (max_grad_norm 0)
 """
 import json
 import os
@@ -77,12 +77,12 @@ def mode_config(d):
     absent, clip0, clip1 = load(d, "absent"), load(d, "clip0"), load(d, "clip1")
     if clip0["losses"] == clip1["losses"]:
         fail("clipping at 1.0 does not change the losses: the check cannot tell clipping from none")
-    if absent["params_hash"] != clip0["params_hash"]:
-        fail(f"no gradient_clipping in the config: params {absent['params_hash']}, not the unclipped run's "
-             f"{clip0['params_hash']} (the clipped run's is {clip1['params_hash']})")
+    if absent["params_hash"] != clip1["params_hash"]:
+        fail(f"no gradient_clipping in the config: params {absent['params_hash']}, not the run clipped at 1.0 "
+             f"(DeepSpeed's default): {clip1['params_hash']} (the unclipped run's is {clip0['params_hash']})")
     else:
-        print(f"fw_hf config: no gradient_clipping in the config trains unclipped (params {absent['params_hash']}; "
-              f"clipped at 1.0: {clip1['params_hash']})")
+        print(f"fw_hf config: no gradient_clipping in the config clips at 1.0, DeepSpeed's default, with "
+              f"max_grad_norm 0 (params {absent['params_hash']}; unclipped: {clip0['params_hash']})")
 
 
 if __name__ == "__main__":

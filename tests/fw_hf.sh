@@ -49,9 +49,9 @@ case $MODE in
     msg=$(grep -m1 'ds train_micro_batch_size_per_gpu=8 vs hf per_device_train_batch_size=4' "$tmp/micro8.log")
     echo "fw_hf config: micro-batch 8 in the config, 4 in TrainingArguments: exit $rc, ${msg:-no message}"
     [ $rc -ne 0 ] && [ -n "$msg" ] && check ok micro8 || { check no "micro8"; tail -5 "$tmp/micro8.log"; }
-    # no gradient_clipping key: no clipping (as DeepSpeed), whatever max_grad_norm says
+    # no gradient_clipping key: DeepSpeed 0.19.8's default, clipping at 1.0, whatever max_grad_norm says (0 here)
     printf '{"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto"}' > "$tmp/noclip.json"
-    zs absent zeroshard_stage_2 --no-eval --deepspeed "$tmp/noclip.json"
+    zs absent zeroshard_stage_2 --no-eval --clip 0 --deepspeed "$tmp/noclip.json"
     zs clip0 zeroshard_stage_2 --no-eval --clip 0
     zs clip1 zeroshard_stage_2 --no-eval
     verdict ;;

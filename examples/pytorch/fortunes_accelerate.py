@@ -36,8 +36,9 @@ def zero_config(a):
             zero["offload_param"] = {"device": "cpu"}
     cfg = {"zero_optimization": zero, "train_micro_batch_size_per_gpu": "auto",
            "gradient_accumulation_steps": "auto", "zero_force_ds_cpu_optimizer": False}
-    if a.clip:
-        cfg["gradient_clipping"] = a.clip   # the engine clips inside its step; clip_grad_norm_ only reads the norm
+    # the engine clips inside its step (clip_grad_norm_ only reads the norm); 0 is no clipping, said outright
+    # since DeepSpeed clips at 1.0 when the key is absent
+    cfg["gradient_clipping"] = a.clip
     return cfg
 
 
