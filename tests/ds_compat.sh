@@ -12,7 +12,8 @@
 #   loop_ds    the loop at stage 2 against DeepSpeed (1e-5)
 #   torchrun   a ZeroShard script under torchrun --nproc_per_node 2 fails naming the launcher to use
 #   noengine   a script that starts MPI (deepspeed.comm.get_rank) and makes no engine ends cleanly, under
-#              zeroshard-run and under a plain mpirun (MPI finalised at exit)
+#              zeroshard-run and under a plain mpirun (MPI finalised at exit); the variables zeroshard-run
+#              exports; configs as JSON text and base64
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -126,7 +127,32 @@ sys.exit(1 if bad or len(common) < len(b) - 1 else 0)" "$tmp/fp32/model.safetens
       if [ $rc -eq 0 ] && grep -q 'rank 1' <<< "$out" && ! grep -q 'exiting improperly' <<< "$out"; then
         check ok "$run"; echo "ds_compat: '$run' ended cleanly"
       else check no "'$run' (exit $rc): $(tail -5 <<< "$out")"; fi
-    done ;;
+    done
+    # configs as DeepSpeed takes them besides a path (JSON text, base64 JSON, a dict), Accelerate's infinite
+    # steps_per_print as "never", any other non-finite value refused naming its key
+    out=$(python3 - <<'PY' 2>&1
+import base64, json
+from zeroshard._plan import load_config
+cfg = {"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}
+text = json.dumps(cfg)
+assert load_config(text) == cfg, "JSON text"
+assert load_config(base64.urlsafe_b64encode(text.encode()).decode()) == cfg, "base64 JSON"
+assert load_config(dict(cfg, steps_per_print=float("inf")))["steps_per_print"] == 0, "steps_per_print inf"
+try:
+    load_config({"optimizer": {"params": {"lr": float("nan")}}})
+    raise SystemExit("a NaN lr was accepted")
+except ValueError as e:
+    assert "optimizer.params.lr" in str(e), e
+try:
+    load_config("no-such-file.json")
+    raise SystemExit("a missing file was accepted")
+except FileNotFoundError as e:
+    assert "no-such-file.json" in str(e), e
+print("configs: JSON text, base64, a dict with steps_per_print infinity; NaN and a missing file named")
+PY
+)
+    echo "ds_compat: $out"
+    grep -q '^configs:' <<< "$out" && check ok configs || check no "configs: $out" ;;
   *) echo "ds_compat.sh: unknown mode $MODE"; exit 2 ;;
 esac
 finish "ds_compat $MODE"

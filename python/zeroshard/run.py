@@ -11,7 +11,10 @@ MASTER_ADDR, MASTER_PORT), puts ZeroShard's DeepSpeed-compatible package (zerosh
 the import path, so that `import deepspeed` in the script and in every library it imports is ZeroShard, and
 runs the script as __main__. A real DeepSpeed installed beside it is untouched outside this launcher.
 """
+import importlib.abc
+import importlib.metadata
 import os
+import pathlib
 import shlex
 import shutil
 import socket
@@ -19,6 +22,7 @@ import sys
 
 from ._mpienv import mpi_rank_env
 
+DEEPSPEED_VERSION = "0.19.8+zeroshard"   # the DeepSpeed release whose API zeroshard/compat follows
 COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "compat")
 # mpirun options that take a value (two for --mca): the launcher passes them through with it
 _MPIRUN_VALUE = {"-x", "--map-by", "-map-by", "--bind-to", "-bind-to", "--rank-by", "-rank-by", "--npernode",
@@ -139,9 +143,37 @@ def export_world():
     return rank, world
 
 
+class _CompatDistribution(importlib.metadata.Distribution):
+    """The `deepspeed` distribution's metadata, for the version checks of transformers, Accelerate and Lightning
+    (`importlib.metadata`). Served by a finder rather than a .dist-info folder, which wheels may not carry
+    inside a package."""
+
+    def read_text(self, filename):
+        return {"METADATA": f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {DEEPSPEED_VERSION}\n"
+                            "Summary: ZeroShard's DeepSpeed-compatible package (zeroshard-run only)\n",
+                "INSTALLER": "zeroshard\n", "top_level.txt": "deepspeed\n"}.get(filename)
+
+    def locate_file(self, path):
+        return pathlib.Path(COMPAT) / path
+
+
+class _CompatFinder(importlib.abc.MetaPathFinder):
+    """Finds no modules (the path does); answers `importlib.metadata` for "deepspeed" before any installed one."""
+
+    def find_spec(self, fullname, path, target=None):
+        return None
+
+    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        name = context.name
+        if name is None or name.lower().replace("_", "-") == "deepspeed":
+            yield _CompatDistribution()
+
+
 def use_compat():
     """`import deepspeed` resolves to ZeroShard's package, here and in processes this one starts (DataLoader
-    workers, subprocesses), with the distribution metadata `importlib.metadata` finds first."""
+    workers, subprocesses), and its distribution metadata is what `importlib.metadata` finds first."""
+    if not any(isinstance(f, _CompatFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _CompatFinder())
     if sys.path[:1] != [COMPAT]:
         sys.path.insert(0, COMPAT)
     pp = os.environ.get("PYTHONPATH", "")

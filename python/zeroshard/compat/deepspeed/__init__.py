@@ -18,7 +18,7 @@ from .runtime.engine import DeepSpeedEngine  # noqa: F401
 from . import checkpointing  # noqa: F401
 
 __zeroshard__ = True
-__version__ = "0.19.8+zeroshard"   # the DeepSpeed release whose API this package follows
+from zeroshard.run import DEEPSPEED_VERSION as __version__  # noqa: E402  (the DeepSpeed release followed)
 __version_major__, __version_minor__, __version_patch__ = 0, 19, 8
 __git_hash__ = None
 __git_branch__ = None
