@@ -348,6 +348,32 @@ static void build_warning(const parser *p, char *w, size_t n)
     if (parts[0] && snprintf(w, n, "config: %s", parts) >= (int)n && n > 4)
         memcpy(w + n - 4, "...", 4);
 }
+/* jansson's message quotes the text near the fault, newlines and all: escaped here, so that an error stays one
+ * line (the control characters as \n, \t, \r or \xNN). */
+static void one_line(char *dst, size_t n, const char *src)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+
+    for (; *src && o + 5 < n; src++) {
+        unsigned char c = (unsigned char)*src;
+
+        if (c >= 0x20 && c != 0x7f) {
+            dst[o++] = (char)c;
+            continue;
+        }
+        dst[o++] = '\\';
+        if (c == '\n' || c == '\t' || c == '\r') {
+            dst[o++] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+        } else {
+            dst[o++] = 'x';
+            dst[o++] = hex[c >> 4];
+            dst[o++] = hex[c & 15];
+        }
+    }
+    dst[o] = '\0';
+}
+
 
 int zs_config_parse(struct zs_config *cfg, const char *text, const char *source, int world_size,
                     const zs_auto_values *autov, char *err, size_t errlen)
@@ -373,8 +399,12 @@ int zs_config_parse(struct zs_config *cfg, const char *text, const char *source,
         p.av = *autov;
     root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
     if (!root) {
-        if (err && errlen)
-            snprintf(err, errlen, "%s:%d:%d: %s", source ? source : "<json>", jerr.line, jerr.column, jerr.text);
+        if (err && errlen) {
+            char near[2 * sizeof(jerr.text)];
+
+            one_line(near, sizeof(near), jerr.text);
+            snprintf(err, errlen, "%s:%d:%d: %s", source ? source : "<json>", jerr.line, jerr.column, near);
+        }
         return -EINVAL;
     }
     if (!json_is_object(root)) {

@@ -767,6 +767,13 @@ static bool t_small_error_buffers(void)
     EXPECT(zs_config_parse(&c, "{\"zero_optimization\": {\"stage\": 9}}", "<json>", 1, NULL, NULL, 0) == -EINVAL);
     EXPECT(zs_config_parse(&c, "{", NULL, 1, NULL, err, sizeof(err)) == -EINVAL);
     EXPECT(zs_config_parse(&c, NULL, NULL, 1, NULL, err, sizeof(err)) == -EINVAL);
+    {   /* a syntax error whose quoted text holds a newline and a tab: still one line (a fuzzer's find) */
+        char msg[256];
+
+        EXPECT(zs_config_parse(&c, "{\n  \"trap\\\n\t\"x\": 1}\n", "<json>", 1, NULL, msg, sizeof(msg)) == -EINVAL);
+        EXPECT(msg[0] && !strchr(msg, '\n') && !strchr(msg, '\t'));
+        EXPECT(strstr(msg, "\\n") != NULL);
+    }
     return true;
 }
 
