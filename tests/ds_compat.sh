@@ -3,7 +3,7 @@
 # --deepspeed, an Accelerate loop, a deepspeed.initialize loop) run unchanged by zeroshard-run, against the same
 # scripts under DeepSpeed 0.19.8's own launcher on this CPU (tools/setup_tests.sh installs it; 77 without it).
 #   trainer    stage 2: losses and lr per step (1e-5), the files a user looks for in both, a resume from
-#              checkpoint-3 continuing the straight run bit for bit
+#              checkpoint-3 continuing the straight run bit for bit, Seq2SeqTrainer (a subclass) bit for bit
 #   trainer3   stage 3 (zero.Init, the 16-bit model save) with an evaluation: losses and eval_loss (1e-5)
 #   accelerate stage 2, accumulation 3 over 16 batches an epoch (a short window at each epoch's end),
 #              gather_for_metrics over a short last batch, save_state: losses (1e-5), accuracy, sample counts;
@@ -73,7 +73,11 @@ sys.exit(1 if bad or len(common) < len(b) - 1 else 0)" "$tmp/fp32/model.safetens
     echo "ds_compat: zero_to_fp32 of checkpoint-6 against its model.safetensors: $out"
     mkdir "$tmp/re" && cp -r "$tmp/zs/checkpoint-3" "$tmp/re/"
     step "zeroshard-run trainer resumed" "$tmp/re.log" zs "$S/clm_trainer.py" --deepspeed "$S/ds_z2.json" --output_dir "$tmp/re" $TR --save_steps 3 --resume_from_checkpoint "$tmp/re/checkpoint-3"
-    cmp_runs trainer "$tmp/zs/losses.json" "$tmp/re/losses.json" 0 ;;
+    cmp_runs trainer "$tmp/zs/losses.json" "$tmp/re/losses.json" 0
+    # a Trainer subclass (Seq2SeqTrainer) takes the same DeepSpeed path: the same losses, bit for bit
+    step "zeroshard-run Seq2SeqTrainer" "$tmp/s2s.log" zs "$S/clm_trainer.py" --deepspeed "$S/ds_z2.json" --output_dir "$tmp/s2s" $TR --save_steps 6 --seq2seq
+    grep -q '"trainer": "Seq2SeqTrainer"' "$tmp/s2s/losses.json" 2> /dev/null && check ok seq2seq || check no "not trained by Seq2SeqTrainer"
+    cmp_runs trainer "$tmp/zs/losses.json" "$tmp/s2s/losses.json" 0 ;;
   trainer3)
     step "deepspeed trainer stage 3" "$tmp/ds.log" ds "$S/clm_trainer.py" --deepspeed "$S/ds_z3.json" --output_dir "$tmp/ds" $TR --save_steps 6 --do_eval
     step "zeroshard-run trainer stage 3" "$tmp/zs.log" zs "$S/clm_trainer.py" --deepspeed "$S/ds_z3.json" --output_dir "$tmp/zs" $TR --save_steps 6 --do_eval

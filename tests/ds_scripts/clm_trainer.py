@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 
 import torch
-from transformers import (GPT2Config, GPT2LMHeadModel, HfArgumentParser, Trainer, TrainingArguments,
+from transformers import (GPT2Config, GPT2LMHeadModel, HfArgumentParser, Seq2SeqTrainingArguments, Trainer,
                           set_seed)
 
 
@@ -17,6 +17,7 @@ class DataArguments:
     block_size: int = field(default=32)
     n_blocks: int = field(default=96)
     n_layer: int = field(default=2)
+    seq2seq: bool = field(default=False, metadata={"help": "train with Seq2SeqTrainer (a Trainer subclass)"})
 
 
 def corpus(n, block, seed=0):
@@ -29,7 +30,8 @@ def corpus(n, block, seed=0):
 
 
 def main():
-    parser = HfArgumentParser((DataArguments, TrainingArguments))
+    # Seq2SeqTrainingArguments: TrainingArguments with the generation fields Seq2SeqTrainer reads
+    parser = HfArgumentParser((DataArguments, Seq2SeqTrainingArguments))
     data_args, training_args = parser.parse_args_into_dataclasses()
     set_seed(training_args.seed)
     config = GPT2Config(vocab_size=256, n_positions=data_args.block_size, n_embd=64, n_layer=data_args.n_layer,
@@ -37,8 +39,11 @@ def main():
     model = GPT2LMHeadModel(config)   # under ZeRO-3 the Trainer's args have set up zero.Init for this
     train = corpus(data_args.n_blocks, data_args.block_size)
     evals = corpus(16, data_args.block_size, seed=1)
-    trainer = Trainer(model=model, args=training_args, train_dataset=train,
-                      eval_dataset=evals if training_args.do_eval else None)
+    cls = Trainer
+    if data_args.seq2seq:   # a subclass of the Trainer, as Seq2SeqTrainer, TRL's and others' trainers are
+        from transformers import Seq2SeqTrainer as cls
+    trainer = cls(model=model, args=training_args, train_dataset=train,
+                  eval_dataset=evals if training_args.do_eval else None)
     last = training_args.resume_from_checkpoint
     result = trainer.train(resume_from_checkpoint=last)
     trainer.save_model()
@@ -48,7 +53,7 @@ def main():
     if trainer.is_world_process_zero():
         with open(os.path.join(training_args.output_dir, "losses.json"), "w") as f:
             json.dump({"log": trainer.state.log_history, "world": int(os.environ.get("WORLD_SIZE", 1)),
-                       "rank_env": os.environ.get("RANK")}, f)
+                       "rank_env": os.environ.get("RANK"), "trainer": type(trainer).__name__}, f)
     print(f"clm_trainer: done, {len(trainer.state.log_history)} log entries", file=sys.stderr)
 
 
