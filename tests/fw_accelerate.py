@@ -91,6 +91,11 @@ def gather_run(out):
     if acc.is_main_process:
         with open(out, "w") as f:
             json.dump({"samples": len(seen), "sum": float(seen.sum()), "distributed_type": str(acc.distributed_type)}, f)
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED") != "true":
+        # the plain run's gloo group ends here, as Accelerate's examples end theirs: left to interpreter exit,
+        # gloo's threads can be torn down mid-use and abort the process ("terminate called ...")
+        acc.wait_for_everyone()
+        acc.end_training()
 
 
 if __name__ == "__main__":
