@@ -164,6 +164,9 @@ def run(a):
         row = fortunes.result(a, "fortunes_accelerate.py", a.strategy, world, train_s, acc, rss, phash,
                               progress.losses)
     accelerator.free_memory()
+    if a.strategy == "accelerate":   # DDP's gloo group ends here, as Accelerate's examples end theirs
+        accelerator.wait_for_everyone()
+        accelerator.end_training()
     return row
 
 
