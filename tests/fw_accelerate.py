@@ -13,63 +13,39 @@ import json
 import os
 import sys
 
+from fw_checks import Checks
+
 # the largest loss difference measured between Accelerate (DDP over gloo) and ZeroShard on these 20 steps: 1.8e-7
 LOSS_TOL = 1e-5
-MAJORITY = 0.5404   # the test split's larger class
-FAILED = []
-
-
-def fail(msg):
-    FAILED.append(msg)
-    print(f"fw_accelerate: FAIL: {msg}", flush=True)
-
-
-def load(d, name):
-    with open(os.path.join(d, f"{name}.json")) as f:
-        return json.load(f)
+C = Checks("fw_accelerate")
 
 
 def mode_parity(d):
-    ref = load(d, "accelerate")
-    for name in ("stage1", "stage3"):
-        r = load(d, name)
-        diff = max(abs(x - y) for x, y in zip(r["losses"], ref["losses"])) if len(r["losses"]) == 20 else 1.0
-        if diff > LOSS_TOL:
-            fail(f"{name}: losses {r['losses']} against Accelerate's {ref['losses']} (max diff {diff:.2e})")
-        if r["test_acc"] is None or r["test_acc"] <= MAJORITY:
-            fail(f"{name}: test accuracy {r['test_acc']} is not above the majority class {MAJORITY}")
-        print(f"fw_accelerate parity: {name}: losses within {diff:.1e} of Accelerate's, accuracy {r['test_acc']:.3f}")
+    C.parity(d, "accelerate", "Accelerate", LOSS_TOL, steps=20)
 
 
 def mode_clip(d):
-    auto, clip1, clip0 = load(d, "auto"), load(d, "clip1"), load(d, "clip0")
-    if clip1["losses"] == clip0["losses"]:
-        fail("clipping at 1.0 does not change the losses: the check cannot tell clipping from none")
+    auto, clip1, clip0 = C.load(d, "auto"), C.load(d, "clip1"), C.load(d, "clip0")
+    C.clipping_bites(clip1, clip0)
     if auto["params_hash"] != clip1["params_hash"] or auto["losses"] != clip1["losses"]:
-        fail(f'"gradient_clipping": "auto": params {auto["params_hash"]}, not clipping at 1.0\'s '
-             f'{clip1["params_hash"]} (unclipped: {clip0["params_hash"]})')
+        C.fail(f'"gradient_clipping": "auto": params {auto["params_hash"]}, not clipping at 1.0\'s '
+               f'{clip1["params_hash"]} (unclipped: {clip0["params_hash"]})')
     else:
         print(f'fw_accelerate clip: "gradient_clipping": "auto" clips at 1.0 (params {auto["params_hash"]}; '
               f'unclipped {clip0["params_hash"]})')
 
 
 def mode_gather(d):
-    plain, ds = load(d, "plain"), load(d, "ds")
+    plain, ds = C.load(d, "plain"), C.load(d, "ds")
     if (plain["samples"], plain["sum"]) != (ds["samples"], ds["sum"]):
-        fail(f"gather_for_metrics over a drop_last loader: plain Accelerate {plain}, its DeepSpeed path {ds}")
+        C.fail(f"gather_for_metrics over a drop_last loader: plain Accelerate {plain}, its DeepSpeed path {ds}")
     else:
         print(f"fw_accelerate gather: drop_last loader, both count {ds['samples']} samples ({ds['distributed_type']} "
               f"against {plain['distributed_type']})")
 
 
 def mode_resume(d):
-    full, resumed = load(d, "full"), load(d, "resumed")
-    if full["losses"] != resumed["losses"] or full["params_hash"] != resumed["params_hash"]:
-        fail(f"resumed run differs: losses {full['losses']} vs {resumed['losses']}, params-hash "
-             f"{full['params_hash']} vs {resumed['params_hash']}")
-    else:
-        print(f"fw_accelerate resume: load_state after step 8 (stage 3): steps 9-12 and params-hash "
-              f"{full['params_hash']} bit for bit")
+    C.resumed(d, "load_state after step 8 (stage 3), steps 9-12")
 
 
 def gather_run(out):
@@ -104,6 +80,4 @@ if __name__ == "__main__":
             sys.exit("fw_accelerate.py gather-run --result FILE")
         gather_run(sys.argv[3])
         sys.exit(0)
-    {"parity": mode_parity, "clip": mode_clip, "gather": mode_gather, "resume": mode_resume}[sys.argv[1]](sys.argv[2])
-    print(f"fw_accelerate {sys.argv[1]}: {'FAILED' if FAILED else 'passed'}")
-    sys.exit(1 if FAILED else 0)
+    C.run({"parity": mode_parity, "clip": mode_clip, "gather": mode_gather, "resume": mode_resume})

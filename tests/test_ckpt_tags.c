@@ -289,6 +289,25 @@ static zs_status write_all(zs_ctx *ctx, enum zs_state which, const float *in)
 /* zs_step_counts_set: a run's whole state written back with zs_param_write and its counters set (what resuming
  * another format's checkpoint does) repeats the next step bit for bit, lr included; counters left at zero give
  * another step (Adam's bias correction, the warm-up). Misuse is refused naming the values. */
+/* Step 2's state (parameters and moments) written back, the counts set to global step 2 with `steps` optimizer
+ * and schedule steps, then one step; its stats in *stats. */
+static zs_status step_from(zs_ctx *ctx, const float *p, const float *m, const float *v, int64_t steps,
+                           zs_step_stats *stats)
+{
+    zs_status st = write_all(ctx, ZS_STATE_PARAM, p);
+
+    if (!st)
+        st = write_all(ctx, ZS_STATE_EXP_AVG, m);
+    if (!st)
+        st = write_all(ctx, ZS_STATE_EXP_AVG_SQ, v);
+    if (!st)
+        st = zs_step_counts_set(ctx, 2, steps, steps);
+    if (!st)
+        st = one_step(ctx, NULL);
+    zs_stats(ctx, stats);
+    return st;
+}
+
 static void test_counts(void)
 {
     static const struct setup s = {"counts", 3, "none", "fp32", 2, 0};
@@ -320,28 +339,10 @@ static void test_counts(void)
         return;
     }
     /* step 3 again from step 2's state: first with the counters at zero (another step), then set */
-    st = write_all(ctx, ZS_STATE_PARAM, p2);
-    if (!st)
-        st = write_all(ctx, ZS_STATE_EXP_AVG, m2);
-    if (!st)
-        st = write_all(ctx, ZS_STATE_EXP_AVG_SQ, v2);
-    if (!st)
-        st = zs_step_counts_set(ctx, 2, 0, 0);
-    if (!st)
-        st = one_step(ctx, NULL);
-    zs_stats(ctx, &stats);
+    st = step_from(ctx, p2, m2, v2, 0, &stats);
     CHECK(!st && !read_all(ctx, ZS_STATE_PARAM, got) && !same(got, p3, TOTAL) && stats.lr != lr3,
           "counts (2, 0, 0): a step unlike step 3 (lr %g, step 3's %g): %s", stats.lr, lr3, zs_last_error());
-    st = write_all(ctx, ZS_STATE_PARAM, p2);
-    if (!st)
-        st = write_all(ctx, ZS_STATE_EXP_AVG, m2);
-    if (!st)
-        st = write_all(ctx, ZS_STATE_EXP_AVG_SQ, v2);
-    if (!st)
-        st = zs_step_counts_set(ctx, 2, 2, 2);
-    if (!st)
-        st = one_step(ctx, NULL);
-    zs_stats(ctx, &stats);
+    st = step_from(ctx, p2, m2, v2, 2, &stats);
     CHECK(!st && !read_all(ctx, ZS_STATE_PARAM, got) && same(got, p3, TOTAL) && stats.lr == lr3 &&
           stats.global_step == 3 && stats.micro_step == 3 * accum,
           "counts (2, 2, 2): step 3 again (lr %g, step 3's %g; step %lld, micro %lld): %s", stats.lr, lr3,
