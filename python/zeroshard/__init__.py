@@ -76,19 +76,17 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     scheduler or a callable(optimizer) making one; engine.step() steps it at each applied boundary.
     """
     from .engine import ZeroShardEngine, _torch
-    from ._plan import load_config
+    from ._plan import initialize_config
     from .optim import resolve
 
     torch = _torch()
-    if config is None:
-        config = config_params if config_params is not None else getattr(args, "deepspeed_config", None)
-    if config is None:
+    cfg = initialize_config(args, config, config_params)
+    if cfg is None:
         raise ValueError("zeroshard.initialize: no config (pass config=path_or_dict)")
     if model is None:
         raise ValueError("zeroshard.initialize: model= is required")
     if mpu is not None:
         raise NotImplementedError("zeroshard.initialize: mpu= is not supported (no model parallelism)")
-    cfg = load_config(config)
     if lr_scheduler is not None and "scheduler" in cfg:
         raise ValueError("zeroshard.initialize: both a client scheduler (lr_scheduler=) and the config's "
                          "'scheduler' section; pass one of them (DeepSpeed refuses both too)")

@@ -10,18 +10,6 @@ from . import _ds_ckpt as D
 from . import optim as O
 
 
-def _bcast(engine, data):
-    """Rank 0's bytes on every rank (zs_world_bcast: the engine's ranks are MPI_COMM_WORLD's)."""
-    lib = engine.lib
-    n = (ctypes.c_int64 * 1)(len(data) if engine.global_rank == 0 else 0)
-    L.check(lib.zs_world_bcast(n, 8, 0), "load_checkpoint")
-    buf = ctypes.create_string_buffer(max(n[0], 1))
-    if engine.global_rank == 0:
-        ctypes.memmove(buf, data, n[0])
-    L.check(lib.zs_world_bcast(buf, n[0], 0), "load_checkpoint")
-    return buf.raw[:n[0]]
-
-
 def _ckpt_kind(ck):
     """The checkpoint's optimizer as the config names it: the ds_config's type, else the client optimizer's
     groups (torch's Adam records decoupled_weight_decay)."""
@@ -163,7 +151,7 @@ def load_into_engine(engine, load_dir, tag, load_module_strict=True, load_optimi
             torch.save({"error": str(e) if str(e).startswith("zeroshard:") else f"zeroshard: {type(e).__name__}: {e}"},
                        buf)
         blob = buf.getvalue()
-    got = torch.load(io.BytesIO(_bcast(engine, blob)), weights_only=False)
+    got = torch.load(io.BytesIO(L.world_bcast_bytes(blob, 0, "load_checkpoint")), weights_only=False)
     if got["error"]:
         raise L.ZsError(got["error"])
     info = got["info"]

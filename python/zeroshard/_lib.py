@@ -290,6 +290,23 @@ def world_info():
             first("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE", default="1"))
 
 
+def world_bcast_bytes(data, root, what):
+    """Rank root's bytes (`data`; any value on the other ranks) on every rank of MPI_COMM_WORLD, any length:
+    the length first, then the bytes (zs_world_bcast). `what` names the caller in errors."""
+    f = getattr(lib(), "zs_world_bcast", None)
+    if f is None:
+        raise ZsError(f"zeroshard: {what} needs zs_world_bcast, which this libzeroshard lacks")
+    init_mpi()
+    mine = world_info()[0] == root
+    n = (ctypes.c_int64 * 1)(len(data) if mine else 0)
+    check(f(n, 8, root), what)
+    buf = ctypes.create_string_buffer(max(n[0], 1))
+    if mine:
+        ctypes.memmove(buf, data, n[0])
+    check(f(buf, n[0], root), what)
+    return buf.raw[:n[0]]
+
+
 def finalize_mpi():
     global _own_mpi
     if not _own_mpi:

@@ -108,6 +108,14 @@ def load_config(config):
     return cfg
 
 
+def initialize_config(args, config, config_params):
+    """initialize's config as a dict: `config`, else `config_params`, else `args.deepspeed_config` (DeepSpeed's
+    order); None when none is given."""
+    if config is None:
+        config = config_params if config_params is not None else getattr(args, "deepspeed_config", None)
+    return None if config is None else load_config(config)
+
+
 def _finite(node, path):
     if isinstance(node, dict):
         for k, v in node.items():

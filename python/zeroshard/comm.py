@@ -1,13 +1,10 @@
 """zeroshard.comm: deepspeed.comm's calls a training script makes, over a torch.distributed gloo group that
 init_distributed creates on the MPI world (ZeroShard's own traffic goes through the library, not this)."""
-import ctypes
 import datetime
 import os
 import socket
 
 from . import _lib as L
-
-_ADDR_BYTES = 256
 
 
 def _dist():
@@ -23,15 +20,12 @@ def _free_port():
 
 def _rendezvous(rank, distributed_port):
     """rank 0's address and a free port (MASTER_ADDR / MASTER_PORT when set), sent to every rank over MPI."""
-    buf = ctypes.create_string_buffer(_ADDR_BYTES)
+    mine = b""
     if rank == 0:
         addr = os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
         port = os.environ.get("MASTER_PORT") or distributed_port or _free_port()
-        buf.value = f"{addr}:{port}".encode()
-    if not hasattr(L.lib(), "zs_world_bcast"):
-        raise L.ZsError("zeroshard: init_distributed needs zs_world_bcast, which this libzeroshard lacks")
-    L.check(L.lib().zs_world_bcast(buf, _ADDR_BYTES, 0), "init_distributed")
-    return buf.value.decode()
+        mine = f"{addr}:{port}".encode()
+    return L.world_bcast_bytes(mine, 0, "init_distributed").decode()
 
 
 def init_distributed(dist_backend="gloo", distributed_port=None, timeout=None, init_method=None, required=True):

@@ -527,12 +527,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
 
     def next_lrs(self):
         """Each param_group's learning rate for the next optimizer step (zs_group_next_lr)."""
-        out = []
-        for gid in getattr(self._bridge, "ids", None) or [0]:
-            v = ctypes.c_double()
-            L.check(self.lib.zs_group_next_lr(self.ctx, gid, ctypes.byref(v)), "zs_group_next_lr")
-            out.append(v.value)
-        return out
+        return self._bridge.lrs(self.lib, self.ctx, upcoming=True)
 
     def get_global_grad_norm(self):
         return self.stats().grad_norm

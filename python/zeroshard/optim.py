@@ -274,15 +274,21 @@ class GroupBridge:
             g["lr"] = o.lr
             self.handed[i] = _values(self.kind, g)
 
-    def lrs(self, lib, ctx):
-        """Each group's lr as the last optimizer step used it (zs_group_get), or None without the call."""
-        if not hasattr(lib, "zs_group_get"):
+    def lrs(self, lib, ctx, upcoming=False):
+        """Each group's lr as the last optimizer step used it (zs_group_get), or with upcoming as the next one
+        will (zs_group_next_lr); None without the call."""
+        if not hasattr(lib, "zs_group_next_lr" if upcoming else "zs_group_get"):
             return None
         out = []
         for gid in self.ids:
-            o = L.GroupOpts()
-            L.check(lib.zs_group_get(ctx, gid, ctypes.byref(o)), f"group {gid}")
-            out.append(o.lr)
+            if upcoming:
+                v = ctypes.c_double()
+                L.check(lib.zs_group_next_lr(ctx, gid, ctypes.byref(v)), f"group {gid}")
+                out.append(v.value)
+            else:
+                o = L.GroupOpts()
+                L.check(lib.zs_group_get(ctx, gid, ctypes.byref(o)), f"group {gid}")
+                out.append(o.lr)
         return out
 
     def note_lr(self, i, lr):

@@ -17,7 +17,6 @@ import os
 import pathlib
 import shlex
 import shutil
-import socket
 import sys
 
 from ._mpienv import mpi_rank_env

@@ -32,11 +32,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     """deepspeed.initialize: (engine, optimizer, training_dataloader, lr_scheduler) from ZeroShard's engine."""
     if mesh_param is not None:
         raise _missing.missing("deepspeed.initialize(mesh_param=...) (sequence/tensor parallel meshes)")
-    cfg = config if config is not None else config_params
-    if cfg is None and args is not None:
-        cfg = getattr(args, "deepspeed_config", None)
+    cfg = _plan.initialize_config(args, config, config_params)
     if cfg is not None:
-        cfg = _plan.load_config(cfg)
         cfg.setdefault("gradient_clipping", GRADIENT_CLIPPING_DEFAULT)
         config, config_params = cfg, None
     if model_parameters is not None and not isinstance(model_parameters, (list, tuple)):
