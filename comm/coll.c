@@ -176,9 +176,9 @@ static zs_status dev_req(struct zs_coll *c, zs_status st, struct zs_dev_stream *
     return zs_nccl_sync(c->nccl);
 }
 
-/* An NCCL collective's event, polled: a GPU-side wait alone would leave the host's next synchronize without a
- * deadline. */
-static zs_status nccl_wait(struct zs_coll *c, struct zs_coll_req *req)
+/* An NCCL collective's event (or any event NCCL work may hold back), polled from t0: a GPU-side wait alone
+ * would leave the host's next synchronize without a deadline. */
+static zs_status nccl_poll_event(struct zs_coll *c, struct zs_dev_event *ev, double t0, const char *what)
 {
     struct zs_device *d = c->dev;
     bool done = false;
@@ -186,14 +186,30 @@ static zs_status nccl_wait(struct zs_coll *c, struct zs_coll_req *req)
 
     for (uint32_t spins = 0;; spins++) {
         struct timespec ts = { 0, spins < 64 ? 1000 : 100000 };
-        if ((st = d->ops->event_query(d, req->done, &done)))
+        if ((st = d->ops->event_query(d, ev, &done)))
             return dev_fail(st, "event query");
         if (done)
             return ZS_OK;
-        if ((st = zs_nccl_poll(c->nccl, req->t0, "an NCCL collective")))
+        if ((st = zs_nccl_poll(c->nccl, t0, what)))
             return st;
         nanosleep(&ts, NULL);
     }
+}
+
+static zs_status nccl_wait(struct zs_coll *c, struct zs_coll_req *req)
+{
+    return nccl_poll_event(c, req->done, req->t0, "an NCCL collective");
+}
+
+zs_status zs_coll_host_wait(struct zs_coll *c, struct zs_dev_event *ev, const char *what)
+{
+    struct zs_device *d = c->dev;
+    zs_status st;
+
+    if (c->nccl)
+        return nccl_poll_event(c, ev, zs_now_s(), what);
+    /* no NCCL: the compute stream waits only on collectives that have landed (zs_coll_wait) */
+    return (st = d->ops->stream_sync(d, d->compute)) ? dev_fail(st, what) : ZS_OK;
 }
 
 /* A host-staged collective: the communication stream after the compute stream, and the request taken first,

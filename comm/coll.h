@@ -36,6 +36,9 @@ void zs_coll_close(struct zs_coll *c);
  * rank wants it, and stops it on every rank where some rank could not start it. */
 zs_status zs_coll_nccl_start(struct zs_coll *c, MPI_Comm mpi, enum zs_nccl_mode mode);
 void zs_coll_nccl_stop(struct zs_coll *c);
+/* Waits on the host until ev (recorded on a device stream) has passed: with NCCL, polled within its deadline and
+ * failing on its asynchronous errors as every NCCL wait; otherwise the device's own wait. `what` names it. */
+zs_status zs_coll_host_wait(struct zs_coll *c, struct zs_dev_event *ev, const char *what);
 
 zs_status zs_coll_reduce_scatter(struct zs_coll *c, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
                                  int64_t count, float scale, struct zs_coll_req **req);

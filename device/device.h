@@ -86,6 +86,10 @@ struct zs_device {
     struct zs_pool *pool;     /* CPU: the optimizer's threads (borrowed) */
     enum zs_kpath kpath;      /* CPU: the kernel path */
     struct zs_dev_stream *compute; /* CUDA: the stream the program computes on (zs_cuda_stream) */
+    struct zs_dev_stream *own_compute; /* CUDA: the engine's own, which `compute` is unless the program handed
+                                        * it another (zs_cuda_set_stream); destroyed at close */
+    struct zs_dev_event *switch_ev; /* CUDA: orders a handed stream after the previous one (zs_cuda_set_stream) */
+    struct zs_dev_event *sync_ev;   /* CUDA: the point zs_cuda_synchronize waits for */
     void *priv;               /* the backend's own state */
     void *norm_scratch;       /* CUDA: the norm's scratch, kept from step to step (kernels/gradops_cuda.cu) */
 };

@@ -70,7 +70,8 @@ static zs_status cuda_open(struct zs_device *d, int32_t local_rank, int32_t loca
     if (e != cudaSuccess)
         return cuda_fail(e, "cudaSetDevice");
     /* the program's kernels and the engine's copies meet on this one stream */
-    e = cudaStreamCreateWithFlags((cudaStream_t *)&d->compute, cudaStreamNonBlocking);
+    e = cudaStreamCreateWithFlags((cudaStream_t *)&d->own_compute, cudaStreamNonBlocking);
+    d->compute = d->own_compute;
     return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaStreamCreateWithFlags (compute stream)");
 }
 
@@ -79,9 +80,15 @@ static void cuda_close(struct zs_device *d)
     cuda_use_quiet(d);
     zs_cuda_grad_sumsq_free(d->norm_scratch);
     d->norm_scratch = NULL;
-    if (d->compute && cudaStreamDestroy((cudaStream_t)d->compute) != cudaSuccess)
+    if (d->switch_ev && cudaEventDestroy((cudaEvent_t)d->switch_ev) != cudaSuccess)
         cudaGetLastError();
-    d->compute = NULL;
+    if (d->sync_ev && cudaEventDestroy((cudaEvent_t)d->sync_ev) != cudaSuccess)
+        cudaGetLastError();
+    /* a stream the program handed over (zs_cuda_set_stream) is the program's to destroy */
+    if (d->own_compute && cudaStreamDestroy((cudaStream_t)d->own_compute) != cudaSuccess)
+        cudaGetLastError();
+    d->compute = d->own_compute = NULL;
+    d->switch_ev = d->sync_ev = NULL;
 }
 
 static void *cuda_alloc(struct zs_device *d, size_t bytes)

@@ -366,6 +366,24 @@ zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out);
 /* The CUDA stream (a cudaStream_t) the engine orders its work after, for the program's kernels, when
  * zeroshard.device is "cuda". Otherwise ZS_ERR_UNSUPPORTED naming the key, and *stream is NULL. */
 zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream);
+/* Makes `stream` (a cudaStream_t of the rank's GPU, e.g. PyTorch's current stream) the engine's compute stream:
+ * what zs_cuda_stream returns from here on, where the engine queues its own kernels (the optimizer, the
+ * gradient folding) and which its collectives are ordered against with events, both ways (a gather's result
+ * before the stream's later work, the stream's earlier work before a reduction reads a gradient or a gather
+ * overwrites a released unit). A program computing on that stream therefore needs no further ordering with
+ * the engine. What the engine queued on the stream it used before comes first (an event: no host wait).
+ * NULL hands the engine its own stream back. The stream is the program's: it must stay alive until it is
+ * replaced or zs_finalize returns (zs_finalize waits for it). ZS_ERR_UNSUPPORTED naming the key unless
+ * zeroshard.device is "cuda". */
+zs_status zs_cuda_set_stream(zs_ctx *ctx, void *stream);
+/* The CUDA device ordinal this rank's engine uses (its node-local rank modulo the GPUs visible), for the
+ * program to compute on the same GPU. ZS_ERR_UNSUPPORTED naming the key unless zeroshard.device is "cuda". */
+zs_status zs_cuda_device(const zs_ctx *ctx, int32_t *ordinal);
+/* Waits on the host for the work queued on the engine's compute stream so far (and so for the collectives it
+ * waits on), as every wait of the engine does: within zeroshard.timeout_s, polling NCCL's asynchronous errors,
+ * failing with a message naming the operation rather than blocking for good as cudaStreamSynchronize would
+ * behind a failed NCCL collective. ZS_ERR_UNSUPPORTED naming the key unless zeroshard.device is "cuda". */
+zs_status zs_cuda_synchronize(zs_ctx *ctx);
 /* Copies between host memory and the engine's (the buffers zs_unit_fetch, zs_param_data and zs_grad_buffer
  * hand out), complete on return: a memcpy with zeroshard.device "cpu", a copy on the engine's stream with
  * "cuda". For a program whose own code runs on the host while the engine's memory is on the device. */

@@ -269,6 +269,66 @@ zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream)
     return ZS_OK;
 }
 
+static zs_status need_cuda(const zs_ctx *ctx, const char *fn)
+{
+    if (ctx->dev.kind != ZS_DEV_CUDA || !ctx->dev.own_compute)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "%s: zeroshard.device is \"%s\", not \"cuda\"", fn, ctx->cfg.zs.device);
+    return ZS_OK;
+}
+
+zs_status zs_cuda_set_stream(zs_ctx *ctx, void *stream)
+{
+    struct zs_device *d;
+    struct zs_dev_stream *to;
+    zs_status st;
+
+    if (!ctx)
+        return zs_fail(ZS_ERR_INVALID, "zs_cuda_set_stream: NULL context");
+    if ((st = need_cuda(ctx, "zs_cuda_set_stream")))
+        return st;
+    d = &ctx->dev;
+    to = stream ? (struct zs_dev_stream *)stream : d->own_compute;
+    if (to == d->compute)
+        return ZS_OK;
+    /* the engine's work queued so far (a step's kernels, a wait on a gather) comes before the new stream's */
+    if (!d->switch_ev && (st = d->ops->event_create(d, &d->switch_ev)))
+        return st;
+    if ((st = d->ops->event_record(d, d->switch_ev, d->compute)) || (st = d->ops->stream_wait(d, to, d->switch_ev)))
+        return st;
+    d->compute = to;
+    return ZS_OK;
+}
+
+zs_status zs_cuda_device(const zs_ctx *ctx, int32_t *ordinal)
+{
+    zs_status st;
+
+    if (!ctx || !ordinal)
+        return zs_fail(ZS_ERR_INVALID, "zs_cuda_device: NULL %s", ctx ? "ordinal" : "context");
+    *ordinal = -1;
+    if ((st = need_cuda(ctx, "zs_cuda_device")))
+        return st;
+    *ordinal = ctx->dev.ordinal;
+    return ZS_OK;
+}
+
+zs_status zs_cuda_synchronize(zs_ctx *ctx)
+{
+    struct zs_device *d;
+    zs_status st;
+
+    if (!ctx)
+        return zs_fail(ZS_ERR_INVALID, "zs_cuda_synchronize: NULL context");
+    if ((st = need_cuda(ctx, "zs_cuda_synchronize")))
+        return st;
+    d = &ctx->dev;
+    if (!d->sync_ev && (st = d->ops->event_create(d, &d->sync_ev)))
+        return st;
+    if ((st = d->ops->event_record(d, d->sync_ev, d->compute)))
+        return st;
+    return zs_coll_host_wait(&ctx->coll, d->sync_ev, "zs_cuda_synchronize (the compute stream)");
+}
+
 /* Collective over the parent. */
 static zs_status start_comm(struct zs_ctx *ctx)
 {

@@ -38,13 +38,17 @@ class Checks:
 
     def resumed(self, d, how):
         """resumed.json ends on full.json's losses and params-hash bit for bit. Returns full.json."""
-        full, resumed = self.load(d, "full"), self.load(d, "resumed")
-        if full["losses"] != resumed["losses"] or full["params_hash"] != resumed["params_hash"]:
-            self.fail(f"{how}: losses {resumed['losses']}, params-hash {resumed['params_hash']}; uninterrupted: "
-                      f"losses {full['losses']}, params-hash {full['params_hash']}")
+        return self.identical(d, "full", "resumed", how, "uninterrupted")
+
+    def identical(self, d, ref_name, name, how, ref_what):
+        """name.json has ref_name.json's losses and params-hash bit for bit. Returns ref_name.json."""
+        ref, r = self.load(d, ref_name), self.load(d, name)
+        if ref["losses"] != r["losses"] or ref["params_hash"] != r["params_hash"]:
+            self.fail(f"{how}: losses {r['losses']}, params-hash {r['params_hash']}; {ref_what}: "
+                      f"losses {ref['losses']}, params-hash {ref['params_hash']}")
         else:
-            print(f"{self.name}: {how}: the losses and params-hash {full['params_hash']} bit for bit", flush=True)
-        return full
+            print(f"{self.name}: {how}: the losses and params-hash {ref['params_hash']} bit for bit", flush=True)
+        return ref
 
     def clipping_bites(self, clip1, clip0):
         if clip1["losses"] == clip0["losses"]:

@@ -9,6 +9,8 @@ NAME.json, the --save-dir folders); prints what it found, exits 1 on a mismatch.
           loads the trained parameters bit for bit
   config  absent.json (no gradient_clipping in the config, max_grad_norm 0) trains as clip1.json ("auto" filled
           with 1.0: DeepSpeed 0.19.8's default when the key is absent) and not as clip0.json (max_grad_norm 0)
+  cuda    cuda3.json (stage 3, `zeroshard.device: "cuda"` over the CUDA emulator's library) has cpu3.json's
+          losses and params-hash bit for bit
 """
 import os
 import sys
@@ -24,6 +26,10 @@ C = Checks("fw_hf")
 def mode_parity(d):
     C.parity(d, "trainer", "the plain Trainer", LOSS_TOL, note=lambda r, ref: (
         f" (step 15 the epoch's short window: {r['losses'][14]:.4f} against {ref['losses'][14]:.4f})"))
+
+
+def mode_cuda(d):
+    C.identical(d, "cpu3", "cuda3", "zeroshard.device \"cuda\" (the emulated GPU)", "zeroshard.device \"cpu\"")
 
 
 def mode_ckpt(d):
@@ -57,4 +63,4 @@ def mode_config(d):
 
 
 if __name__ == "__main__":
-    C.run({"parity": mode_parity, "ckpt": mode_ckpt, "config": mode_config})
+    C.run({"parity": mode_parity, "ckpt": mode_ckpt, "config": mode_config, "cuda": mode_cuda})

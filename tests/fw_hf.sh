@@ -7,6 +7,8 @@
 #   ckpt    stage 3: resume from checkpoint-10 bit for bit; the save_model folder
 #   config  a config contradicting TrainingArguments raises as transformers does; gradient_clipping absent
 #           from the config is not filled with max_grad_norm
+#   cuda    stage 3 with `zeroshard.device: "cuda"` in the same config, over LIBDIR/tests/libzeroshard_cudaemu.so
+#           (the CUDA backend on the emulator): bit for bit the CPU device's run
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -54,6 +56,20 @@ case $MODE in
     zs absent zeroshard_stage_2 --no-eval --clip 0 --deepspeed "$tmp/noclip.json"
     zs clip0 zeroshard_stage_2 --no-eval --clip 0
     zs clip1 zeroshard_stage_2 --no-eval
+    verdict ;;
+  cuda)
+    for dev in cpu cuda; do
+      python3 - "$ex" "$dev" > "$tmp/$dev.json" <<'PY'
+import json, os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import fortunes_hf
+c = fortunes_hf.zero_config("zeroshard_stage_3")
+c["zeroshard"] = {"device": sys.argv[2]}
+print(json.dumps(c))
+PY
+    done
+    zs cpu3 zeroshard_stage_3 --no-eval --deepspeed "$tmp/cpu.json"
+    ZEROSHARD_LIB=$LIBDIR/tests/libzeroshard_cudaemu.so zs cuda3 zeroshard_stage_3 --no-eval --deepspeed "$tmp/cuda.json"
     verdict ;;
   *) echo "fw_hf.sh: unknown mode $MODE"; exit 2 ;;
 esac

@@ -94,6 +94,8 @@ def config(stage, offload=None, dtype=None, micro=2, accum=1, offload_param=None
         c["bf16"] = {"enabled": True}
     if dtype == "fp16":
         c["fp16"] = {"enabled": True, "initial_scale_power": 8}
+    if os.environ.get("TORCH_API_DEVICE"):   # torch_cuda_emu.sh: the same checks on the emulated GPU
+        c["zeroshard"] = {"device": os.environ["TORCH_API_DEVICE"]}
     return c
 
 

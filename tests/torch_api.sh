@@ -9,7 +9,8 @@ if ! err=$(python3 -c 'import torch' 2>&1); then
   echo "torch_api: skipped: torch cannot be imported by python3 (${err##*$'\n'}); bash tools/setup_tests.sh installs it"
   exit 77
 fi
-export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so
+# TORCH_API_LIB: another build of the library (torch_cuda_emu.sh: the one over the CUDA emulator)
+export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=${TORCH_API_LIB:-$LIBDIR/libzeroshard.so}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 run="mpirun --oversubscribe -np"
 case $MODE in

@@ -98,6 +98,8 @@ def config(stage, micro=2, extra=None):
     c = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": 1, "steps_per_print": 0,
          "zero_optimization": z,
          "optimizer": {"type": "AdamW", "params": {"lr": LR, "betas": [0.9, 0.99], "eps": 1e-8, "weight_decay": 0.1}}}
+    if os.environ.get("TORCH_API_DEVICE"):   # torch_cuda_emu.sh: the same checks on the emulated GPU
+        c["zeroshard"] = {"device": os.environ["TORCH_API_DEVICE"]}
     c.update(extra or {})
     return c
 

@@ -12,5 +12,7 @@ case $MODE in
   *) echo "torch_zero.sh: unknown mode $MODE"; exit 2 ;;
 esac
 # zero.Init's spill files go to lib.sh's scratch dir (on the disk under test, not in memory)
-PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so ZEROSHARD_SPILL_DIR=$tmp \
-  mpirun --oversubscribe -np $np -x PYTHONPATH -x ZEROSHARD_LIB -x ZEROSHARD_SPILL_DIR python3 "$here/torch_zero.py" "$MODE"
+# TORCH_API_LIB / TORCH_API_DEVICE: another build of the library and zeroshard.device (torch_cuda_emu.sh)
+PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=${TORCH_API_LIB:-$LIBDIR/libzeroshard.so} \
+  ZEROSHARD_SPILL_DIR=$tmp TORCH_API_DEVICE=${TORCH_API_DEVICE:-} mpirun --oversubscribe -np $np -x PYTHONPATH \
+  -x ZEROSHARD_LIB -x ZEROSHARD_SPILL_DIR -x TORCH_API_DEVICE python3 "$here/torch_zero.py" "$MODE"

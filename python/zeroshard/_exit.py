@@ -11,7 +11,7 @@ from . import _lib as L
 _engines = weakref.WeakSet()   # the live engines (zeroshard.comm, zero and utils find theirs here)
 
 
-def _finalize(lib, ctx, hooks, params, empty):
+def _finalize(lib, ctx, hooks, params, empty, mem=None):
     """The engine's end, as weakref.finalize runs it: holds no reference to the engine itself."""
     if not ctx:
         return
@@ -22,6 +22,8 @@ def _finalize(lib, ctx, hooks, params, empty):
         p.data = empty
     L.check(lib.zs_finalize(ctx), "zs_finalize")
     ctx.value = None
+    if hasattr(mem, "close"):   # the emulated stand-in for torch's stream, the program's to destroy
+        mem.close()
 
 
 def _install_excepthook():

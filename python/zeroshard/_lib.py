@@ -191,6 +191,9 @@ def _declare(lib):
         "zs_memory": [P, P],
         "zs_allreduce_sum": [P, c.POINTER(c.c_double), c.c_int32],
         "zs_step_counts_set": [P, c.c_int64, c.c_int64, c.c_int64],
+        "zs_cuda_set_stream": [P, P],
+        "zs_cuda_device": [P, c.POINTER(c.c_int32)],
+        "zs_cuda_synchronize": [P],
     }
     for name, args in sigs.items():
         f = getattr(lib, name, None)
@@ -232,8 +235,11 @@ def lib():
         if os.path.sep in path and not os.path.exists(path):
             tried.append(path + " (missing)")
             continue
+        # tests/cuda_emu's build (libzeroshard_cudaemu.so) defines the CUDA runtime's symbols: in the global
+        # namespace they would stand in for torch's own, and torch would see the emulated GPU
+        mode = ctypes.RTLD_LOCAL if "cudaemu" in os.path.basename(path) else ctypes.RTLD_GLOBAL
         try:
-            handle = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            handle = ctypes.CDLL(path, mode=mode)
         except OSError as e:
             tried.append(f"{path} ({e})")
             continue
@@ -263,7 +269,9 @@ def init_mpi():
     if flag.value:
         return
     provided = ctypes.c_int(0)
-    if _mpi.MPI_Init_thread(None, None, ctypes.c_int(1), ctypes.byref(provided)) != 0:  # MPI_THREAD_FUNNELED
+    # MPI_THREAD_SERIALIZED: on a GPU, backward's hooks (zs_grad_ready) run on autograd's device thread while
+    # the main thread waits in loss.backward(): one thread at a time, not always the main one
+    if _mpi.MPI_Init_thread(None, None, ctypes.c_int(2), ctypes.byref(provided)) != 0:
         raise ZsError("zeroshard: MPI_Init_thread failed")
     _own_mpi = True
     # MPI started here ends at exit whether or not an engine was ever made (mpirun calls a rank that exits

@@ -127,9 +127,16 @@ def _finite(node, path):
         raise ValueError(f"zeroshard.initialize: config key '{path}' is {node}, not a finite number")
 
 
-def _check_device(cfg):
-    dev = cfg.get("zeroshard", {}).get("device") if isinstance(cfg.get("zeroshard"), dict) else None
-    if dev not in (None, "cpu"):
-        raise ValueError(f"zeroshard.initialize: zeroshard.device \"{dev}\": the PyTorch front end trains on the "
-                         "CPU only (its parameters are views of ZeroShard's host buffers); remove the key or set "
-                         "\"cpu\"")
+def _device_of(cfg, model):
+    """"cpu" or "cuda": zeroshard.device where the config names it (the library checks the value, naming the key),
+    else "cuda" for a model with a parameter on a GPU, as DeepSpeed takes the model's device; then the returned
+    config (a copy) names it. Returns (device, config)."""
+    zs = cfg.get("zeroshard")
+    dev = zs.get("device") if isinstance(zs, dict) else None
+    if dev is not None:
+        return dev, cfg
+    if not any(p.device.type == "cuda" for p in model.parameters()):
+        return "cpu", cfg
+    cfg = dict(cfg)
+    cfg["zeroshard"] = dict(zs or {}, device="cuda")
+    return "cuda", cfg

@@ -32,7 +32,8 @@ from . import _lib as L
 from . import optim as O
 from ._ckpt import CheckpointMixin
 from ._exit import _engines, _finalize, _install_excepthook
-from ._plan import _Ref, _Unit, _unit_plan, _stage_of, load_config, _check_device
+from . import _devmem
+from ._plan import _Ref, _Unit, _unit_plan, _stage_of, load_config, _device_of
 
 try:
     import torch
@@ -71,7 +72,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         self._torch = torch
         self.lib = L.lib()
         self.config = load_config(config) if not isinstance(config, dict) else config
-        _check_device(self.config)
+        device, self.config = _device_of(self.config, model)
         text = json.dumps(self.config)
         self.stage = _stage_of(self.config)
         self.module = model
@@ -87,7 +88,8 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         self.global_rank = self.lib.zs_rank(self.ctx)
         self.world_size = self.lib.zs_world_size(self.ctx)
         self.local_rank = L.world_info()[2]
-        self.device = torch.device("cpu")
+        self._mem = _devmem.make(torch, self.lib, self.ctx, device)
+        self.device = self._mem.device
         # zs_init bound this thread to the rank's share of the node's cores; torch's intra-op threads,
         # started later, inherit that binding, so more of them than the share would only contend.
         share = len(os.sched_getaffinity(0))
@@ -101,7 +103,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         self._fin = None
         self._register(model, nn, trainable, groups)
         self._fin = weakref.finalize(self, _finalize, self.lib, self.ctx, self._hooks,
-                                     [p for u in self.units for p, *_ in u.params], self._empty)
+                                     [p for u in self.units for p, *_ in u.params], self._empty, self._mem)
         self._micro_backward = False
         self._in_backward = False
         self._no_sync = False
@@ -172,8 +174,8 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         self._names = names
         self._blocks = blocks
         self._live = {}   # buffer address -> unit, for the units fetched now (stage 3's saved tensors)
-        self._empty = torch.empty(0, dtype=self.dtype)
-        self._stand = torch.zeros(1, dtype=self.dtype)   # a released parameter's zero-stride stand-in
+        self._empty = torch.empty(0, dtype=self.dtype, device=self.device)
+        self._stand = torch.zeros(1, dtype=self.dtype, device=self.device)   # a released parameter's stand-in
         for u in self.units:   # torch's own copies go; the parameters become views of ZeroShard's buffers
             for p, *_ in u.params:
                 p.data = self._empty
@@ -220,14 +222,16 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         return call
 
     def _cast_buffers(self, model):
-        """As DeepSpeed casts the whole module: floating-point buffers take the training dtype too, so a
-        buffer meets bf16/fp16 activations in its own dtype (integer and bool buffers stay)."""
-        if self.dtype == torch.float32:
-            return
+        """As DeepSpeed moves and casts the whole module: every buffer goes to the engine's device, and the
+        floating-point ones take the training dtype too, so a buffer meets bf16/fp16 activations in its own
+        dtype (integer and bool buffers keep theirs)."""
         for m in model.modules():
             for k, b in m._buffers.items():
-                if b is not None and b.is_floating_point() and b.dtype != self.dtype:
-                    m._buffers[k] = b.to(self.dtype)
+                if b is None:
+                    continue
+                dtype = self.dtype if b.is_floating_point() else b.dtype
+                if b.dtype != dtype or b.device != self.device:
+                    m._buffers[k] = b.to(self.device, dtype)
 
     def _refresh_all(self):
         """(Re)binds every parameter: after set-up and after a checkpoint load."""
@@ -237,14 +241,14 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
             self._release(u)
 
     def _view(self, ptr, numel, dtype=None):
-        dtype = dtype or self.dtype
-        buf = (ctypes.c_char * (numel * self._esize)).from_address(ptr)
-        return torch.frombuffer(buf, dtype=dtype, count=numel)
+        return self._mem.view(ptr, numel, dtype or self.dtype, self._esize)
 
     def _acquire(self, u):
         if u.refs == 0:
             ptr = ctypes.c_void_p()
+            self._mem.enter()
             L.check(self.lib.zs_unit_fetch(self.ctx, u.idx, ctypes.byref(ptr)), f"fetch of unit '{u.name}'")
+            self._mem.ready(f"fetch of unit '{u.name}'")
             if ptr.value != u.ptr:
                 u.ptr, u.flat = ptr.value, self._view(ptr.value, u.numel)
                 for p, off, n, shape in u.params:
@@ -256,6 +260,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         u.refs -= 1
         if u.refs > 0:
             return
+        self._mem.enter()
         L.check(self.lib.zs_unit_release(self.ctx, u.idx), f"release of unit '{u.name}'")
         if self.stage == 3:   # a released unit holds no storage in torch; the next fetch rebinds
             self._live.pop(u.ptr, None)
@@ -310,7 +315,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
 
     # ------------------------------------------------------------------ stage-3 saved tensors
     def _pack(self, t):
-        if t.dtype != self.dtype or t.device.type != "cpu":
+        if t.dtype != self.dtype or t.device.type != self.device.type:
             return t
         u = self._live.get(t.untyped_storage().data_ptr())
         if u is None:
@@ -343,7 +348,9 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         """The unit's gradient buffer as a tensor; the view is kept while the library gives the same address
         (always at stages 0-1, whose buffer is fixed), so a step makes no tensors here."""
         ptr = ctypes.c_void_p()
+        self._mem.enter()
         L.check(self.lib.zs_grad_buffer(self.ctx, u.idx, ctypes.byref(ptr)), f"gradient buffer of '{u.name}'")
+        self._mem.ready(f"gradient buffer of '{u.name}'")
         if u.gptr != ptr.value:
             u.gptr, u.gflat = ptr.value, self._view(ptr.value, u.numel)
             u.gviews = [u.gflat[off:off + n].view(shape) for _, off, n, shape in u.params]
@@ -372,7 +379,9 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
             for p, grad in u.pending:
                 off, n = self._poff[p]
                 g[off:off + n].add_(grad.reshape(-1))
+        self._mem.enter()
         L.check(self.lib.zs_grad_ready(self.ctx, u.idx), f"gradients of unit '{u.name}'")
+        self._mem.ready(f"gradients of unit '{u.name}'")
         u.handed, u.pending = True, []
         if u.bw_held:
             u.bw_held = False
@@ -440,7 +449,9 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
             self._finish_micro()
 
     def _finish_micro(self):
+        self._mem.enter()
         L.check(self.lib.zs_step(self.ctx), "zs_step")
+        self._mem.ready("zs_step")
         self._micro_backward = False
         for u in self.units:
             u.handed, u.ngot, u.pending = False, 0, []
@@ -564,18 +575,26 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         return self.stage
 
     def to(self, *args, **kwargs):
-        """CPU only: the parameters are views of ZeroShard's host buffers, in the config's training dtype."""
+        """The parameters are views of ZeroShard's buffers on zeroshard.device, in the config's training dtype:
+        a move to where they are is nothing to do, another is refused naming the key."""
         device, dtype, *_ = torch._C._nn._parse_to(*args, **kwargs)
-        if device is not None and torch.device(device).type != "cpu":
-            raise RuntimeError(f"zeroshard: engine.to({device}): the PyTorch front end trains on the CPU (the "
-                               "parameters are ZeroShard's host buffers); there is nothing to move")
+        if device is not None and not self._same_device(torch.device(device)):
+            raise RuntimeError(f"zeroshard: engine.to({device}): the parameters are ZeroShard's buffers on "
+                               f"{self.device} (zeroshard.device \"{self._mem.kind.split()[0]}\", set before "
+                               "initialize); there is nothing to move")
         if dtype is not None and dtype != self.dtype:
             raise RuntimeError(f"zeroshard: engine.to({dtype}): the training dtype is the config's ({self.dtype}: "
                                "fp16 / bf16 sections)")
         return self
 
+    def _same_device(self, d):
+        if self._mem.kind == "cuda (emulated)":   # torch CPU tensors stand for the emulated GPU's
+            return d.type in ("cpu", "cuda")
+        return d.type == self.device.type and (d.index is None or d.index == self.device.index)
+
     def cuda(self, device=None):
-        return self.to("cuda")
+        return self.to("cuda" if device is None else torch.device("cuda", device) if isinstance(device, int)
+                       else device)
 
     def compile(self, *args, **kwargs):
         """DeepSpeed's engine.compile (Accelerate calls it with torch.compile settings): not implemented; the
