@@ -150,8 +150,15 @@ def misuse():
             fail(f"strategy name '{name}': {type(s).__name__} with (stage, offload_optimizer, offload_param) {got}")
 
     def accel():
-        Z().accelerator = CUDAAccelerator()
-    expect("accelerator='cuda'", "accelerator CUDAAccelerator", accel)
+        from lightning.fabric.accelerators import MPSAccelerator
+        Z().accelerator = MPSAccelerator()
+    expect("accelerator='mps'", "accelerator MPSAccelerator", accel)
+    on_gpu = Z()   # accelerator 'gpu': the engine on zeroshard.device "cuda", the root device a GPU
+    on_gpu.accelerator = CUDAAccelerator()
+    on_gpu._format_config()
+    if on_gpu.config.get("zeroshard", {}).get("device") != "cuda" or on_gpu.root_device.type != "cuda":
+        fail(f"accelerator CUDAAccelerator: zeroshard {on_gpu.config.get('zeroshard')}, root device "
+             f"{on_gpu.root_device}; expected zeroshard.device \"cuda\" on a cuda root device")
     expect("precision '64-true'", "precision '64-true'", lambda: Z(precision="64-true"))
     expect("Fabric(precision='16-true')", "precision '16-true'",
            lambda: L.Fabric(accelerator="cpu", strategy="zeroshard", precision="16-true"))

@@ -8,6 +8,8 @@ driven through examples/pytorch/fortunes_lightning.py's run():
   save    (mpirun -np 2) stage 3 with offload, 20 steps, ModelCheckpoint at steps 10 and 20 in DIR
   resume  (mpirun -np 2) a fresh process resumes DIR's step-10 checkpoint: its losses and final params-hash
           are the uninterrupted run's, bit for bit
+  cuda    (mpirun -np 2, over libzeroshard_cudaemu.so) ZeroShardStrategy at stages 2 and 3 on zeroshard.device
+          "cuda" (the emulated GPU) ends on the "cpu" device's parameters bit for bit
   surface (one process, a world of one) every unsupported request raises, naming it; an lr scheduler with
           interval "epoch" moves the lr ZeroShard uses; configure_model and trainer.init_module at stage 3
           (zero.Init) train as the same module built in __init__; an epoch that ends between accumulation
@@ -165,7 +167,11 @@ def misuse():
     from lightning.pytorch.accelerators import CUDAAccelerator
     _, Tiny, data, trainer = tiny_parts()
     s = ZL.ZeroShardStrategy()
-    expect(["CUDAAccelerator", "cpu"], lambda: setattr(s, "accelerator", CUDAAccelerator()))
+    from lightning.pytorch.accelerators import MPSAccelerator
+    expect(["MPSAccelerator", "gpu"], lambda: setattr(s, "accelerator", MPSAccelerator()))
+    s.accelerator = CUDAAccelerator()   # accelerator 'gpu': the engine on zeroshard.device "cuda"
+    check(s._base_config().get("zeroshard", {}).get("device") == "cuda",
+          f"accelerator CUDAAccelerator: zeroshard {s._base_config().get('zeroshard')}, expected device \"cuda\"")
     expect(["CUDA"], lambda: trainer(accelerator="cuda"))
     expect(["precision", "64"], lambda: trainer(precision="64-true"))
     expect(["precision", "16-true"], lambda: trainer(precision="16-true"))
@@ -274,9 +280,40 @@ def surface(d):
           "trainer.save_checkpoint)", flush=True)
 
 
+def cuda():
+    """Over libzeroshard_cudaemu.so (fw_lightning.sh cuda): the Trainer with ZeroShardStrategy at stages 2 and 3
+    on zeroshard.device "cuda" (the emulated GPU) ends on the "cpu" device's parameters bit for bit."""
+    import hashlib
+    import zeroshard.lightning as ZL
+    from zeroshard.zero import GatheredParameters
+    torch, Tiny, _, trainer = tiny_parts()
+    torch.manual_seed(2)
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(32, 4)), batch_size=4)
+    for stage in (2, 3):
+        got = {}
+        for dev in ("cpu", "cuda"):
+            t = trainer(strategy=ZL.ZeroShardStrategy(stage=stage, config={"zeroshard": {"device": dev}}),
+                        max_steps=4, accumulate_grad_batches=2, gradient_clip_val=0.5)
+            t.fit(Tiny(), data)
+            engine = t.strategy.model
+            check(engine._mem.kind == ("cuda (emulated)" if dev == "cuda" else "cpu"),
+                  f"zeroshard.device {dev}: the engine's memory is {engine._mem.kind}")
+            h = hashlib.sha256()
+            with GatheredParameters(list(engine.module.parameters())):
+                for p in engine.module.parameters():
+                    h.update(p.detach().float().numpy().tobytes())
+            got[dev] = h.hexdigest()[:16]
+            engine.destroy()
+        check(got["cpu"] == got["cuda"], f"stage {stage}: zeroshard.device cuda {got['cuda']}, cpu {got['cpu']}")
+        print(f"fw_lightning: stage {stage} on zeroshard.device \"cuda\" (emulated): the cpu device's parameters "
+              f"bit for bit ({got['cuda']})", flush=True)
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "parity":
         parity()
+    elif mode == "cuda":
+        cuda()
     else:
         {"save": save, "resume": resume, "surface": surface}[mode](sys.argv[2])

@@ -15,6 +15,8 @@ case $MODE in
   resume)
     # saved at steps 10 and 20 by one run; the step-20 checkpoint removed, a fresh run resumes step 10's
     $run $py save "$tmp" && rm -rf "$tmp/step20.ckpt" && $run $py resume "$tmp" ;;
+  cuda)   # the library over the CUDA emulator, whose zeroshard.device "cuda" is an emulated GPU
+    ZEROSHARD_LIB=$LIBDIR/tests/libzeroshard_cudaemu.so $run -x ZEROSHARD_LIB $py cuda ;;
   surface)   # no mpirun: a world of one
     $py surface "$tmp" ;;
   *) echo "fw_lightning.sh: unknown mode $MODE"; exit 2 ;;

@@ -104,7 +104,7 @@ class Share:
 def build_trainer(a, L, world, ckpt, per_epoch):
     extra = {"devices": world} if a.strategy == "ddp" else {}
     # ZeRO through ZeroShard: this strategy= argument is the whole switch (import zeroshard.lightning first)
-    return L.Trainer(strategy=a.strategy, accelerator="cpu", **extra,
+    return L.Trainer(strategy=a.strategy, accelerator=a.accelerator, **extra,
                      max_steps=a.steps, limit_train_batches=per_epoch, accumulate_grad_batches=a.accum, gradient_clip_val=a.clip or None,
                      precision=a.precision, use_distributed_sampler=False, callbacks=ckpt,
                      enable_checkpointing=bool(ckpt), logger=False, enable_progress_bar=False,
@@ -123,6 +123,8 @@ def run(argv=None):
     several times in one process, one strategy after another."""
     p = fortunes.parser(__doc__)
     p.add_argument("--strategy", choices=STRATEGIES, default="zeroshard_stage_2")
+    p.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu",
+                   help="gpu: the engine on zeroshard.device \"cuda\", a GPU per rank (ranks beyond the GPUs share)")
     a = p.parse_args(argv)
     if a.strategy == "ddp":
         fortunes.mpi_to_torch_env()

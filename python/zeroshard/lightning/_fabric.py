@@ -15,7 +15,7 @@ client state. Anything else Fabric offers that ZeroShard does not do raises nami
 import contextlib
 
 import torch
-from lightning.fabric.accelerators import CPUAccelerator
+from lightning.fabric.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.fabric.plugins.precision import Precision
 from lightning.fabric.plugins.precision.amp import MixedPrecision
 from lightning.fabric.plugins.precision.half import HalfPrecision
@@ -121,13 +121,20 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
 
     @accelerator.setter
     def accelerator(self, accelerator):
-        if accelerator is not None and not isinstance(accelerator, CPUAccelerator):
-            raise RuntimeError(f"{WHERE}: accelerator {type(accelerator).__name__} is not supported: the PyTorch front "
-                               "end trains on the CPU (libzeroshard drives any GPU itself); pass accelerator='cpu'")
+        """accelerator='cpu', or 'gpu' (CUDA): then the config's zeroshard.device defaults to "cuda" and the root
+        device is the GPU the engine takes (the node-local rank modulo the GPUs)."""
+        if accelerator is not None and not isinstance(accelerator, (CPUAccelerator, CUDAAccelerator)):
+            raise RuntimeError(f"{WHERE}: accelerator {type(accelerator).__name__} is not supported: ZeroShard runs "
+                               "on accelerator='cpu' or 'gpu'")
         self._accelerator = accelerator
+
+    def _on_gpu(self):
+        return isinstance(self._accelerator, CUDAAccelerator)
 
     @property
     def root_device(self):
+        if self._on_gpu():
+            return torch.device("cuda", L.world_info()[2] % max(torch.cuda.device_count(), 1))
         return torch.device("cpu")
 
     @property
@@ -169,6 +176,9 @@ class ZeroShardFabricStrategy(ParallelStrategy, _Sharded):
             zo["stage"] = 2
         if "train_batch_size" not in cfg:   # the library needs one; it sizes nothing in the PyTorch front end
             cfg.setdefault("train_micro_batch_size_per_gpu", 1)
+        if self._on_gpu():
+            cfg["zeroshard"] = dict(cfg.get("zeroshard") or {})
+            cfg["zeroshard"].setdefault("device", "cuda")
         self.config = cfg
 
     @property

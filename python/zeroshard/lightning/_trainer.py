@@ -13,7 +13,7 @@ import torch
 import lightning.pytorch as pl
 from lightning.fabric.utilities.apply_func import apply_to_collection
 from lightning.fabric.utilities.seed import reset_seed
-from lightning.pytorch.accelerators import CPUAccelerator
+from lightning.pytorch.accelerators import CPUAccelerator, CUDAAccelerator
 from lightning.pytorch.core.optimizer import _init_optimizers_and_lr_schedulers
 from lightning.pytorch.plugins.precision import DoublePrecision, HalfPrecision, MixedPrecision, Precision
 from lightning.pytorch.strategies import DDPStrategy, StrategyRegistry
@@ -109,10 +109,14 @@ class ZeroShardStrategy(DDPStrategy):
     # ------------------------------------------------------------------ what Lightning hands over
     @DDPStrategy.accelerator.setter
     def accelerator(self, accelerator):
-        if accelerator is not None and not isinstance(accelerator, CPUAccelerator):
-            raise _refuse(f"accelerator {type(accelerator).__name__} (the PyTorch front end trains on the CPU: "
-                          "accelerator='cpu')")
+        """accelerator='cpu', or 'gpu' (CUDA): then the config's zeroshard.device defaults to "cuda" and each rank
+        takes the GPU the engine takes (its node-local rank modulo the GPUs)."""
+        if accelerator is not None and not isinstance(accelerator, (CPUAccelerator, CUDAAccelerator)):
+            raise _refuse(f"accelerator {type(accelerator).__name__} (ZeroShard runs on accelerator='cpu' or 'gpu')")
         self._accelerator = accelerator
+
+    def _on_gpu(self):
+        return isinstance(self._accelerator, CUDAAccelerator)
 
     @DDPStrategy.precision_plugin.setter
     def precision_plugin(self, plugin):
@@ -130,7 +134,9 @@ class ZeroShardStrategy(DDPStrategy):
         _, world, _, local = world_info()
         local = local or 1
         if len(self.parallel_devices or []) <= 1 and self.num_nodes == 1 and world > 1:
-            self.parallel_devices = [torch.device("cpu")] * local
+            gpus = torch.cuda.device_count() if self._on_gpu() else 0
+            self.parallel_devices = ([torch.device("cuda", i % gpus) for i in range(local)] if gpus
+                                     else [torch.device("cpu")] * local)
             self._num_nodes = max(world // local, 1)
         super().set_world_ranks()
 
@@ -151,6 +157,9 @@ class ZeroShardStrategy(DDPStrategy):
         cfg = framework_config(self._user_config, where=WHERE, **self._switches)
         if self._switches["stage"] is None:
             cfg.setdefault("zero_optimization", {}).setdefault("stage", 2)
+        if self._on_gpu():
+            cfg["zeroshard"] = dict(cfg.get("zeroshard") or {})
+            cfg["zeroshard"].setdefault("device", "cuda")
         return cfg
 
     def _zero_config(self, trainer):
