@@ -7,6 +7,8 @@ on a mismatch. `fw_accelerate.py gather-run --result FILE` is one of those runs.
               bit for bit, and not as clip0.json (no clipping)
   gather      plain.json and ds.json: gather_for_metrics over a drop_last loader counts the same samples
   resume      resumed.json (load_state after step 8) ends on full.json's losses and params-hash bit for bit
+  cuda        cuda3.json (stage 3, zeroshard.device "cuda" over the CUDA emulator's library) has cpu3.json's
+              losses and params-hash bit for bit
   gather-run  (2 ranks) 37 samples in batches of 5 with drop_last, gathered; writes the count
 """
 import json
@@ -42,6 +44,10 @@ def mode_gather(d):
     else:
         print(f"fw_accelerate gather: drop_last loader, both count {ds['samples']} samples ({ds['distributed_type']} "
               f"against {plain['distributed_type']})")
+
+
+def mode_cuda(d):
+    C.identical(d, "cpu3", "cuda3", "zeroshard.device \"cuda\" (the emulated GPU)", "zeroshard.device \"cpu\"")
 
 
 def mode_resume(d):
@@ -80,4 +86,4 @@ if __name__ == "__main__":
             sys.exit("fw_accelerate.py gather-run --result FILE")
         gather_run(sys.argv[3])
         sys.exit(0)
-    C.run({"parity": mode_parity, "clip": mode_clip, "gather": mode_gather, "resume": mode_resume})
+    C.run({"parity": mode_parity, "clip": mode_clip, "gather": mode_gather, "resume": mode_resume, "cuda": mode_cuda})

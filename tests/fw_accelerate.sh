@@ -7,6 +7,7 @@
 #   clip    `--use_deepspeed --deepspeed_config_file` with "gradient_clipping": "auto" clips at 1.0
 #   gather  gather_for_metrics over a drop_last loader: the samples plain Accelerate counts
 #   resume  save_state at stage 3, load_state in a fresh job: the same losses and params-hash
+#   cuda    stage 3 on zeroshard.device "cuda" over LIBDIR/tests/libzeroshard_cudaemu.so: the cpu device's bits
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,6 +52,16 @@ case $MODE in
     run="$ex --strategy zeroshard_stage_3 $TINY --steps 12 --accum 4 --no-eval --save-dir $tmp/ck"
     zs full "" $run --save-at 8
     zs resumed "" $run --save-at 8 --resume
+    verdict ;;
+  cuda)
+    # `--use_deepspeed --deepspeed_config_file` at stage 3 with zeroshard.device "cuda", over the library built on
+    # the CUDA emulator (an emulated GPU): bit for bit the same file with "cpu"
+    for dev in cpu cuda; do
+      printf '{"zero_optimization": {"stage": 3}, "train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto", "gradient_clipping": 1.0, "zero_force_ds_cpu_optimizer": false, "zeroshard": {"device": "%s"}}' $dev > "$tmp/$dev.json"
+    done
+    zs cpu3 "--use_deepspeed --deepspeed_config_file $tmp/cpu.json" "$ex" --strategy zeroshard_stage_3 $TINY --no-eval
+    ZEROSHARD_LIB=$LIBDIR/tests/libzeroshard_cudaemu.so \
+      zs cuda3 "--use_deepspeed --deepspeed_config_file $tmp/cuda.json" "$ex" --strategy zeroshard_stage_3 $TINY --no-eval
     verdict ;;
   *) echo "fw_accelerate.sh: unknown mode $MODE"; exit 2 ;;
 esac
