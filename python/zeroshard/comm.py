@@ -28,8 +28,32 @@ def _rendezvous(rank, distributed_port):
     return L.world_bcast_bytes(mine, 0, "init_distributed").decode()
 
 
+def _backend(asked, local_size):
+    """gloo, or for "nccl" (what the frameworks ask on a GPU) NCCL for CUDA tensors beside gloo for CPU ones, as
+    long as each rank on the node has a GPU of its own: NCCL refuses ranks sharing one, which ZeroShard's engine
+    allows (its host-staged transport), so there torch.distributed stays on gloo and says so."""
+    if asked in (None, "gloo"):
+        return "gloo"
+    if asked != "nccl":
+        raise ValueError(f"zeroshard.init_distributed: backend '{asked}': torch.distributed runs over gloo, or "
+                         "nccl on GPUs")
+    import torch
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        raise ValueError("zeroshard.init_distributed: backend 'nccl' with no GPU visible to torch "
+                         "(torch.cuda.is_available() is False); use 'gloo'")
+    if local_size > gpus:
+        if L.world_info()[0] == 0:
+            print(f"zeroshard: init_distributed: backend 'nccl' asked, {local_size} ranks share {gpus} GPU(s), "
+                  "which NCCL refuses: torch.distributed runs over gloo (the engine's collectives are its own)",
+                  flush=True)
+        return "gloo"
+    return "cpu:gloo,cuda:nccl"
+
+
 def init_distributed(dist_backend="gloo", distributed_port=None, timeout=None, init_method=None, required=True):
-    """A gloo process group over the MPI world, unless torch.distributed is initialised already. Collective
+    """A process group over the MPI world (gloo; see _backend for nccl), unless torch.distributed is initialised
+    already. Collective
     over MPI_COMM_WORLD (every rank calls it; initialize() does, with required=False: a library without
     zs_world_bcast then leaves torch.distributed alone)."""
     dist = _dist()
@@ -37,14 +61,12 @@ def init_distributed(dist_backend="gloo", distributed_port=None, timeout=None, i
         return
     if not required and not hasattr(L.lib(), "zs_world_bcast"):
         return
-    if dist_backend not in (None, "gloo"):
-        raise ValueError(f"zeroshard.init_distributed: backend '{dist_backend}': the front end is CPU-only, "
-                         "so torch.distributed runs over gloo")
-    rank, world, local_rank, _ = L.world_info()
+    rank, world, local_rank, local_size = L.world_info()
+    backend = _backend(dist_backend, local_size)
     where = init_method or "tcp://" + _rendezvous(rank, distributed_port)
     kw = {"timeout": timeout if isinstance(timeout, datetime.timedelta) else datetime.timedelta(seconds=timeout)} \
         if timeout else {}
-    dist.init_process_group("gloo", init_method=where, rank=rank, world_size=world, **kw)
+    dist.init_process_group(backend, init_method=where, rank=rank, world_size=world, **kw)
     os.environ.setdefault("LOCAL_RANK", str(local_rank))
 
 
