@@ -110,6 +110,8 @@ step "NCCL transport np1" 30 gpu passed $MPIRUN 1 test_nccl
 step "engine oracle np1, device_comm nccl" 60 gpu passed env ZS_DEVICE_COMM=nccl $MPIRUN 1 -x ZS_DEVICE_COMM test_devpath cuda
 # The device arena, the pinned host pool (a refused pin tolerated) and the placement near the GPU
 step "device arena, pinned host pool" 30 gpu passed $MPIRUN 1 test_devmem cuda
+# The arena's zero-fill read back through copies: a block dirtied, given back and handed out again reads as zeros
+step "device arena zero-fill, read back" 30 gpu passed test_devmem fill
 # 2-4 ranks sharing the one GPU (NCCL refuses that): the host-staged transport, bit for bit
 step "comm kernels np2 = comm.c bits" 30 gpu passed $MPIRUN 2 test_comm_cuda
 step "host-staged collectives np2" 45 gpu passed $MPIRUN 2 test_staged cuda
