@@ -22,7 +22,10 @@ list(APPEND zs_gpu_nccl_tests nccl_pieces_emu_np2)
 zs_emu_test(test_nccl_auto test_nccl_auto.c)
 add_test(NAME nccl_auto_own_gpu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> nccl)
 add_test(NAME nccl_auto_shared_gpu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> staged)
-list(APPEND zs_gpu_nccl_tests nccl_auto_own_gpu_np2 nccl_auto_shared_gpu_np2)
+# hybrid sharding on GPUs of their own: no NCCL communicator nor staging buffer (its collectives are host-staged),
+# none in the memory report or the estimate; "ordered" refused naming the key
+add_test(NAME nccl_auto_hybrid_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> hybrid)
+list(APPEND zs_gpu_nccl_tests nccl_auto_own_gpu_np2 nccl_auto_shared_gpu_np2 nccl_auto_hybrid_np2)
 
 foreach(t ${zs_gpu_nccl_tests})
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t})
