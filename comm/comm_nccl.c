@@ -1,5 +1,5 @@
 /* comm_nccl.c - the NCCL transport (comm_nccl.h): libnccl loaded at run time, a non-blocking communicator
- * bootstrapped over MPI (rank 0's ncclGetUniqueId broadcast with MPI_Bcast), collectives queued on a
+ * bootstrapped over MPI (rank 0's ncclGetUniqueId broadcast with MPI_Ibcast), collectives queued on a
  * communication stream that an event orders after the caller's compute stream, staged through one buffer
  * of fixed size made at set-up. Every wait is comm_nccl_wait.c's, under the watchdog's deadline. */
 #include <dlfcn.h>
@@ -34,8 +34,11 @@ static zs_status load_api(struct zs_nccl *n)
     return ZS_OK;
 }
 
+/* The error is the caller's status from here on: cleared as the thread's last error, which a host program's
+ * cudaGetLastError would otherwise report after the engine fell back to the host-staged transport. */
 static zs_status cuda_fail(struct zs_nccl *n, int e, const char *what)
 {
+    (void)cudaGetLastError();
     return zs_fail(e == cudaErrorMemoryAllocation ? ZS_ERR_NOMEM : ZS_ERR_COMM, "rank %d: %s: %s", n->rank, what,
                    cudaGetErrorString((cudaError_t)e));
 }
@@ -131,8 +134,8 @@ static zs_status check_distinct_gpus(MPI_Comm comm, struct zs_comm *watch)
 }
 
 /* Whether any rank failed so far, so that no rank walks into a collective the others skip. A rank that
- * failed keeps its own message; the others name it. */
-static zs_status agree(struct zs_nccl *n, MPI_Comm comm, struct zs_comm *watch, zs_status st)
+ * failed keeps its own message; the others name it and `what` it was doing. */
+static zs_status agree(struct zs_nccl *n, MPI_Comm comm, struct zs_comm *watch, zs_status st, const char *what)
 {
     int32_t *v = malloc(2 * sizeof(*v)), first; /* this rank's, the highest failed rank */
     MPI_Request r;
@@ -151,7 +154,7 @@ static zs_status agree(struct zs_nccl *n, MPI_Comm comm, struct zs_comm *watch, 
     free(v);
     if (st || first < 0)
         return st;
-    return zs_fail(ZS_ERR_COMM, "NCCL set-up failed on rank %d", first);
+    return zs_fail(ZS_ERR_COMM, "NCCL set-up failed on rank %d (%s)", first, what);
 }
 
 size_t zs_nccl_piece_bytes(int32_t nranks)
@@ -167,7 +170,10 @@ uint64_t zs_nccl_stage_bytes(int32_t nranks)
     return (uint64_t)nranks * zs_nccl_piece_bytes(nranks);
 }
 
-/* The communicator, non-blocking where libnccl can (its set-up then runs under the deadline too). */
+/* The communicator, non-blocking where libnccl can (its set-up then runs under the deadline too). Called only
+ * once every rank has agreed that it got here (zs_nccl_init), so a blocking set-up (NCCL < 2.14) never waits
+ * for a rank that failed before it; one that fails or stops inside NCCL's own set-up still holds the others
+ * there, without a deadline (docs/gpu.md). */
 static zs_status comm_start(struct zs_nccl *n, ncclUniqueId id)
 {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -200,14 +206,43 @@ static zs_status cuda_start(struct zs_nccl *n)
     return e == cudaSuccess ? ZS_OK : cuda_fail(n, e, "NCCL staging buffer");
 }
 
+/* What rank 0 broadcasts: its unique id, and whether it could make one. */
+struct nccl_boot {
+    ncclUniqueId id;
+    int32_t ok;
+};
+
+/* Rank 0's unique id to every rank. The broadcast goes out whether or not ncclGetUniqueId worked, so the peers
+ * learn of a failure at once rather than at their deadline, and no broadcast is left posted on comm for a later
+ * one to match. After a timeout *b stays MPI's (kept) and is NULL here. */
+static zs_status boot_id(struct zs_nccl *n, MPI_Comm comm, struct zs_comm *watch, struct nccl_boot **b)
+{
+    ncclResult_t r = ncclSuccess;
+    MPI_Request rq;
+    zs_status st;
+
+    if (n->rank == 0) {
+        r = n->api.get_unique_id(&(*b)->id);
+        (*b)->ok = r == ncclSuccess;
+    }
+    st = boot_wait(comm, &rq, MPI_Ibcast(*b, sizeof(**b), MPI_BYTE, 0, comm, &rq), watch,
+                   "NCCL set-up: the broadcast of the unique id");
+    if (st) {
+        keep(*b);
+        *b = NULL;
+        return st;
+    }
+    if ((*b)->ok)
+        return ZS_OK;
+    if (n->rank == 0)
+        return zs_fail(ZS_ERR_COMM, "rank 0: ncclGetUniqueId: %s", n->api.error_string(r));
+    return zs_fail(ZS_ERR_COMM, "NCCL set-up: rank 0 could not make a unique id (its ncclGetUniqueId failed)");
+}
+
 zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mode, struct zs_comm *watch)
 {
     struct zs_nccl *n = calloc(1, sizeof(*n));
-    struct boot {
-        ncclUniqueId id;
-        int32_t ok;
-    } *boot = calloc(1, sizeof(*boot));
-    ncclResult_t r = ncclSuccess;
+    struct nccl_boot *boot = calloc(1, sizeof(*boot));
     zs_status st;
 
     *out = NULL;
@@ -226,30 +261,17 @@ zs_status zs_nccl_init(struct zs_nccl **out, MPI_Comm comm, enum zs_nccl_mode mo
     n->shm = watch ? watch->shm : NULL;
     if (n->shm)
         zs_shm_nccl_count(n->shm); /* the set-up is counted, so a rank that never comes to it is named */
-    st = agree(n, comm, watch, load_api(n));
+    st = agree(n, comm, watch, load_api(n), "loading libnccl.so.2");
     if (!st)
         st = check_distinct_gpus(comm, watch); /* the same gathered answer on every rank */
-    if (!st && n->rank == 0) {
-        r = n->api.get_unique_id(&boot->id);
-        boot->ok = r == ncclSuccess;
-        if (!boot->ok)
-            st = zs_fail(ZS_ERR_COMM, "rank 0: ncclGetUniqueId: %s", n->api.error_string(r));
-    }
-    if (!st) {
-        MPI_Request rq;
-        st = boot_wait(comm, &rq, MPI_Ibcast(boot, sizeof(*boot), MPI_BYTE, 0, comm, &rq), watch,
-                       "NCCL set-up: the broadcast of the unique id");
-        if (st) {
-            keep(boot);
-            boot = NULL;
-        }
-    }
+    if (!st)
+        st = boot_id(n, comm, watch, &boot); /* rank 0's failure too reaches every rank */
+    /* A staging cudaMalloc can fail on one rank alone: every rank hears of it before any enters NCCL's set-up,
+     * which would wait for that rank until the deadline (or, blocking, for ever). */
+    if (!st)
+        st = agree(n, comm, watch, cuda_start(n), "its NCCL stream, events or staging buffer");
     if (st == ZS_ERR_COMM && strstr(zs_last_error(), "timeout: NCCL set-up"))
         st = zs_nccl_late(n, st);
-    if (!st && !boot->ok)
-        st = zs_fail(ZS_ERR_COMM, "NCCL set-up: rank 0 could not make a unique id");
-    if (!st)
-        st = cuda_start(n);
     if (!st)
         st = comm_start(n, boot->id);
     free(boot);

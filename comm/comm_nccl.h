@@ -27,7 +27,10 @@ enum zs_nccl_mode { ZS_NCCL_FAST, ZS_NCCL_ORDERED };
  * is every NCCL wait's, its node's shared memory counts each rank's NCCL operations and tells a dead peer.
  * No wait lasts longer than the timeout: then, on an asynchronous NCCL error, or when a peer on this node
  * has exited, the communicator is aborted and the error names the operation, how long it waited and the
- * node's ranks that had not queued it; every later call fails, and zs_nccl_free aborts instead of waiting. */
+ * node's ranks that had not queued it; every later call fails, and zs_nccl_free aborts instead of waiting.
+ * A failure of the set-up on one rank (no libnccl, rank 0's ncclGetUniqueId, its stream, events or staging
+ * buffer) fails it on every rank at once, the others naming that rank, before any rank enters NCCL's own
+ * set-up (which, blocking before NCCL 2.14, has no deadline). */
 zs_status zs_nccl_init(struct zs_nccl **n, MPI_Comm comm, enum zs_nccl_mode mode, struct zs_comm *watch);
 /* Collective over comm: whether two ranks share a GPU, by the (PCI bus id, host) pairs of the ranks' current
  * devices, whatever each rank's CUDA_VISIBLE_DEVICES: the first such ranks in *a < *b and their GPU in gpu,

@@ -164,6 +164,8 @@ struct zs_ctx {
     MPI_Comm rmpi;                   /* hybrid: the replicas' MPI communicator (deterministic mode's int64 sum) */
     int32_t gfake, rfake;            /* ZS_FAKE_NODE_SIZE as the group's and the replicas' comms see it (0: real) */
     struct zs_qcomm *qcomm;          /* ZeRO++'s quantized collectives (sharding/quant_path.c), or NULL */
+    void *qstage;                    /* on a device the host cannot read: their host stage (grown on demand) */
+    size_t qstage_cap;
     /* ZeRO++ hpZ (zero_optimization.zero_hpz_partition_size, runtime/hybrid.c): a secondary copy of every
      * stage-3 unit sharded over hpz_size consecutive ranks (hpz_rank = rank % hpz_size) inside the shard group;
      * hpz_size 0: off. */

@@ -36,8 +36,9 @@ void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_plac
     p->bucket_cap = cfg->zero.reduce_bucket_size;
     p->max_live = cfg->zero.max_live_parameters;
     p->bucket_elem_bytes = p->psz + (cfg->comm_dtype != cfg->param_dtype ? c : 0);
-    /* where NCCL may carry the collectives: "auto" takes it when the ranks have GPUs of their own */
-    if (!strcmp(cfg->zs.device, "cuda") && world > 1 && strcmp(cfg->zs.device_comm, "staged"))
+    /* where NCCL may carry the collectives: "auto" takes it when the ranks have GPUs of their own; hybrid
+     * sharding's collectives are never NCCL's (runtime/devio.c) */
+    if (!strcmp(cfg->zs.device, "cuda") && world > 1 && strcmp(cfg->zs.device_comm, "staged") && p->replicas == 1)
         p->nccl_stage_bytes = zs_nccl_stage_bytes(world);
 }
 

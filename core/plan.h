@@ -84,8 +84,9 @@ struct zs_plan {
     uint64_t bucket_bytes;        /* its bytes, with each unit's 64-byte alignment slack */
     uint64_t live_bytes;          /* stage 3: the gathered cap (max_live_parameters, at least the largest unit) */
     uint64_t exact_bytes;         /* deterministic mode: whole gradient buffers (stages 2-3) and the counters */
-    uint64_t nccl_stage_bytes;    /* device "cuda", several ranks, device_comm not "staged": the NCCL transport's
-                                   * staging buffer (comm/comm_nccl.c), made once whatever the collective's size */
+    uint64_t nccl_stage_bytes;    /* device "cuda", several ranks, device_comm not "staged", flat sharding: the NCCL
+                                   * transport's staging buffer (comm/comm_nccl.c), made once whatever the collective's
+                                   * size (hybrid sharding makes none: runtime/devio.c) */
     uint64_t cat[ZS_MEM_NCAT];    /* what set-up allocates, by category (nothing on NVMe, nothing gathered) */
     int32_t replicas;             /* shard groups holding the same shards (1: flat sharding) */
     /* ZeRO++ hpZ (zero_optimization.zero_hpz_partition_size H, 1 < H < world): each sharded unit also keeps a

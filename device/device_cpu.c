@@ -186,9 +186,10 @@ const struct zs_device_ops zs_device_cpu_ops = {
  *
  * Its streams are late, as a GPU's may be: the compute stream (NULL) runs each operation at once, but a
  * stream made by stream_create (the communication stream) keeps its copies queued until the host
- * synchronizes it, another stream waits for an event recorded after them, or memory is freed (cudaFree waits
- * for the device too). A consumer that reads a collective's result without waiting for its event reads stale
- * bytes, and the engine's oracle tests catch it. Other operations on such a stream run its queue first. */
+ * synchronizes it, another stream waits for an event recorded after them, a second query finds such an event
+ * pending (a GPU would get there by itself), or memory is freed (cudaFree waits for the device too). A consumer that
+ * reads a collective's result without waiting for its event reads stale bytes, and the engine's oracle tests
+ * catch it. Other operations on such a stream run its queue first. */
 
 struct sep_copy_op {
     void *dst;
@@ -205,6 +206,7 @@ struct sep_stream {
 struct sep_event {
     struct sep_stream *s;       /* NULL: recorded on the compute stream, complete at once */
     uint64_t at;                /* the stream's work up to here */
+    uint32_t polls;             /* queries that found it pending since it was recorded */
 };
 
 struct sep_state {
@@ -322,14 +324,21 @@ static zs_status sep_event_record(struct zs_device *d, struct zs_dev_event *h, s
 
     e->s = (struct sep_stream *)s;
     e->at = e->s ? e->s->queued : 0;
+    e->polls = 0;
     return ZS_OK;
 }
 
+/* Not done while the event's work is queued. The first query leaves it queued, so a consumer that reads after
+ * one "not done" without waiting still reads stale bytes; a later one runs it, as a GPU gets through its queue by
+ * itself, so a host that keeps polling sees the event done (a query that never ran anything would leave a
+ * polling loop, hybrid sharding's sum across the groups, spinning until its deadline). */
 static zs_status sep_event_query(struct zs_device *d, struct zs_dev_event *h, bool *done)
 {
-    const struct sep_event *e = (const struct sep_event *)h;
+    struct sep_event *e = (struct sep_event *)h;
 
     *done = !e->s || e->s->ran >= e->at;
+    if (!*done && ++e->polls > 1)
+        sep_run(e->s, e->at);
     return ZS_OK;
 }
 

@@ -364,7 +364,14 @@ int32_t zs_unit_count(const zs_ctx *ctx);
 zs_dtype zs_param_dtype(const zs_ctx *ctx);
 zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out);
 /* The CUDA stream (a cudaStream_t) the engine orders its work after, for the program's kernels, when
- * zeroshard.device is "cuda". Otherwise ZS_ERR_UNSUPPORTED naming the key, and *stream is NULL. */
+ * zeroshard.device is "cuda". Otherwise ZS_ERR_UNSUPPORTED naming the key, and *stream is NULL.
+ * The calling thread's current CUDA device: with zeroshard.device "cuda" the rank's GPU is the node-local
+ * rank modulo the GPUs the process sees. zs_init makes it the calling thread's current device, and every later
+ * call that works on the engine's GPU memory or streams (fetches, copies, gradients, the step, checkpoints,
+ * zs_finalize) makes it current on its calling thread first, whatever was current, and leaves it current on
+ * return: the engine never restores the thread's earlier device. The calls that only read the engine's state
+ * (zs_cuda_stream, zs_memory, zs_stats, zs_rank and the other queries) leave the thread's device as it was. A
+ * program that drives another GPU from the same thread sets its own device again after each call. */
 zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream);
 /* Makes `stream` (a cudaStream_t of the rank's GPU, e.g. PyTorch's current stream) the engine's compute stream:
  * what zs_cuda_stream returns from here on, where the engine queues its own kernels (the optimizer, the

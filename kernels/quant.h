@@ -42,12 +42,6 @@ void zs_quantize_ref(const void *x, int dt, int64_t n, int64_t block, int8_t *q,
 void zs_dequantize_ref(const int8_t *q, const float *scale, int64_t n, int64_t block, void *y, int dt);
 void zs_dequantize_add_ref(const int8_t *q, const float *scale, int64_t n, int64_t block, float *acc);
 
-/* The GPU twins (kernels/quant_cuda.cu, built with the CUDA backend): the same bits on device buffers, queued on
- * stream (a cudaStream_t); 0 or the launch's cudaError_t. */
-int zs_cuda_quantize(const void *x, int dt, int64_t n, int64_t block, int8_t *q, float *scale, void *stream);
-int zs_cuda_dequantize(const int8_t *q, const float *scale, int64_t n, int64_t block, void *y, int dt, void *stream);
-int zs_cuda_dequantize_add(const int8_t *q, const float *scale, int64_t n, int64_t block, float *acc, void *stream);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
 /* quant_elem.h - the per-element steps of kernels/quant.h's quantization, written once for the reference and
- * the fast path (and a GPU twin) so both reach the same bits by the same float operations. Internal. */
+ * the fast path so both reach the same bits by the same float operations. Internal. */
 #ifndef ZS_QUANT_ELEM_H
 #define ZS_QUANT_ELEM_H
 

@@ -44,18 +44,26 @@ static zs_status device_comm(struct zs_ctx *ctx, const char **mode, const char *
  * pairs (NCCL refuses two ranks on one; a count of visible GPUs says nothing where each rank's
  * CUDA_VISIBLE_DEVICES shows it one); where NCCL cannot start on some rank (no libnccl, ...), every rank keeps
  * the host-staged transport and rank 0 says why. "nccl" and "ordered" ask for NCCL and fail, naming the key,
- * where it cannot start; "staged" keeps the host-staged transport. */
+ * where it cannot start; "staged" keeps the host-staged transport. NCCL carries only the world's collectives,
+ * which hybrid sharding never uses (its shard group's and replicas' are host-staged): there no NCCL
+ * communicator or staging buffer is made (the memory plan counts none either, core/plan.c), and "nccl" or
+ * "ordered" are refused naming the key. */
 zs_status zs_dev_nccl_open(struct zs_ctx *ctx)
 {
     const char *mode, *key;
-    zs_status st = zs_agree(ctx, device_comm(ctx, &mode, &key));
+    zs_status st = device_comm(ctx, &mode, &key);
     bool asked = !st && (!strcmp(mode, "nccl") || !strcmp(mode, "ordered"));
-    bool want = !st && ctx->dev.kind == ZS_DEV_CUDA && strcmp(mode, "staged");
+    bool want = !st && ctx->dev.kind == ZS_DEV_CUDA && strcmp(mode, "staged") && ctx->nreplicas == 1;
     char gpu[64];
     int32_t a = -1, b = -1;
 
+    if (asked && ctx->nreplicas > 1)
+        st = zs_fail(ZS_ERR_CONFIG, "%s: \"%s\": NCCL carries only the world's collectives, and hybrid sharding "
+                     "(zero_optimization.mics_shard_size %d) has none (its shard group's and replicas' collectives "
+                     "are host-staged); use \"auto\" or \"staged\"", key, mode, ctx->shard_size);
+    st = zs_agree(ctx, st);
     if (st || ctx->dev.host_access || zs_agree(ctx, want ? ZS_OK : ZS_ERR_UNSUPPORTED))
-        return st; /* "staged": host-staged everywhere */
+        return st; /* "staged", or hybrid sharding: host-staged everywhere */
     if (!asked)
         st = zs_agree(ctx, zs_nccl_shared_gpu(zs_comm_mpi(ctx->comm), ctx->comm, &a, &b, gpu, sizeof(gpu)));
     if (st)

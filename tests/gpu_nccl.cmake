@@ -22,7 +22,10 @@ list(APPEND zs_gpu_nccl_tests nccl_pieces_emu_np2)
 zs_emu_test(test_nccl_auto test_nccl_auto.c)
 add_test(NAME nccl_auto_own_gpu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> nccl)
 add_test(NAME nccl_auto_shared_gpu_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> staged)
-list(APPEND zs_gpu_nccl_tests nccl_auto_own_gpu_np2 nccl_auto_shared_gpu_np2)
+# hybrid sharding on GPUs of their own: no NCCL communicator nor staging buffer (its collectives are host-staged),
+# none in the memory report or the estimate; "ordered" refused naming the key
+add_test(NAME nccl_auto_hybrid_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_auto> hybrid)
+list(APPEND zs_gpu_nccl_tests nccl_auto_own_gpu_np2 nccl_auto_shared_gpu_np2 nccl_auto_hybrid_np2)
 
 foreach(t ${zs_gpu_nccl_tests})
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t})
@@ -37,6 +40,25 @@ set_property(TEST nccl_pieces_emu_np2 APPEND PROPERTY ENVIRONMENT ZS_TEST_NCCL_P
 # after the loop: ZS_CUDA_EMU_GPUS=1 replaces its 2
 set_property(TEST nccl_auto_own_gpu_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_GPUS=1 ZS_CUDA_EMU_BUS=local)
 set_property(TEST nccl_auto_shared_gpu_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_GPUS=1)
+
+# NCCL's set-up when one rank cannot take part (tests/test_nccl_boot.c): rank 0's ncclGetUniqueId fails, or rank 1's
+# staging cudaMalloc; "auto" keeps the host-staged transport on every rank, "ordered" fails on every rank naming the
+# rank that failed, well within ZS_TIMEOUT=120 (before, the peers waited out the deadline); the same with NCCL < 2.14's
+# blocking set-up (ZS_CUDA_EMU_NCCL_OLD=1), which has no deadline, and its set-up where nothing fails.
+zs_emu_test(test_nccl_boot test_nccl_boot.c)
+set(zs_nccl_boot_tests)
+foreach(c id_auto id_ordered stage_auto stage_ordered stage_ordered_old none_auto_old)
+  string(REPLACE "_" ";" args ${c})
+  list(GET args 0 which)
+  list(GET args 1 mode)
+  add_test(NAME nccl_boot_${c}_np2 COMMAND ${ZS_MPIRUN} 2 $<TARGET_FILE:test_nccl_boot> ${which} ${mode})
+  file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/nccl_boot_${c}_np2)
+  set_tests_properties(nccl_boot_${c}_np2 PROPERTIES TIMEOUT 300 LABELS "cuda;comm"
+    ENVIRONMENT "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/nccl_boot_${c}_np2;ZS_CUDA_EMU_GPUS=2;ZS_CUDA_EMU_NCCL=1;ZS_TIMEOUT=120")
+  if(c MATCHES "_old$")
+    set_property(TEST nccl_boot_${c}_np2 APPEND PROPERTY ENVIRONMENT ZS_CUDA_EMU_NCCL_OLD=1)
+  endif()
+endforeach()
 
 # nccl.h from a plain directory (NCCL's pip wheel: `ncclGroupStart();`) under -Werror: a scratch configure and
 # comm/comm_nccl.c alone, so it fails where CMake includes the header as a normal one.

@@ -31,9 +31,14 @@ add_test(NAME cuda_sem_thread_np2 COMMAND ${ZS_MPIRUN} 2 -x ZS_CUDA_EMU_GPUS=2 $
 add_test(NAME cuda_sem_thread_nccl_np2 COMMAND ${ZS_MPIRUN} 2 -x ZS_CUDA_EMU_GPUS=2 -x ZS_CUDA_EMU_NCCL=1
          $<TARGET_FILE:test_cuda_sem> thread)
 add_test(NAME cuda_sem_fault_np1 COMMAND ${ZS_MPIRUN} 1 $<TARGET_FILE:test_cuda_sem> fault)
+# what include/zeroshard.h documents about the calling thread's current device: each rank on its own GPU, the other
+# one current before each call; the rank's GPU after zs_init and the calls that work on the GPU, unchanged after
+# the queries
+target_include_directories(test_cuda_sem BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emu)
+add_test(NAME cuda_sem_current_np2 COMMAND ${ZS_MPIRUN} 2 -x ZS_CUDA_EMU_GPUS=2 $<TARGET_FILE:test_cuda_sem> current)
 
 foreach(t cuda_emu_sem devmem_cuda_emu_np2 cuda_sem_overlap_np2 cuda_sem_thread_np2 cuda_sem_thread_nccl_np2
-          cuda_sem_fault_np1)
+          cuda_sem_fault_np1 cuda_sem_current_np2)
   file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t})
   set_tests_properties(${t} PROPERTIES TIMEOUT 120 LABELS "cuda;device"
     ENVIRONMENT "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t}")

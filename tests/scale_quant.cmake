@@ -11,21 +11,9 @@ zs_test(test_quant_comm)
 add_test(NAME quant_comm_np4 COMMAND ${ZS_MPIRUN} 4 $<TARGET_FILE:test_quant_comm>)
 # zs-bench quant at a tiny size: the subcommand runs and its fast path keeps the reference's bits (no timing asserted).
 add_test(NAME quant_bench COMMAND $<TARGET_FILE:zs-bench> quant --size 64K --reps 2 --block 100)
-# The GPU twins of the quantization kernels against the reference bit for bit: on the CUDA emulator always, on a
-# GPU where the backend is built (77 without one).
-zs_emu_test(test_quant_cuda_emu test_quant_cuda.c)
-add_test(NAME quant_cuda_emu COMMAND test_quant_cuda_emu)
-if(ZS_HAVE_CUDA)
-  zs_test(test_quant_cuda)
-  add_test(NAME quant_cuda COMMAND test_quant_cuda)
-  set_tests_properties(quant_cuda PROPERTIES SKIP_RETURN_CODE 77)
-endif()
 # tests/CMakeLists.txt gives every test it knows its environment (ZS_TEST_ENV: mpirun as root, no leak check of
 # MPI's own allocations under ASan) and an Open MPI session directory before this file is included: the same here.
-set(quant_tests quant_kernels quant_traffic quant_comm_np4 quant_bench quant_cuda_emu)
-if(ZS_HAVE_CUDA)
-  list(APPEND quant_tests quant_cuda)
-endif()
+set(quant_tests quant_kernels quant_traffic quant_comm_np4 quant_bench)
 foreach(t ${quant_tests})
   set(base ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t})
   file(MAKE_DIRECTORY ${base})

@@ -8,7 +8,10 @@
  *            the same run on the main thread.
  *   fault    the emulator faults a kernel of the first step (ZS_CUDA_EMU_FAULT): a step fails naming
  *            cudaErrorIllegalAddress, and zs_finalize returns.
- * Runs under mpirun (overlap, thread: 2 ranks; fault: 1). Exits 0 (pass) or 1. */
+ *   current  what include/zeroshard.h says the engine does to the calling thread's current device, each rank on
+ *            its own GPU (ZS_CUDA_EMU_GPUS=2): before every call the thread's device is set to the other GPU; after
+ *            zs_init and each call that works on the GPU it is the rank's GPU, after the queries still the other.
+ * Runs under mpirun (overlap, thread, current: 2 ranks; fault: 1). Exits 0 (pass) or 1. */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -16,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <mpi.h>
+
+#include <cuda_runtime_api.h> /* tests/cuda_emu's: cudaSetDevice, cudaGetDevice */
 
 #include "check.h"
 #include "zeroshard.h"
@@ -214,6 +219,70 @@ static void t_fault(void)
     zs_finalize(r.ctx);
 }
 
+static int other_gpu; /* made current before each call: the GPU that is not the rank's */
+
+static void before(void)
+{
+    cudaSetDevice(other_gpu);
+}
+
+/* After `what` (status st) ran with the other GPU current: the thread's device must be `want`. */
+static void after(const char *what, zs_status st, int want)
+{
+    int cur = -1;
+
+    cudaGetDevice(&cur);
+    CHECK(!st && cur == want, "rank %d: %s (status %d): the thread's device is %d after it, the documented %d", rank,
+          what, (int)st, cur, want);
+}
+
+static void t_current(void)
+{
+    int gpu = rank % 2; /* the node-local rank modulo the GPUs (ZS_CUDA_EMU_GPUS=2) */
+    float w[1000], g[1000] = { 0 };
+    struct run r;
+    void *p = NULL, *gb = NULL, *stream = NULL;
+    zs_memory_report m;
+    zs_step_stats s;
+    zs_status st;
+
+    other_gpu = 1 - gpu;
+    before();
+    st = run_open(&r, "cuda", false);
+    after("zs_init and zs_setup", st, gpu);
+    for (int u = NU - 1; !st && u >= 0; u--) {
+        before();
+        st = zs_unit_fetch(r.ctx, r.unit[u], NULL);
+        after("zs_unit_fetch", st, gpu);
+        if (!st)
+            st = zs_param_data(r.ctx, r.param[u], &p);
+        before();
+        st = st ? st : zs_copy_to_host(r.ctx, w, p, (size_t)sizes[u] * sizeof(float));
+        after("zs_copy_to_host", st, gpu);
+        if (!st)
+            st = zs_grad_buffer(r.ctx, r.unit[u], &gb);
+        before();
+        st = st ? st : zs_copy_from_host(r.ctx, gb, g, (size_t)sizes[u] * sizeof(float));
+        after("zs_copy_from_host", st, gpu);
+        if (!st)
+            st = zs_grad_ready(r.ctx, r.unit[u]);
+        if (!st)
+            st = zs_unit_release(r.ctx, r.unit[u]);
+    }
+    before();
+    st = st ? st : zs_step(r.ctx);
+    after("zs_step", st, gpu);
+    /* the queries read the engine's state only */
+    before();
+    after("zs_cuda_stream", zs_cuda_stream(r.ctx, &stream), other_gpu);
+    before();
+    after("zs_memory", zs_memory(r.ctx, &m), other_gpu);
+    before();
+    after("zs_stats", zs_stats(r.ctx, &s), other_gpu);
+    before();
+    after("zs_finalize", zs_finalize(r.ctx), gpu);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -228,8 +297,10 @@ int main(int argc, char **argv)
         t_thread();
     else if (!strcmp(mode, "fault"))
         t_fault();
+    else if (!strcmp(mode, "current"))
+        t_current();
     else
-        CHECK(false, "usage: test_cuda_sem overlap|thread|fault");
+        CHECK(false, "usage: test_cuda_sem overlap|thread|fault|current");
     failed = zs_test_fail;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Finalize();

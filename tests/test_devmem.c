@@ -6,6 +6,7 @@
  * every rank that is refused, ZS_TEST_PIN_FAIL, while training goes on), and a named PCI device moves the
  * threads near it. CASE: "unit" (no MPI ranks needed), "engine" (the separate device, under mpirun at 1-2 ranks)
  * or "cuda" (the engine part on the GPU: arena, pool pinned by cudaHostRegister, placement; 77 without a GPU);
+ * "fill" (the arena's zero-fill on the GPU read back through copies, as "unit" does on the separate device);
  * "cuda emu" adds, on the emulated GPU (tests/cuda_emu), a refused pin (ZS_CUDA_EMU_PIN_FAIL) and steps after it. */
 #include <errno.h>
 #include <hwloc.h>
@@ -127,13 +128,59 @@ static void test_suballoc_random(void)
 
 /* ---------------------------------------------------------------- the arena on the separate device */
 
+/* Whether `bytes` at device address p, read back through the device's copy, are all `v`: the count that are not. */
+static size_t differ(struct zs_device *d, const void *p, size_t bytes, unsigned char v)
+{
+    unsigned char back[4096];
+    size_t n = 0;
+
+    memset(back, v ^ 0x55, sizeof(back));
+    if (bytes > sizeof(back) || zs_device_copy(d, back, false, p, true, bytes))
+        return bytes ? bytes : 1;
+    for (size_t i = 0; i < bytes; i++)
+        n += back[i] != v;
+    return n;
+}
+
+/* The zero-fill read back through the device's copies, not its counter: blocks dirtied, given back (the two
+ * coalesce) and handed out again, one spanning both, read as zeros; one asked for without zeroing keeps its last
+ * owner's bytes. Every access is the device's copy on its compute stream, after the fill queued there. */
+static void test_arena_refill(struct zs_device *d, const char *what)
+{
+    struct zs_dev_arena a;
+    const uint64_t size = 4096;
+    const char *const name = "parameters";
+    unsigned char dirt[4096];
+    void *p, *q, *r;
+
+    memset(dirt, 0xab, sizeof(dirt));
+    CHECK(zs_dev_arena_open(&a, d, &size, &name, 1) == ZS_OK, "%s: arena: %s", what, zs_last_error());
+    p = zs_dev_arena_alloc(&a, 0, 1000, true);
+    q = zs_dev_arena_alloc(&a, 0, 1000, true);
+    CHECK(p && q && (char *)q - (char *)p == 1024, "%s: blocks %p %p not 1024 apart", what, p, q);
+    CHECK(p && q && !differ(d, p, 1000, 0) && !differ(d, q, 1000, 0), "%s: fresh blocks not zero-filled", what);
+    CHECK(p && q && !zs_device_copy(d, p, true, dirt, false, 1000) && !zs_device_copy(d, q, true, dirt, false, 1000) &&
+          !differ(d, q, 1000, 0xab), "%s: dirtying two blocks: %s", what, zs_last_error());
+    CHECK(p && q && !zs_dev_arena_free(&a, 0, p, 1000) && !zs_dev_arena_free(&a, 0, q, 1000), "%s: free: %s", what,
+          zs_last_error());
+    r = zs_dev_arena_alloc(&a, 0, 2000, true); /* first fit: where both were */
+    size_t bad = r == p ? differ(d, r, 2000, 0) : 2000;
+    CHECK(r == p && !bad, "%s: %zu of 2000 bytes of a block reused over two dirtied ones not zero-filled", what, bad);
+    CHECK(r && !zs_device_copy(d, r, true, dirt, false, 2000) && !zs_dev_arena_free(&a, 0, r, 2000), "%s: refill and "
+          "free: %s", what, zs_last_error());
+    r = zs_dev_arena_alloc(&a, 0, 2000, false);
+    CHECK(r == p && !differ(d, r, 2000, 0xab), "%s: a block handed out without zeroing was changed", what);
+    CHECK(a.zeroed[0] == 4000, "%s: zero-filled bytes: %llu", what, (unsigned long long)a.zeroed[0]);
+    zs_dev_arena_close(&a);
+}
+
 static void test_arena_separate(void)
 {
     struct zs_device d;
     struct zs_dev_arena a;
     const uint64_t sizes[3] = { 10000, 0, 1024 };
     const char *const names[3] = { "parameters", "gradients", "gathered parameters" };
-    unsigned char host[1024], back[1024];
+    unsigned char host[1024];
 
     setenv("ZS_TEST_DEVICE", "separate", 1);
     CHECK(zs_device_open(&d, "cpu", "test", NULL, ZS_KPATH_SCALAR, 0, 1) == ZS_OK, "open: %s", zs_last_error());
@@ -149,30 +196,12 @@ static void test_arena_separate(void)
     CHECK(!zs_dev_arena_alloc(&a, 0, 20000, true), "20000 bytes from a 10240-byte region");
     CHECK(strstr(zs_last_error(), "20000 bytes") && strstr(zs_last_error(), "10240 bytes"), "message: %s",
           zs_last_error());
-    /* a block given back and handed out again is zero-filled */
     void *g = zs_dev_arena_alloc(&a, 2, sizeof(host), true);
-    memset(host, 0xab, sizeof(host));
-    CHECK(g && d.ops->copy(&d, g, host, sizeof(host), ZS_COPY_H2D, NULL) == ZS_OK, "fill");
-    CHECK(zs_dev_arena_free(&a, 2, g, sizeof(host)) == ZS_OK, "free");
+    CHECK(g && zs_dev_arena_free(&a, 2, g, sizeof(host)) == ZS_OK, "free");
     CHECK(zs_dev_arena_free(&a, 2, g, sizeof(host)) != ZS_OK, "double free accepted");
     CHECK(zs_dev_arena_free(&a, 0, g, sizeof(host)) != ZS_OK, "a block freed into another region");
-    void *g2 = zs_dev_arena_alloc(&a, 2, sizeof(host), true);
-    memset(back, 0x55, sizeof(back));
-    CHECK(g2 == g && d.ops->copy(&d, back, g2, sizeof(back), ZS_COPY_D2H, NULL) == ZS_OK, "reuse");
-    int nonzero = 0;
-    for (size_t i = 0; i < sizeof(back); i++)
-        nonzero += back[i] != 0;
-    CHECK(!nonzero, "%d bytes of a reused block not zeroed", nonzero);
-    /* one asked for without zeroing keeps its last owner's bytes, and the count of zero-filled bytes stays */
-    uint64_t zeroed = a.zeroed[2];
-    CHECK(d.ops->copy(&d, g2, host, sizeof(host), ZS_COPY_H2D, NULL) == ZS_OK &&
-          zs_dev_arena_free(&a, 2, g2, sizeof(host)) == ZS_OK, "refill and free");
-    void *g3 = zs_dev_arena_alloc(&a, 2, sizeof(host), false);
-    CHECK(g3 == g && d.ops->copy(&d, back, g3, sizeof(back), ZS_COPY_D2H, NULL) == ZS_OK && !memcmp(back, host, sizeof(host)),
-          "a block handed out without zeroing was changed");
-    CHECK(zeroed == 2 * sizeof(host) && a.zeroed[2] == zeroed, "zero-filled bytes: %llu, then %llu",
-          (unsigned long long)zeroed, (unsigned long long)a.zeroed[2]);
     zs_dev_arena_close(&a);
+    test_arena_refill(&d, "separate device");
     zs_device_close(&d);
 }
 
@@ -419,7 +448,7 @@ static void test_engine_placement(int rank)
 int main(int argc, char **argv)
 {
     const char *which = argc > 1 ? argv[1] : "unit";
-    bool cuda = !strcmp(which, "cuda");
+    bool cuda = !strcmp(which, "cuda") || !strcmp(which, "fill");
     int rank = 0, world = 1;
 
     if (!strcmp(which, "unit")) {
@@ -432,6 +461,13 @@ int main(int argc, char **argv)
     if (cuda && zs_device_cuda_ops.count() <= 0) {
         printf("SKIP: no GPU visible (or no CUDA backend in this build)\n");
         return 77;
+    }
+    if (!strcmp(which, "fill")) { /* the arena's zero-fill on the GPU, read back (no MPI ranks needed) */
+        struct zs_device d;
+        CHECK(zs_device_open(&d, "cuda", "test", NULL, ZS_KPATH_SCALAR, 0, 1) == ZS_OK, "open: %s", zs_last_error());
+        test_arena_refill(&d, "cuda");
+        zs_device_close(&d);
+        return zs_test_summary("devmem fill");
     }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -1,11 +1,12 @@
-/* test_devpath.c DEVICE - the engine's data path on a device the host cannot read in place, against the CPU
+/* test_devpath.c DEVICE [scale] - the engine's data path on a device the host cannot read in place, against the CPU
  * device, bit for bit. DEVICE is "separate" (the separate CPU test device: ZS_TEST_DEVICE=separate, memory
  * at addresses the host faults on, so any engine access that skips a copy crashes) or "cuda" (the GPU;
  * 77, a skip, where none is visible). For stages 0-3 x offload_optimizer none/cpu/nvme x fp32/bf16/fp16 (with
  * gradient accumulation, clipping, prescaled gradients and parameter offload in some), a small model trains
  * on both and the parameters and every step's gradient norm must hash alike; checkpoints cross over (the
  * device's loaded on the CPU and the CPU's on the device) and the runs continue alike. Run under mpirun at
- * 1-4 ranks: ranks share the one device, so the engine uses the host-staged collectives. */
+ * 1-4 ranks: ranks share the one device, so the engine uses the host-staged collectives. "scale" (an even number
+ * of ranks; ZS_FAKE_NODE_SIZE for nodes) runs hybrid sharding and the quantized collectives instead (scale_cases). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,6 +22,7 @@
 
 static int rank, world;
 static const char *devname; /* "separate" or "cuda" */
+static bool scale;          /* hybrid sharding and the quantized collectives (scale_cases) instead */
 static char dir[256];       /* checkpoints */
 
 /* Three units of awkward sizes (padding at every world size), the last one small. */
@@ -58,7 +60,7 @@ static void init_values(void *arg, int32_t param, int64_t first, int64_t count, 
 /* offload: 0 none, 1 cpu (with offload_param cpu at stage 3), 2 nvme (the optimizer state in swap files
  * under dir/nvme; offload_param cpu at stage 3 too) */
 static bool cfg_json(char *out, size_t len, const char *device, int stage, int offload, const char *dtype, int gas,
-                     bool prescale)
+                     bool prescale, const char *zextra)
 {
     char prec[160] = "", opt[400];
 
@@ -75,10 +77,10 @@ static bool cfg_json(char *out, size_t len, const char *device, int stage, int o
                     "\"gradient_clipping\": 0.05, \"prescale_gradients\": %s, %s"
                     "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}},"
                     "\"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1200, "
-                    "\"stage3_param_persistence_threshold\": 0, \"offload_optimizer\": %s%s},"
+                    "\"stage3_param_persistence_threshold\": 0, \"offload_optimizer\": %s%s%s},"
                     "\"zeroshard\": {\"device\": \"%s\"}}",
                     gas, prescale ? "true" : "false", prec, stage, opt,
-                    offload && stage == 3 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "",
+                    offload && stage == 3 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "", zextra,
                     !strcmp(device, "cuda") ? "cuda" : "cpu") < (int)len;
 }
 
@@ -308,22 +310,27 @@ static void check_device_comm(void)
         unsetenv("ZS_DEVICE_COMM");
 }
 
-static void one_case(int stage, int offload, const char *dtype, int gas, bool prescale)
+/* zextra: more zero_optimization keys (", \"key\": value"); tag: what they are, for the case's name */
+static void one_case(int stage, int offload, const char *dtype, int gas, bool prescale, const char *zextra,
+                     const char *tag)
 {
-    char json[1536], name[128], why[600] = "", dref[300], ddev[300];
+    char json[1536], name[160], why[600] = "", dref[300], ddev[300];
     uint64_t href = 0, hdev = 0, hx1 = 0, hx2 = 0;
     zs_status st;
+    static int ncase;
 
-    snprintf(name, sizeof(name), "stage %d offload %s %s gas %d%s", stage, offload == 2 ? "nvme" : offload ? "cpu" : "none", dtype, gas,
-             prescale ? " prescale" : "");
-    snprintf(dref, sizeof(dref), "%s/ref_s%d_o%d_%s", dir, stage, offload, dtype);
-    snprintf(ddev, sizeof(ddev), "%s/dev_s%d_o%d_%s", dir, stage, offload, dtype);
-    if (!cfg_json(json, sizeof(json), "cpu", stage, offload, dtype, gas, prescale))
+    snprintf(name, sizeof(name), "stage %d offload %s %s gas %d%s%s%s", stage,
+             offload == 2 ? "nvme" : offload ? "cpu" : "none", dtype, gas, prescale ? " prescale" : "", tag[0] ? " " : "",
+             tag);
+    ncase++; /* each case's checkpoints in folders of their own */
+    snprintf(dref, sizeof(dref), "%s/ref_%d", dir, ncase);
+    snprintf(ddev, sizeof(ddev), "%s/dev_%d", dir, ncase);
+    if (!cfg_json(json, sizeof(json), "cpu", stage, offload, dtype, gas, prescale, zextra))
         return zs_test_report(name, "config too long");
     st = session("cpu", json, NULL, 0, 4 * gas, dref, &href);
     if (st)
         snprintf(why, sizeof(why), "cpu run: %s", zs_last_error());
-    cfg_json(json, sizeof(json), devname, stage, offload, dtype, gas, prescale);
+    cfg_json(json, sizeof(json), devname, stage, offload, dtype, gas, prescale, zextra);
     if (!st && (st = session(devname, json, NULL, 0, 4 * gas, ddev, &hdev)))
         snprintf(why, sizeof(why), "%s run: %s", devname, zs_last_error());
     if (!st && href != hdev)
@@ -332,7 +339,7 @@ static void one_case(int stage, int offload, const char *dtype, int gas, bool pr
     /* crossed over: the CPU's checkpoint continued on the device, the device's on the CPU */
     if (!st && !why[0] && (st = session(devname, json, dref, 4 * gas, 2 * gas, NULL, &hx1)))
         snprintf(why, sizeof(why), "%s run from the cpu checkpoint: %s", devname, zs_last_error());
-    cfg_json(json, sizeof(json), "cpu", stage, offload, dtype, gas, prescale);
+    cfg_json(json, sizeof(json), "cpu", stage, offload, dtype, gas, prescale, zextra);
     if (!st && !why[0] && (st = session("cpu", json, ddev, 4 * gas, 2 * gas, NULL, &hx2)))
         snprintf(why, sizeof(why), "cpu run from the %s checkpoint: %s", devname, zs_last_error());
     if (!st && !why[0] && hx1 != hx2)
@@ -344,6 +351,26 @@ static void one_case(int stage, int offload, const char *dtype, int gas, bool pr
         zs_test_fail++;
 }
 
+/* Past one node, on the device against the CPU device: hybrid sharding (shard groups of half the ranks; its
+ * collectives host-staged) and ZeRO++'s quantized collectives (host-staged on the device, with the CPU's
+ * quantization), across the nodes ZS_FAKE_NODE_SIZE forces. The same bits, as every device path. */
+static void scale_cases(void)
+{
+    static const char *const qw = ", \"zero_quantized_weights\": true", *qg = ", \"zero_quantized_gradients\": true";
+    char hybrid[64], both[128];
+
+    snprintf(hybrid, sizeof(hybrid), ", \"mics_shard_size\": %d", world / 2);
+    snprintf(both, sizeof(both), "%s%s", qw, qg);
+    one_case(1, 0, "fp32", 1, false, hybrid, "hybrid");
+    one_case(2, 1, "bf16", 2, false, hybrid, "hybrid");
+    one_case(3, 0, "fp32", 2, false, hybrid, "hybrid");
+    one_case(3, 0, "fp16", 1, false, hybrid, "hybrid");
+    one_case(2, 0, "fp32", 2, false, qg, "quantized gradients");
+    one_case(3, 0, "fp32", 1, false, both, "quantized weights and gradients");
+    one_case(3, 1, "bf16", 2, false, both, "quantized weights and gradients");
+    one_case(3, 0, "fp16", 1, false, qw, "quantized weights");
+}
+
 int main(int argc, char **argv)
 {
     int provided;
@@ -352,9 +379,11 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     devname = argc > 1 ? argv[1] : "separate";
-    if (strcmp(devname, "separate") && strcmp(devname, "cuda")) {
+    scale = argc > 2 && !strcmp(argv[2], "scale");
+    if ((strcmp(devname, "separate") && strcmp(devname, "cuda")) || (argc > 2 && !scale) ||
+        (scale && (world < 2 || world % 2))) {
         if (rank == 0)
-            fprintf(stderr, "usage: test_devpath separate|cuda\n");
+            fprintf(stderr, "usage: test_devpath separate|cuda [scale (an even number of ranks)]\n");
         MPI_Finalize();
         return 2;
     }
@@ -381,14 +410,18 @@ int main(int argc, char **argv)
     }
     MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, MPI_COMM_WORLD);
     CHECK(dir[0], "mkdtemp");
-    if (dir[0])
-        check_refusals();
-    check_device_comm();
+    if (dir[0] && scale) {
+        scale_cases();
+    } else {
+        if (dir[0])
+            check_refusals();
+        check_device_comm();
+    }
     static const char *const dtypes[] = { "fp32", "bf16", "fp16" };
-    for (int stage = 0; dir[0] && stage <= 3; stage++)
+    for (int stage = 0; dir[0] && !scale && stage <= 3; stage++)
         for (int off = 0; off <= (stage > 0 ? 2 : 0); off++) /* offload needs stage 1-3 */
             for (int d = 0; d < 3; d++)
-                one_case(stage, off, dtypes[d], d == 1 ? 2 : 1, stage == 2 && d == 0);
+                one_case(stage, off, dtypes[d], d == 1 ? 2 : 1, stage == 2 && d == 0, "", "");
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0 && dir[0]) {
         char cmd[300];

@@ -110,12 +110,17 @@ step "NCCL transport np1" 30 gpu passed $MPIRUN 1 test_nccl
 step "engine oracle np1, device_comm nccl" 60 gpu passed env ZS_DEVICE_COMM=nccl $MPIRUN 1 -x ZS_DEVICE_COMM test_devpath cuda
 # The device arena, the pinned host pool (a refused pin tolerated) and the placement near the GPU
 step "device arena, pinned host pool" 30 gpu passed $MPIRUN 1 test_devmem cuda
+# The arena's zero-fill read back through copies: a block dirtied, given back and handed out again reads as zeros
+step "device arena zero-fill, read back" 30 gpu passed test_devmem fill
 # 2-4 ranks sharing the one GPU (NCCL refuses that): the host-staged transport, bit for bit
 step "comm kernels np2 = comm.c bits" 30 gpu passed $MPIRUN 2 test_comm_cuda
 step "host-staged collectives np2" 45 gpu passed $MPIRUN 2 test_staged cuda
 for n in 2 3 4; do
   step "engine oracle np$n (host-staged)" $((30 + 15 * n)) gpu passed env ZS_DEVICE_COMM=staged $MPIRUN $n -x ZS_DEVICE_COMM test_devpath cuda
 done
+# Past one node on the GPU: hybrid sharding (shard groups of 2) and the quantized collectives (host-staged, the CPU's
+# quantization) at 4 ranks in two forced nodes of 2, against the CPU device's params-hash
+step "engine oracle np4, hybrid and quantized" 90 gpu passed env ZS_FAKE_NODE_SIZE=2 $MPIRUN 4 -x ZS_FAKE_NODE_SIZE test_devpath cuda scale
 # The examples on the GPU against their CPU runs: the MLP bit for bit, the GPT to stated tolerances
 step "MLP --device cuda = CPU bits" 150 gpu passed bash tests/mlp_device.sh cuda zs-train-mlp
 step "GPT --device cuda follows its CPU run" 90 gpu passed bash tests/gpt_device.sh cuda zs-train-gpt tests/data/parity.txt

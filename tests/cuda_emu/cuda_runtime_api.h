@@ -17,7 +17,8 @@
  * device current when they were made: a kernel launched onto a stream of another device than the current one
  * fails (cudaErrorInvalidResourceHandle), as does recording an event on a stream of another device; copies
  * may go to any device's stream, as CUDA allows. Test knobs: ZS_CUDA_EMU_PIN_FAIL=1 makes cudaHostRegister
- * refuse (cudaErrorMemoryAllocation), as a GPU over the locked-memory limit does; ZS_CUDA_EMU_FAULT=K makes
+ * refuse (cudaErrorMemoryAllocation), as a GPU over the locked-memory limit does; ZS_CUDA_EMU_MALLOC_FAIL=BYTES
+ * makes every cudaMalloc of exactly BYTES refuse (cudaErrorMemoryAllocation); ZS_CUDA_EMU_FAULT=K makes
  * the K-th kernel launched fault when it runs: the launch succeeded, the next synchronizing call and every
  * call after return cudaErrorIllegalAddress (a broken context). Calls are serialized by one lock.  */
 #ifndef ZS_CUDA_EMU_RUNTIME_API_H

@@ -3,6 +3,7 @@
  * synchronizing wait for the device here too. */
 #include "emu_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 using namespace emu_rt;
@@ -77,12 +78,18 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes)
     return cudaSuccess;
 }
 
+/* ZS_CUDA_EMU_MALLOC_FAIL=BYTES (read at each call, so a test can set it on one rank only: this side of the
+ * emulator has no MPI) refuses every cudaMalloc of exactly BYTES, as a GPU whose memory another process holds. */
 cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     guard g;
+    const char *refuse = getenv("ZS_CUDA_EMU_MALLOC_FAIL");
     char *m;
 
     STICKY();
+    *p = nullptr;
+    if (refuse && *refuse && strtoull(refuse, nullptr, 10) == bytes)
+        return fail(cudaErrorMemoryAllocation, "cudaMalloc of %zu bytes refused (ZS_CUDA_EMU_MALLOC_FAIL)", bytes);
     m = (char *)malloc(bytes ? bytes : 1);
     *p = m;
     if (!m)

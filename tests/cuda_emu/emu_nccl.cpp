@@ -6,8 +6,12 @@
  * it: a stopped or dead peer hangs whoever synchronizes, and only ncclCommAbort ends the wait. MPI is called
  * from the thread that runs the queue, the one that synchronizes or queries (MPI_THREAD_FUNNELED suffices).
  * Data passes through buffers of the operation's own, so an aborted one never writes into freed memory.
- * Knob: ZS_CUDA_EMU_NCCL_FAULT=R:N makes world rank R's N-th operation fail asynchronously (ncclRemoteError
+ * Knobs: ZS_CUDA_EMU_NCCL_FAULT=R:N makes world rank R's N-th operation fail asynchronously (ncclRemoteError
  * from ncclCommGetAsyncError; the operation never completes), as a peer's or the network's failure does.
+ * ZS_CUDA_EMU_NCCL_ID_FAIL=R makes world rank R's ncclGetUniqueId fail (ncclSystemError), as it does where
+ * NCCL finds no usable network interface. ZS_CUDA_EMU_NCCL_OLD=1 hides ncclCommInitRankConfig, as NCCL older
+ * than 2.14 lacks it: the communicator is then a blocking one, whose set-up waits for every rank. Each is read
+ * at the call, so a test may set it late or on one rank only.
  * Limits: communicators are duplicated from MPI_COMM_WORLD (every world rank must make one), sum in fp32 only
  * for ncclReduceScatter (MPI's order: the `nccl` mode is not bit-exact on a GPU either). */
 #include "cuda_runtime.h"
@@ -58,6 +62,7 @@ std::vector<p2p> group_ops;
 cudaStream_t group_stream;
 bool group_bad;
 long long launched; /* operations this process has queued, for the fault knob */
+unsigned long long inits; /* communicators this process has begun to make (zs_emu_nccl_inits) */
 
 size_t type_size(ncclDataType_t t)
 {
@@ -176,8 +181,22 @@ ncclResult_t add_p2p(bool send, const void *buf, size_t count, ncclDataType_t t,
     return group_depth ? ncclSuccess : run_group();
 }
 
+/* Whether the knob `name`'s value is this process's world rank. */
+bool rank_knob(const char *name)
+{
+    const char *e = getenv(name);
+    int me = -1;
+
+    if (!e || !*e)
+        return false;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    return atoi(e) == me;
+}
+
 ncclResult_t emu_get_unique_id(ncclUniqueId *id)
 {
+    if (rank_knob("ZS_CUDA_EMU_NCCL_ID_FAIL"))
+        return ncclSystemError;
     memset(id, 0, sizeof(*id));
     snprintf(id->internal, sizeof(id->internal), "cuda_emu");
     return ncclSuccess;
@@ -190,6 +209,7 @@ ncclResult_t init(ncclComm_t *out, int n, int rank, bool blocking)
     int wr, ws;
 
     *out = nullptr;
+    inits++;
     MPI_Comm_rank(MPI_COMM_WORLD, &wr);
     MPI_Comm_size(MPI_COMM_WORLD, &ws);
     if (wr != rank || ws != n) {
@@ -320,6 +340,7 @@ const char *emu_error_string(ncclResult_t r)
     case ncclInvalidUsage: return "invalid usage (cuda_emu)";
     case ncclRemoteError: return "remote process exited or there was a network error (cuda_emu)";
     case ncclInProgress: return "NCCL operation in progress (cuda_emu)";
+    case ncclSystemError: return "unhandled system error (cuda_emu)";
     default: return "error (cuda_emu)";
     }
 }
@@ -334,6 +355,12 @@ bool enabled(void)
 int handle; /* what dlopen hands out */
 
 } // namespace
+
+/* For the tests: whether (and how often) the engine made an NCCL communicator. */
+extern "C" unsigned long long zs_emu_nccl_inits(void)
+{
+    return inits;
+}
 
 extern "C" void *zs_emu_nccl_open(const char *name)
 {
@@ -355,7 +382,9 @@ extern "C" void *zs_emu_nccl_sym(void *lib, const char *name)
         { "ncclCommGetAsyncError", (void *)emu_get_async_error }, { "ncclCommAbort", (void *)emu_comm_abort },
     };
 
-    if (lib != &handle)
+    const char *old = getenv("ZS_CUDA_EMU_NCCL_OLD");
+
+    if (lib != &handle || (old && !strcmp(old, "1") && !strcmp(name, "ncclCommInitRankConfig")))
         return nullptr;
     for (const auto &t : table)
         if (!strcmp(t.name, name))
