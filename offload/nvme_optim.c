@@ -39,7 +39,7 @@ struct zs_nvme_optim {
     } *ring;
     uint64_t clock;
     bool working;            /* the shards on disk are the working parameters (fp32), read at each fetch */
-    char desc[768];
+    char desc[1536];         /* room for the directory (512), the registration note (256) and the rest */
 };
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
