@@ -19,7 +19,7 @@ struct unit_view {
     float *p, *s1, *s2;
     void *work;
     int64_t p_base, p_count, w_base, w_count, s_base;
-    bool on_disk, p_disk; /* the state, and p, from the swap file */
+    bool on_disk, p_disk, w_disk; /* the state, p and work, from the swap file */
     /* a device the host cannot read in place: host copies of the arrays above that live there */
     struct { void *host, *dev; size_t bytes; } copy[5];
     int ncopy;

@@ -57,7 +57,7 @@ static zs_status view_stage(struct zs_ctx *ctx, const struct zs_unit *un, struct
     st = view_down(ctx, v, (void **)&v->p, v->p_disk ? false : v->work ? odev : pdev,
                    (size_t)v->p_count * sizeof(float));
     if (!st)
-        st = view_down(ctx, v, &v->work, pdev, (size_t)v->w_count * ctx->psz);
+        st = view_down(ctx, v, &v->work, pdev && !v->w_disk, (size_t)v->w_count * ctx->psz);
     if (!st)
         st = view_down(ctx, v, (void **)&v->s1, odev, sb);
     if (!st)
@@ -93,6 +93,7 @@ zs_status zs_ckpt_view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
     int64_t mine = zs_partition_begin(&un->part, ctx->shard_rank);
     bool s0 = ctx->cfg.zero.stage == 0;
     float *dp = NULL;
+    void *dw = NULL;
     zs_status st;
 
     memset(v, 0, sizeof(*v));
@@ -100,11 +101,12 @@ zs_status zs_ckpt_view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
     v->s1 = un->m;
     v->s2 = un->v;
     if (ctx->nvme) {
-        st = zs_nvme_unit_load(ctx->nvme, u, &dp, &v->s1, &v->s2);
+        st = zs_nvme_unit_load(ctx->nvme, u, &dp, &dw, &v->s1, &v->s2);
         if (st)
             return st;
         v->on_disk = true;
         v->p_disk = dp != NULL;
+        v->w_disk = dw != NULL;
     }
     v->w_base = un->sharded ? mine : 0;
     v->w_count = un->sharded ? un->part.shard : un->part.padded;
@@ -113,7 +115,7 @@ zs_status zs_ckpt_view_unit(struct zs_ctx *ctx, int32_t u, struct unit_view *v)
         v->p_base = v->w_base;
         v->p_count = v->w_count;
     } else {
-        v->work = un->sharded ? un->shard : un->full;
+        v->work = dw ? dw : un->sharded ? un->shard : un->full;
         v->p = dp ? dp : un->master;
         v->p_base = v->s_base;
         v->p_count = s0 ? un->part.padded : un->part.shard;

@@ -291,9 +291,6 @@ static int check_precision(parser *p, const struct zs_config *cfg)
     if (cfg->comm_dtype != cfg->param_dtype && cfg->zero.stage < 2)
         return zs_cfg_fail(p, "", "communication_data_type", "\"fp32\" with %s needs ZeRO stage 2 or 3 (stages 0-1 "
                            "reduce the %s gradient buffers in place)", sec, sec);
-    if (cfg->zero.offload_param.device == ZS_OFFLOAD_NVME)
-        zs_cfg_defer(p, "zero_optimization.offload_param", "device",
-                     "'nvme' parameter offload with %s is not implemented yet (fp32, or offload_param cpu)", sec);
     return 0;
 }
 

@@ -55,7 +55,7 @@ static enum zs_home offload_home(enum zs_offload_device d, enum zs_home otherwis
 
 /* Adam keeps m and v; SGD a momentum buffer when it has momentum; Lion m; Adagrad the squared sum. With the
  * optimizer on NVMe they (and the fp32 masters of 16-bit parameters) live in the swap file, and so does a
- * stage-3 shard with offload_param nvme, as fp32. */
+ * stage-3 shard with offload_param nvme, in the training dtype (with fp32 the shard is its own master). */
 int zs_plan_unit(const struct zs_plan *p, int64_t numel, bool frozen, struct zs_plan_unit *u)
 {
     int stage = p->pl.stage;
@@ -68,7 +68,7 @@ int zs_plan_unit(const struct zs_plan *p, int64_t numel, bool frozen, struct zs_
     opt = zs_plan_opt_elems(stage, &u->part);
     u->sharded = stage == 3 && numel >= p->persist;
     if (u->sharded && p->pl.param == ZS_OFFLOAD_NVME)
-        put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, ZS_HOME_NVME, u->part.shard, sizeof(float));
+        put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, ZS_HOME_NVME, u->part.shard, p->psz);
     else if (u->sharded)
         put(u, ZS_SLOT_PARAMS, ZS_MEM_PARAMS, offload_home(p->pl.param, ZS_HOME_DEV), u->part.shard, p->psz);
     else

@@ -30,8 +30,8 @@ void *zs_unit_grad_shard(struct zs_ctx *ctx, int32_t u)
     return zs_at(un->grad, zs_partition_begin(&un->part, ctx->shard_rank), ctx->psz); /* stage 0: the norm's part */
 }
 
-void zs_unit_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin, int64_t end,
-                    struct zs_optim_tensor *t)
+void zs_unit_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, void *disk_w, float *s1, float *s2, int64_t begin,
+                    int64_t end, struct zs_optim_tensor *t)
 {
     struct zs_unit *un = &ctx->units[u];
     int64_t n;
@@ -42,7 +42,7 @@ void zs_unit_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, flo
     if (ctx->pdt == ZS_DTYPE_FP32) {
         t->bufs.param = master + begin;
     } else { /* the kernel updates the fp32 master and writes its rounding to the working copy */
-        t->bufs.param = zs_at(zs_unit_working(ctx, u), begin, ctx->psz);
+        t->bufs.param = zs_at(disk_w ? disk_w : zs_unit_working(ctx, u), begin, ctx->psz);
         t->bufs.master = master + begin;
     }
     t->bufs.grad = zs_at(g, begin, zs_dtype_bytes(ctx->gdt));

@@ -55,9 +55,10 @@ void *zs_unit_working(struct zs_ctx *ctx, int32_t u);
 /* This rank's reduced gradient shard of unit u, ctx->gdt elements (valid after flush at a boundary). */
 void *zs_unit_grad_shard(struct zs_ctx *ctx, int32_t u);
 /* Elements [begin, end) of what this rank owns of unit u as one tensor of an optimizer launch; s1, s2 point at
- * the unit's element 0, disk_p at its fp32 masters when they were paged in from NVMe (else NULL). */
-void zs_unit_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin, int64_t end,
-                    struct zs_optim_tensor *t);
+ * the unit's element 0, disk_p at its fp32 masters and disk_w at its 16-bit working shard when they were paged
+ * in from NVMe (else NULL). */
+void zs_unit_tensor(struct zs_ctx *ctx, int32_t u, float *disk_p, void *disk_w, float *s1, float *s2, int64_t begin,
+                    int64_t end, struct zs_optim_tensor *t);
 /* What the optimizer steps with: each parameter group's scalars, and room for a unit split by group (as many
  * tensors as the unit with the most parameters has). */
 struct zs_optim_groups {

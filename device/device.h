@@ -51,6 +51,8 @@ struct zs_device_ops {
      * whether that work has finished (without waiting). */
     zs_status (*event_record)(struct zs_device *d, struct zs_dev_event *e, struct zs_dev_stream *s);
     zs_status (*event_query)(struct zs_device *d, struct zs_dev_event *e, bool *done);
+    /* Blocks the host until e's work has finished (only that, unlike stream_sync on a stream queued past it). */
+    zs_status (*event_sync)(struct zs_device *d, struct zs_dev_event *e);
     zs_status (*stream_wait)(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *e);
     /* Every tensor of l, on s; the arrays are device memory. */
     zs_status (*optim)(struct zs_device *d, const struct zs_optim_launch *l, struct zs_dev_stream *s);

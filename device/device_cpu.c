@@ -94,6 +94,11 @@ static zs_status cpu_event_query(struct zs_device *d, struct zs_dev_event *e, bo
     return ZS_OK;
 }
 
+static zs_status cpu_event_sync(struct zs_device *d, struct zs_dev_event *e)
+{
+    return ZS_OK;
+}
+
 struct optim_job {
     zs_optim_fn fn;
     const struct zs_optim_step *step;
@@ -172,8 +177,8 @@ const struct zs_device_ops zs_device_cpu_ops = {
     .name = "cpu", .count = cpu_count, .open = cpu_open, .close = cpu_close, .alloc = cpu_alloc, .free = cpu_free, .copy = cpu_copy,
     .stream_create = cpu_stream_create, .stream_free = cpu_stream_free, .stream_sync = cpu_stream_sync,
     .event_create = cpu_event_create, .event_free = cpu_event_free, .event_record = cpu_event_record,
-    .event_query = cpu_event_query, .stream_wait = cpu_stream_wait, .optim = cpu_optim, .zero = cpu_zero,
-    .accumulate = cpu_accumulate,
+    .event_query = cpu_event_query, .event_sync = cpu_event_sync, .stream_wait = cpu_stream_wait, .optim = cpu_optim,
+    .zero = cpu_zero, .accumulate = cpu_accumulate,
     .scale = cpu_scale, .convert = cpu_convert, .sumsq = cpu_sumsq, .host_register = cpu_host_register,
     .host_unregister = cpu_host_unregister,
 };
@@ -342,14 +347,19 @@ static zs_status sep_event_query(struct zs_device *d, struct zs_dev_event *h, bo
     return ZS_OK;
 }
 
-/* The waiting stream could only run later than the host does here: the event's work is run now. */
-static zs_status sep_stream_wait(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *h)
+static zs_status sep_event_sync(struct zs_device *d, struct zs_dev_event *h)
 {
     const struct sep_event *e = (const struct sep_event *)h;
 
     if (e->s)
         sep_run(e->s, e->at);
     return ZS_OK;
+}
+
+/* The waiting stream could only run later than the host does here: the event's work is run now. */
+static zs_status sep_stream_wait(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *h)
+{
+    return sep_event_sync(d, h);
 }
 
 static zs_status sep_enqueue(struct sep_stream *s, void *dst, const void *src, size_t bytes)
@@ -575,7 +585,7 @@ const struct zs_device_ops zs_device_separate_ops = {
     .alloc = sep_alloc, .free = sep_free, .copy = sep_copy, .stream_create = sep_stream_create,
     .stream_free = sep_stream_free, .stream_sync = sep_stream_sync, .event_create = sep_event_create,
     .event_free = sep_event_free, .event_record = sep_event_record, .event_query = sep_event_query,
-    .stream_wait = sep_stream_wait,
+    .event_sync = sep_event_sync, .stream_wait = sep_stream_wait,
     .optim = sep_optim, .zero = sep_zero, .accumulate = sep_accumulate, .scale = sep_scale, .convert = sep_convert,
     .sumsq = sep_sumsq, .host_register = sep_host_register, .host_unregister = sep_host_unregister,
     .pci_bus_id = sep_pci_bus_id,

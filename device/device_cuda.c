@@ -204,6 +204,15 @@ static zs_status cuda_event_query(struct zs_device *d, struct zs_dev_event *ev, 
     return e == cudaSuccess || e == cudaErrorNotReady ? ZS_OK : cuda_fail(e, "cudaEventQuery");
 }
 
+static zs_status cuda_event_sync(struct zs_device *d, struct zs_dev_event *ev)
+{
+    cudaError_t e;
+
+    CUDA_USE(d);
+    e = cudaEventSynchronize((cudaEvent_t)ev);
+    return e == cudaSuccess ? ZS_OK : cuda_fail(e, "cudaEventSynchronize");
+}
+
 static zs_status cuda_stream_wait(struct zs_device *d, struct zs_dev_stream *s, struct zs_dev_event *ev)
 {
     cudaError_t e;
@@ -292,7 +301,8 @@ const struct zs_device_ops zs_device_cuda_ops = {
     .name = "cuda", .count = cuda_count, .open = cuda_open, .close = cuda_close, .alloc = cuda_alloc,
     .free = cuda_free, .copy = cuda_copy, .stream_create = cuda_stream_create, .stream_free = cuda_stream_free,
     .stream_sync = cuda_stream_sync, .event_create = cuda_event_create, .event_free = cuda_event_free,
-    .event_record = cuda_event_record, .event_query = cuda_event_query, .stream_wait = cuda_stream_wait,
+    .event_record = cuda_event_record, .event_query = cuda_event_query, .event_sync = cuda_event_sync,
+    .stream_wait = cuda_stream_wait,
     .optim = cuda_optim, .zero = cuda_zero,
     .accumulate = cuda_accumulate, .scale = cuda_scale, .convert = cuda_convert, .sumsq = cuda_sumsq,
     .host_register = cuda_host_register, .host_unregister = cuda_host_unregister, .pci_bus_id = cuda_pci_bus_id,

@@ -7,7 +7,8 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "core/ctx.h"
+#include "kernels/convert.h" /* defines: zs_cvt_from_f32 */
+#include "core/ctx.h" /* defines: struct zs_ctx (its device: the shards' uploads) */
 #include "core/units.h"
 #include "nvme_optim.h"
 #include "swap.h"
@@ -23,8 +24,10 @@ struct zs_nvme_optim {
     uint64_t *unit_off;      /* a unit's state region in the file */
     uint64_t *group_off, *group_bytes;
     uint64_t *unit_state;    /* bytes of one state array of unit u, 4096-aligned */
-    uint64_t *unit_param;    /* bytes of unit u's parameter shard at the head of its region (0: kept in
-                              * memory), block-aligned so a fetch reads whole checksummed blocks */
+    uint64_t *unit_param;    /* bytes of unit u's fp32 masters at the head of its region (the parameter shard
+                              * itself with fp32 and offload_param nvme; 0: kept in memory), block-aligned so a
+                              * fetch reads whole checksummed blocks */
+    uint64_t *unit_work;     /* bytes of its 16-bit working shard after them (offload_param nvme), block-aligned */
     size_t slot_bytes;
     char *slot[ZS_SLOTS];
     uint64_t file_bytes;
@@ -36,10 +39,16 @@ struct zs_nvme_optim {
         int32_t unit;        /* -1: free */
         uint64_t ticket;     /* the read in flight, 0 once waited for */
         uint64_t age;
+        struct zs_dev_event *up; /* its last upload (dev set) */
+        bool uploading;      /* that upload may still read buf: no read lands in it before it is done */
     } *ring;
+    /* A device the host cannot read in place: a fetch uploads the shard from its buffer instead of copying it
+     * (NULL on the CPU, where the gathered unit is host memory). */
+    struct zs_device *dev;
     uint64_t clock;
-    bool working;            /* the shards on disk are the working parameters (fp32), read at each fetch */
-    char desc[768];
+    bool working;            /* the shards on disk are the working parameters, read at each fetch */
+    zs_dtype pdt;            /* theirs */
+    char desc[1536];         /* room for the directory (512), the registration note (256) and the rest */
 };
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
@@ -53,8 +62,24 @@ static bool params_on_disk(const struct zs_ctx *ctx)
  * masters of 16-bit parameters, which stay with the optimizer state they are updated with. */
 static bool master_on_disk(const struct zs_ctx *ctx, const struct zs_unit *un)
 {
-    return (params_on_disk(ctx) && zs_unit_is_sharded(ctx, un)) ||
-           (ctx->cfg.param_dtype != ZS_DTYPE_FP32 && !un->frozen); /* a frozen unit has no masters */
+    bool fp32 = ctx->cfg.param_dtype == ZS_DTYPE_FP32;
+
+    return (fp32 && params_on_disk(ctx) && zs_unit_is_sharded(ctx, un)) ||
+           (!fp32 && !un->frozen); /* a frozen unit has no masters */
+}
+
+/* A 16-bit working shard in the swap file after the masters (offload_param nvme): what a fetch reads, and what
+ * the step's kernel writes the rounding of the updated masters into, in the same slot. */
+static bool work_on_disk(const struct zs_ctx *ctx, const struct zs_unit *un)
+{
+    return ctx->cfg.param_dtype != ZS_DTYPE_FP32 && params_on_disk(ctx) && zs_unit_is_sharded(ctx, un);
+}
+
+/* Where in unit u's region a fetch reads the working shard, and how many bytes (0: not on disk). */
+static uint64_t fetch_bytes(const struct zs_nvme_optim *n, int32_t u, uint64_t *at)
+{
+    *at = n->unit_work[u] ? n->unit_param[u] : 0;
+    return !n->working ? 0 : n->unit_work[u] ? n->unit_work[u] : n->pdt == ZS_DTYPE_FP32 ? n->unit_param[u] : 0;
 }
 
 zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, size_t *pool_bytes)
@@ -72,19 +97,25 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
     n->group_off = calloc((size_t)ctx->nunits, sizeof(uint64_t));
     n->group_bytes = calloc((size_t)ctx->nunits, sizeof(uint64_t));
     n->unit_param = calloc((size_t)ctx->nunits, sizeof(uint64_t));
-    if (!n->first || !n->unit_off || !n->unit_state || !n->group_off || !n->group_bytes || !n->unit_param) {
+    n->unit_work = calloc((size_t)ctx->nunits, sizeof(uint64_t));
+    if (!n->first || !n->unit_off || !n->unit_state || !n->group_off || !n->group_bytes || !n->unit_param ||
+        !n->unit_work) {
         zs_nvme_optim_close(n, ctx->rank, true);
         return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
     }
     /* Units join the current sub-group while it stays within sub_group_size elements (0: one unit each);
      * a unit larger than that is a sub-group of its own. Regions are block-aligned for the checksums.
-     * With offload_param nvme a sharded unit's region starts with its parameter shard. */
+     * With offload_param nvme a sharded unit's region starts with its parameter shard (fp32), or its masters
+     * and then its 16-bit shard. */
     for (int32_t u = 0; u < ctx->nunits; u++) {
         int64_t sh = ctx->units[u].part.shard;
         if (master_on_disk(ctx, &ctx->units[u]))
             n->unit_param[u] = align_up((uint64_t)sh * 4, block);
+        if (work_on_disk(ctx, &ctx->units[u]))
+            n->unit_work[u] = align_up((uint64_t)sh * zs_dtype_bytes(ctx->cfg.param_dtype), block);
         int arrays = ctx->units[u].frozen ? 0 : k; /* a frozen unit has no optimizer state */
-        uint64_t region = n->unit_param[u] + align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)arrays, block);
+        uint64_t region = n->unit_param[u] + n->unit_work[u] +
+                          align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)arrays, block);
         bool counts = region || !ctx->units[u].frozen; /* a frozen unit with nothing in the file does not */
         if (u == 0 || (counts && group_elems + (uint64_t)sh > (uint64_t)limit)) {
             n->first[n->ngroups] = u;
@@ -102,9 +133,12 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
     n->file_bytes = off;
     for (int32_t g = 0; g < n->ngroups; g++)
         n->slot_bytes = n->group_bytes[g] > n->slot_bytes ? n->group_bytes[g] : n->slot_bytes;
-    for (int32_t u = 0; u < ctx->nunits; u++)
-        n->ring_bytes = n->unit_param[u] > n->ring_bytes ? n->unit_param[u] : n->ring_bytes;
     n->working = params_on_disk(ctx);
+    n->pdt = ctx->cfg.param_dtype;
+    for (int32_t u = 0; u < ctx->nunits; u++) {
+        uint64_t at, b = fetch_bytes(n, u, &at);
+        n->ring_bytes = b > n->ring_bytes ? b : n->ring_bytes;
+    }
     if (n->ring_bytes && n->working) {
         n->nring = (int32_t)ctx->cfg.zero.offload_param.buffer_count;
         n->ring = calloc((size_t)n->nring, sizeof(*n->ring));
@@ -176,6 +210,16 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
         n->ring[i].buf = slots + ZS_SLOTS * n->slot_bytes + (size_t)i * n->ring_bytes;
         n->ring[i].unit = -1;
     }
+    if (!ctx->dev.host_access && n->nring) {
+        n->dev = &ctx->dev;
+        for (int32_t i = 0; i < n->nring; i++) {
+            zs_status st = n->dev->ops->event_create(n->dev, &n->ring[i].up);
+            if (st) {
+                zs_error_prefix("zs_setup: offload_param nvme, the uploads' events");
+                return st;
+            }
+        }
+    }
     rc = zs_swap_dir_create(o->nvme_path, ctx->rank, n->dir, sizeof(n->dir), &stale, err, sizeof(err));
     if (rc)
         return zs_fail(ZS_ERR_IO, "zero_optimization.offload_optimizer.nvme_path: %s", err);
@@ -218,6 +262,10 @@ bool zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet)
     free(n->group_off);
     free(n->group_bytes);
     free(n->unit_param);
+    free(n->unit_work);
+    for (int32_t i = 0; n->dev && n->ring && i < n->nring; i++)
+        if (n->ring[i].up) /* an upload still queued finishes first: CUDA frees a pending event once it is done */
+            n->dev->ops->event_free(n->dev, n->ring[i].up);
     free(n->ring);
     free(n);
     return held;
@@ -235,10 +283,10 @@ uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n)
 
 uint64_t zs_nvme_optim_param_bytes(const struct zs_nvme_optim *n, int32_t nunits)
 {
-    uint64_t b = 0;
+    uint64_t b = 0, at;
 
-    for (int32_t u = 0; n && n->working && u < nunits; u++)
-        b += n->unit_param[u];
+    for (int32_t u = 0; n && u < nunits; u++)
+        b += fetch_bytes(n, u, &at);
     return b;
 }
 
@@ -261,6 +309,17 @@ static void group_at(void *arg, int32_t g, uint64_t *off, size_t *bytes)
     *bytes = j->n->group_bytes[g];
 }
 
+/* Unit u's arrays in its region paged in at `region`: masters (NULL unless on disk), 16-bit working shard
+ * (NULL unless on disk), then the optimizer's state. */
+static void unit_arrays(const struct zs_nvme_optim *n, int32_t u, char *region, float **p, void **w, float **s1,
+                        float **s2)
+{
+    *p = n->unit_param[u] ? (float *)region : NULL;
+    *w = n->unit_work[u] ? region + n->unit_param[u] : NULL;
+    *s1 = (float *)(region + n->unit_param[u] + n->unit_work[u]);
+    *s2 = (float *)((char *)*s1 + n->unit_state[u]);
+}
+
 /* The kernel over one sub-group in its slot, in chunks with a look at the disk between them. Returns a
  * zs_status (positive) to stop the pipeline. */
 static int run_group(void *arg, int32_t g, char *base)
@@ -269,13 +328,12 @@ static int run_group(void *arg, int32_t g, char *base)
     struct zs_nvme_optim *n = j->n;
 
     for (int32_t u = n->first[g]; u < n->first[g + 1]; u++) {
-        char *region = base + (n->unit_off[u] - n->group_off[g]);
-        float *p = n->unit_param[u] ? (float *)region : NULL;
-        float *s1 = (float *)(region + n->unit_param[u]);
-        float *s2 = (float *)((char *)s1 + n->unit_state[u]);
+        float *p, *s1, *s2;
+        void *w;
+        unit_arrays(n, u, base + (n->unit_off[u] - n->group_off[g]), &p, &w, &s1, &s2);
         int64_t len = j->ctx->units[u].frozen ? 0 : j->ctx->units[u].part.shard;
         for (int64_t b = 0; b < len; b += ZS_STEP_CHUNK) {
-            j->fn(j->ctx, u, p, s1, s2, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, j->arg);
+            j->fn(j->ctx, u, p, w, s1, s2, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, j->arg);
             int rc = zs_swap_progress(n->swap);
             if (rc)
                 return io_fail(n, rc, "optimizer step");
@@ -310,7 +368,7 @@ static int32_t unit_count(const struct zs_nvme_optim *n)
     return n->first[n->ngroups];
 }
 
-zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, float **s1, float **s2)
+zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, void **w, float **s1, float **s2)
 {
     uint64_t t;
     zs_status st = zs_nvme_param_drop(n);
@@ -318,9 +376,7 @@ zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, float
 
     if (st)
         return st;
-    *p = n->unit_param[u] ? (float *)n->slot[0] : NULL;
-    *s1 = (float *)(n->slot[0] + n->unit_param[u]);
-    *s2 = (float *)((char *)*s1 + n->unit_state[u]);
+    unit_arrays(n, u, n->slot[0], p, w, s1, s2);
     if (!unit_region(n, u, unit_count(n))) /* a frozen unit with nothing in the file */
         return ZS_OK;
     rc = zs_swap_read(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u, unit_count(n)), &t);
@@ -375,6 +431,29 @@ zs_status zs_nvme_param_drop(struct zs_nvme_optim *n)
     return st;
 }
 
+/* Whether b may be read into: its last upload to the device is done (wait: waited for first, which waits
+ * for what its stream held before it, not for anything queued after). */
+static zs_status ring_idle(struct zs_nvme_optim *n, struct ring_buf *b, bool wait, bool *idle)
+{
+    zs_status st;
+
+    *idle = !b->uploading;
+    if (*idle)
+        return ZS_OK;
+    if (wait) {
+        st = n->dev->ops->event_sync(n->dev, b->up);
+        *idle = !st;
+    } else {
+        st = n->dev->ops->event_query(n->dev, b->up, idle);
+    }
+    if (st) {
+        zs_error_prefix("offload: waiting for the upload of a parameter shard");
+        return st;
+    }
+    b->uploading = !*idle;
+    return ZS_OK;
+}
+
 static struct ring_buf *ring_find(struct zs_nvme_optim *n, int32_t u)
 {
     for (int32_t i = 0; i < n->nring; i++)
@@ -383,20 +462,33 @@ static struct ring_buf *ring_find(struct zs_nvme_optim *n, int32_t u)
     return NULL;
 }
 
-/* A free buffer, or (evict = true) the oldest one, settled first. NULL when none is free and !evict. */
+/* A free buffer whose last upload is done, or (evict = true) one made free: a buffer still uploading, waited
+ * for (rather than dropping a shard read ahead, which its fetch would then read again), else the oldest read
+ * ahead, settled and dropped. NULL when none is free and !evict. */
 static struct ring_buf *ring_take(struct zs_nvme_optim *n, bool evict, zs_status *st)
 {
-    struct ring_buf *old = NULL;
+    struct ring_buf *old = NULL, *busy = NULL;
+    bool idle;
 
     *st = ZS_OK;
     for (int32_t i = 0; i < n->nring; i++) {
-        if (n->ring[i].unit < 0)
-            return &n->ring[i];
-        if (!old || n->ring[i].age < old->age)
-            old = &n->ring[i];
+        struct ring_buf *b = &n->ring[i];
+        if (b->unit >= 0) { /* holds a read ahead: never uploading, that comes after its fetch took it */
+            old = !old || b->age < old->age ? b : old;
+            continue;
+        }
+        if ((*st = ring_idle(n, b, false, &idle)))
+            return NULL;
+        if (idle)
+            return b;
+        busy = busy ? busy : b;
     }
-    if (!evict || !old)
+    if (!evict || (!busy && !old))
         return NULL;
+    if (busy) {
+        *st = ring_idle(n, busy, true, &idle);
+        return *st ? NULL : busy;
+    }
     *st = ring_settle(n, old, "reading a parameter shard ahead");
     old->unit = -1;
     return *st ? NULL : old;
@@ -404,7 +496,8 @@ static struct ring_buf *ring_take(struct zs_nvme_optim *n, bool evict, zs_status
 
 static zs_status ring_issue(struct zs_nvme_optim *n, struct ring_buf *b, int32_t u)
 {
-    int rc = zs_swap_read(n->swap, n->unit_off[u], b->buf, n->unit_param[u], &b->ticket);
+    uint64_t at, bytes = fetch_bytes(n, u, &at);
+    int rc = zs_swap_read(n->swap, n->unit_off[u] + at, b->buf, bytes, &b->ticket);
 
     if (rc) {
         b->ticket = 0;
@@ -415,14 +508,16 @@ static zs_status ring_issue(struct zs_nvme_optim *n, struct ring_buf *b, int32_t
     return ZS_OK;
 }
 
-bool zs_nvme_master_on_disk(const struct zs_nvme_optim *n, int32_t u)
+bool zs_nvme_params_in_file(const struct zs_nvme_optim *n, int32_t u)
 {
-    return n && n->unit_param[u] != 0;
+    return n && n->unit_param[u] + n->unit_work[u] != 0;
 }
 
 bool zs_nvme_param_on_disk(const struct zs_nvme_optim *n, int32_t u)
 {
-    return n && n->working && n->unit_param[u] != 0;
+    uint64_t at;
+
+    return n && fetch_bytes(n, u, &at) != 0;
 }
 
 zs_status zs_nvme_param_ahead(struct zs_nvme_optim *n, int32_t u, bool *queued)
@@ -441,7 +536,26 @@ zs_status zs_nvme_param_ahead(struct zs_nvme_optim *n, int32_t u, bool *queued)
     return st;
 }
 
-zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, float *dst, int64_t count)
+/* b's shard up to dst (device memory) on s, the stream that reads dst next: behind what s holds, so it cannot
+ * land in a gathered block while s still reads the unit that had the block before, and before what s is given
+ * next (the gather). Asynchronous: b stays busy until its event says the copy is done. */
+static zs_status ring_upload(struct zs_nvme_optim *n, struct ring_buf *b, void *dst, size_t bytes,
+                             struct zs_dev_stream *s)
+{
+    struct zs_device *d = n->dev;
+    zs_status st = d->ops->copy(d, dst, b->buf, bytes, ZS_COPY_H2D, s);
+
+    if (!st)
+        st = d->ops->event_record(d, b->up, s);
+    if (st) {
+        zs_error_prefix("offload: uploading a parameter shard");
+        return st;
+    }
+    b->uploading = true;
+    return ZS_OK;
+}
+
+zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, void *dst, size_t bytes, struct zs_dev_stream *s)
 {
     struct ring_buf *b = ring_find(n, u);
     zs_status st = ZS_OK;
@@ -452,10 +566,12 @@ zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, float *dst, int
             return st ? st : zs_fail(ZS_ERR_INVALID, "offload: no parameter read-ahead buffer");
         st = ring_issue(n, b, u);
     }
-    if (!st)
+    if (!st) /* the host's one wait: the data from the disk, which the copy below reads */
         st = ring_settle(n, b, "reading a parameter shard");
-    if (!st)
-        memcpy(dst, b->buf, (size_t)count * sizeof(float));
+    if (!st && n->dev)
+        st = ring_upload(n, b, dst, bytes, s);
+    else if (!st)
+        memcpy(dst, b->buf, bytes);
     b->unit = -1;
     return st;
 }
@@ -463,15 +579,19 @@ zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, float *dst, int
 zs_status zs_nvme_param_write(struct zs_nvme_optim *n, int32_t u, const float *src, int64_t count)
 {
     char *buf = n->slot[0]; /* outside a step the slots are free */
+    size_t head = n->unit_param[u] + n->unit_work[u];
     zs_status st = zs_nvme_param_drop(n);
     uint64_t t;
     int rc;
 
     if (st)
         return st;
-    memcpy(buf, src, (size_t)count * sizeof(float));
-    memset(buf + (size_t)count * sizeof(float), 0, n->unit_param[u] - (size_t)count * sizeof(float));
-    rc = zs_swap_write(n->swap, n->unit_off[u], buf, n->unit_param[u], &t);
+    memset(buf, 0, head);
+    if (n->unit_param[u])
+        memcpy(buf, src, (size_t)count * sizeof(float));
+    if (n->unit_work[u]) /* rounded as set-up rounds the working copy in memory */
+        zs_cvt_from_f32(buf + n->unit_param[u], (int)n->pdt, src, count);
+    rc = zs_swap_write(n->swap, n->unit_off[u], buf, head, &t);
     if (!rc)
         rc = zs_swap_wait(n->swap, t);
     return rc ? io_fail(n, rc, "writing a parameter shard") : ZS_OK;

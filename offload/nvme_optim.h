@@ -12,6 +12,7 @@
 
 struct zs_ctx;
 struct zs_nvme_optim;
+struct zs_dev_stream;
 
 /* Lays out the file and the sub-groups; *pool_bytes is the host memory it needs: three slots, and with
  * offload_param nvme the parameter read-ahead buffers. */
@@ -28,27 +29,31 @@ uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n); /* 0 when n is
 uint64_t zs_nvme_optim_param_bytes(const struct zs_nvme_optim *n, int32_t nunits);
 
 /* Runs fn over every unit's owned elements [begin, end), in chunks, with its state paged in (s1, s2 point
- * at the unit's element 0; p at its fp32 masters when those live on disk too, else NULL), pipelined
- * with the I/O. */
-typedef void (*zs_unit_state_fn)(struct zs_ctx *ctx, int32_t unit, float *p, float *s1, float *s2, int64_t begin,
-                                 int64_t end, void *arg);
+ * at the unit's element 0; p at its fp32 masters when those live on disk too, w at its 16-bit working shard
+ * when that does (offload_param nvme), else NULL), pipelined with the I/O. */
+typedef void (*zs_unit_state_fn)(struct zs_ctx *ctx, int32_t unit, float *p, void *w, float *s1, float *s2,
+                                 int64_t begin, int64_t end, void *arg);
 zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_unit_state_fn fn, void *arg);
 
-/* A unit's region starts with this rank's fp32 masters when they live on disk: the parameter shard
- * itself (stage 3, offload_param nvme, fp32) or the masters of 16-bit parameters. Whether unit u's
- * masters are on disk, and whether they are the working parameters a fetch reads (false when n is NULL). */
-bool zs_nvme_master_on_disk(const struct zs_nvme_optim *n, int32_t u);
+/* A unit's region starts with this rank's parameter values when they live on disk: its fp32 masters (the
+ * parameter shard itself with fp32 and offload_param nvme, or the masters of 16-bit parameters), then with
+ * 16-bit parameters and offload_param nvme the working shard. Whether unit u's region holds any, and whether
+ * it holds the working parameters a fetch reads (false when n is NULL). */
+bool zs_nvme_params_in_file(const struct zs_nvme_optim *n, int32_t u);
 bool zs_nvme_param_on_disk(const struct zs_nvme_optim *n, int32_t u);
 /* Queues a read of u's shard into a free read-ahead buffer (nothing when none is free or it is already
  * there); *queued tells whether a read was issued. */
 zs_status zs_nvme_param_ahead(struct zs_nvme_optim *n, int32_t u, bool *queued);
-/* Copies u's shard (count elements) to dst, from its read-ahead buffer or by reading it now. */
-zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, float *dst, int64_t count);
-/* Writes u's shard (initial values at set-up). */
+/* u's shard (bytes) into dst, from its read-ahead buffer or by reading it now: on the CPU copied before the
+ * return; on a device the host cannot read in place (dst device memory) uploaded asynchronously on s, the
+ * stream that reads dst next, after the host waited only for the read. */
+zs_status zs_nvme_param_read(struct zs_nvme_optim *n, int32_t u, void *dst, size_t bytes, struct zs_dev_stream *s);
+/* Writes u's shard (count fp32 initial values at set-up): the masters, and the working shard rounded. */
 zs_status zs_nvme_param_write(struct zs_nvme_optim *n, int32_t u, const float *src, int64_t count);
-/* Outside a step: reads unit u's whole region into the first slot; *p (NULL unless the parameter shard is
- * on disk), *s1, *s2 point into it (shard-local element 0). zs_nvme_unit_store writes it back. */
-zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, float **s1, float **s2);
+/* Outside a step: reads unit u's whole region into the first slot; *p (NULL unless the masters are on disk),
+ * *w (NULL unless the 16-bit working shard is), *s1, *s2 point into it (shard-local element 0).
+ * zs_nvme_unit_store writes it back. */
+zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, void **w, float **s1, float **s2);
 zs_status zs_nvme_unit_store(struct zs_nvme_optim *n, int32_t u);
 /* Waits for every read ahead and forgets them (before the step rewrites the shards). */
 zs_status zs_nvme_param_drop(struct zs_nvme_optim *n);

@@ -13,9 +13,11 @@
 /* The optimizer state on NVMe from a device the host cannot read in place: one slice of unit u, its state
  * paged into the swapper's slot (nvme_optim.c's pipeline). The slice's parameters come down into pinned slot
  * k % 2 once that slot's last copy up is done, the CPU kernels step them with the gradients that came down
- * during backward, and they go up on the other copy stream while the next slice comes down. */
-static void optim_paged_dev(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
-                            int64_t end, void *arg)
+ * during backward, and they go up on the other copy stream while the next slice comes down. A stage-3 shard
+ * that lives off the device (offload_param cpu, or nvme: paged into the slot with its state and written back
+ * to the swap file with it, for the next fetch to read) is stepped where it is, with nothing to copy. */
+static void optim_paged_dev(struct zs_ctx *ctx, int32_t u, float *disk_p, void *disk_w, float *s1, float *s2,
+                            int64_t begin, int64_t end, void *arg)
 {
     const struct zs_optim_groups *gr = arg;
     struct zs_device *d = &ctx->dev;
@@ -29,10 +31,10 @@ static void optim_paged_dev(struct zs_ctx *ctx, int32_t u, float *disk_p, float 
 
     if (o->st)
         return;
-    zs_unit_tensor(ctx, u, disk_p, s1, s2, begin, end, &t);
+    zs_unit_tensor(ctx, u, disk_p, disk_w, s1, s2, begin, end, &t);
     t.bufs.grad = zs_at(zs_offdev_grads(ctx, u), begin, zs_dtype_bytes(ctx->gdt));
     param = t.bufs.param;
-    if (!zs_params_on_host(ctx, &ctx->units[u])) /* else a stage-3 shard with offload_param cpu: stepped in place */
+    if (!zs_params_on_host(ctx, &ctx->units[u]) && !zs_nvme_param_on_disk(ctx->nvme, u))
         t.bufs.param = zs_offdev_slot(ctx, k);
     l = zs_unit_launch(ctx, &gr->steps[0], gr->t, zs_unit_split(ctx, u, &t, begin, gr->steps, gr->t));
     if (t.bufs.param == param) {
@@ -67,7 +69,7 @@ static zs_status params_down(struct zs_ctx *ctx, int32_t u, int32_t k)
     zs_status st;
 
     zs_unit_master(ctx, u, &n);
-    zs_unit_tensor(ctx, u, NULL, NULL, NULL, 0, n, &t);
+    zs_unit_tensor(ctx, u, NULL, NULL, NULL, NULL, 0, n, &t);
     st = d->ops->stream_wait(d, ctx->off->down, ctx->off->ev_up[k & 1]);
     return st ? st : d->ops->copy(d, zs_offdev_slot(ctx, k), t.bufs.param, (size_t)n * ctx->psz, ZS_COPY_D2H,
                                   ctx->off->down);
@@ -134,7 +136,7 @@ zs_status zs_offload_step_from_device(struct zs_ctx *ctx, const struct zs_optim_
         zs_unit_master(ctx, v, &n);
         if (!n || un->frozen)
             continue;
-        zs_unit_tensor(ctx, v, NULL, un->m, un->v, 0, n, &t);
+        zs_unit_tensor(ctx, v, NULL, NULL, un->m, un->v, 0, n, &t);
         void *param = t.bufs.param;
         st = d->ops->stream_sync(d, o->down); /* this unit's parameters, and every gradient */
         if (!st && staged) {

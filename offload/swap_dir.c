@@ -151,11 +151,11 @@ static int owner_field(char *line, struct owner *o, unsigned *seen)
     if (!strcmp(key, "host")) {
         snprintf(o->host, sizeof(o->host), "%s", val);
         *seen |= 1;
-    } else if (!strcmp(key, "boot") && strlen(val) < sizeof(o->boot)) {
-        snprintf(o->boot, sizeof(o->boot), "%s", val);
+    } else if (!strcmp(key, "boot") && strlen(val) < sizeof(o->boot)) { /* fits, with its NUL */
+        memcpy(o->boot, val, strlen(val) + 1);
         *seen |= 2;
     } else if (!strcmp(key, "pidns") && strlen(val) < sizeof(o->pidns)) {
-        snprintf(o->pidns, sizeof(o->pidns), "%s", val);
+        memcpy(o->pidns, val, strlen(val) + 1);
         *seen |= 4;
     } else if (!strcmp(key, "pid") && sscanf(val, "%ld%c", &o->pid, &extra) == 1 && o->pid > 0) {
         *seen |= 8;

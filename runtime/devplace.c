@@ -69,7 +69,7 @@ zs_status zs_dev_place(struct zs_ctx *ctx)
         char what[96], node[32] = "";
         if (numa >= 0)
             snprintf(node, sizeof(node), ", NUMA node %d", numa);
-        snprintf(what, sizeof(what), "%s %d (PCI %s%s)", d->kind == ZS_DEV_CUDA ? "GPU" : "device", d->ordinal, bus,
+        snprintf(what, sizeof(what), "%s %d (PCI %.32s%s)", d->kind == ZS_DEV_CUDA ? "GPU" : "device", d->ordinal, bus,
                  node);
         rc = zs_pool_place(ctx->pool, set, index, count, what);
         if (rc)

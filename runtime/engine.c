@@ -226,16 +226,10 @@ static zs_status start_mpi(struct zs_ctx *ctx, const zs_init_opts *o)
 /* What the engine does not yet do on a device the host cannot reach, refused by name. */
 static zs_status device_limits(struct zs_ctx *ctx)
 {
-    /* offload_param nvme: the stage-3 fetch reads the shard from the swap file into the unit's buffer and the
-     * step's parameters are the paged-in fp32 shard, both host memory (sharding/fetch.c, nvme_optim.c) */
-    const char *what = ctx->cfg.zs.deterministic ? "zeroshard.deterministic"
-                       : zs_offload_params_on_nvme(ctx) ? "zero_optimization.offload_param.device \"nvme\""
-                                                        : NULL;
-
-    if (ctx->dev.host_access || !what)
+    if (ctx->dev.host_access || !ctx->cfg.zs.deterministic)
         return ZS_OK;
-    return zs_fail(ZS_ERR_UNSUPPORTED, "%s with zeroshard.device \"%s\" (%s): not implemented on a device the host "
-                   "cannot read in place", what, ctx->cfg.zs.device, ctx->dev.ops->name);
+    return zs_fail(ZS_ERR_UNSUPPORTED, "zeroshard.deterministic with zeroshard.device \"%s\" (%s): not implemented "
+                   "on a device the host cannot read in place", ctx->cfg.zs.device, ctx->dev.ops->name);
 }
 
 /* The device: the CPU unless zeroshard.device asks for the GPU, which is refused by name where this library

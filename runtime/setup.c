@@ -136,7 +136,8 @@ static bool has_init_arrays(const struct zs_ctx *ctx, const struct zs_unit *un)
 
 /* The fp32 values of what this rank stores of a unit (vals, `n` elements from unit element `begin`) go
  * to the working parameters (rounded when 16-bit), and to the fp32 masters: in memory, or in the swap
- * file with the shard (NVMe parameters, or 16-bit masters with the optimizer on NVMe). */
+ * file with the shard (NVMe parameters, 16-bit ones with their masters, or 16-bit masters with the optimizer
+ * on NVMe). */
 static zs_status place_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u, const float *vals, int64_t begin)
 {
     int64_t mine = zs_partition_begin(&un->part, ctx->shard_rank), sh = un->part.shard;
@@ -162,7 +163,7 @@ static zs_status place_values(struct zs_ctx *ctx, struct zs_unit *un, int32_t u,
                          (size_t)mcount * sizeof(float));
     if (st)
         return st;
-    if (zs_nvme_master_on_disk(ctx->nvme, u))
+    if (zs_nvme_params_in_file(ctx->nvme, u))
         return zs_nvme_param_write(ctx->nvme, u, vals + (mine - begin), sh);
     return ZS_OK;
 }

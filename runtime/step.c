@@ -176,15 +176,15 @@ static void step_scalars(const struct zs_ctx *ctx, const zs_group_opts *v, doubl
 
 /* A sub-group's slice of one unit, its state paged in from NVMe: a launch of its groups' pieces. A failure
  * can only be a kernel missing, which set-up already ruled out (choose_kernel). */
-static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, float *s1, float *s2, int64_t begin,
-                        int64_t end, void *arg)
+static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, void *disk_w, float *s1, float *s2,
+                        int64_t begin, int64_t end, void *arg)
 {
     const struct zs_optim_groups *gr = arg;
     struct zs_optim_tensor t;
     struct zs_optim_launch l;
     int32_t n;
 
-    zs_unit_tensor(ctx, u, disk_p, s1, s2, begin, end, &t);
+    zs_unit_tensor(ctx, u, disk_p, disk_w, s1, s2, begin, end, &t);
     n = zs_unit_split(ctx, u, &t, begin, gr->steps, gr->t);
     l = zs_unit_launch(ctx, &gr->steps[0], gr->t, n);
     ctx->dev.ops->optim(&ctx->dev, &l, ctx->dev.compute);
@@ -209,7 +209,7 @@ static zs_status launch_all(struct zs_ctx *ctx, const struct zs_optim_groups *gr
         if (ctx->units[u].frozen)
             continue;
         zs_unit_master(ctx, u, &n);
-        zs_unit_tensor(ctx, u, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &one);
+        zs_unit_tensor(ctx, u, NULL, NULL, ctx->units[u].m, ctx->units[u].v, 0, n, &one);
         count += zs_unit_split(ctx, u, &one, 0, gr->steps, t + count);
     }
     l = zs_unit_launch(ctx, &gr->steps[0], t, count);

@@ -59,7 +59,8 @@ static zs_status read_ahead(struct zs_ctx *ctx, int32_t u)
     return ZS_OK;
 }
 
-/* This rank's shard into its place in the gathered buffer: from memory, or from the swap file. */
+/* This rank's shard into its place in the gathered buffer: from memory, or from the swap file (on a device the
+ * host cannot read in place, uploaded on the compute stream, which the gather follows). */
 static zs_status shard_in(struct zs_ctx *ctx, int32_t u)
 {
     struct zs_unit *un = &ctx->units[u];
@@ -69,7 +70,7 @@ static zs_status shard_in(struct zs_ctx *ctx, int32_t u)
     if (!zs_nvme_param_on_disk(ctx->nvme, u))
         return zs_device_copy(&ctx->dev, dst, !ctx->dev.host_access, un->shard, !zs_params_on_host(ctx, un),
                            (size_t)un->part.shard * ctx->psz);
-    st = zs_nvme_param_read(ctx->nvme, u, dst, un->part.shard);
+    st = zs_nvme_param_read(ctx->nvme, u, dst, (size_t)un->part.shard * ctx->psz, ctx->dev.compute);
     if (!st)
         st = read_ahead(ctx, u);
     return st;

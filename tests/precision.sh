@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # precision.sh TRAIN ESTIMATE - 16-bit training through the example program:
 #  1. bf16 and fp16 (dynamic loss scale) train at 2 and 3 ranks: the loss falls from 1.44 at step 1 to
-#     below 0.8 at step 30 (fp32 reaches 0.72 on this problem), and stages 0-3 (and offload cpu/nvme) give bit-identical parameters at a fixed world size;
+#     below 0.8 at step 30 (fp32 reaches 0.72 on this problem), and stages 0-3 (and offload cpu/nvme, with the
+#     stage-3 parameter shards on NVMe too) give bit-identical parameters at a fixed world size;
 #  2. the loss-scale trace: an overflow injected on rank 1 only skips the step on every rank, the scale
 #     halves once `hysteresis` overflows have passed and doubles after loss_scale_window clean steps,
 #     exactly as DeepSpeed's DynamicLossScaler (hand-computed below, and a model of its update_scale), with
@@ -64,11 +65,14 @@ for prec in bf16 fp16; do
     done
     cfg ${prec}_off3 3 '"'$prec'": {"enabled": true},' ', "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}'
     cfg ${prec}_nvme2 2 '"'$prec'": {"enabled": true},' ', "offload_optimizer": {"device": "nvme", "nvme_path": "'"$nv"'"}'
-    for v in off3 nvme2; do run ${prec}_$v $n 30; names="$names ${prec}_$v"; done
+    # the 16-bit shards and their masters in the swap file, two read-ahead buffers (shards read again and again)
+    cfg ${prec}_pnvme3 3 '"'$prec'": {"enabled": true},' ', "sub_group_size": 700, "offload_optimizer": {"device":
+      "nvme", "nvme_path": "'"$nv"'"}, "offload_param": {"device": "nvme", "nvme_path": "'"$nv"'", "buffer_count": 2}'
+    for v in off3 nvme2 pnvme3; do run ${prec}_$v $n 30; names="$names ${prec}_$v"; done
     hashes=$(hashes_of $names)
     first=$(loss_at ${prec}_s0 1) last=$(loss_at ${prec}_s0 30)
     r=$(same_hashes $names)
-    echo "$prec np $n: stages 0-3, offload cpu (stage 3) and nvme (stage 2): $hashes $r"
+    echo "$prec np $n: stages 0-3, offload cpu (stage 3), nvme (stage 2) and nvme with offload_param nvme (stage 3):$hashes $r"
     check $r "$prec np $n: stages disagree:$hashes"
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(a != "" && b != "" && b < 0.8) }' && r=ok || r=bad
     echo "$prec np $n: loss $first (step 1) -> $last (step 30) $r"; check $r "$prec np $n: loss $first -> $last"

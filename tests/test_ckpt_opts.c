@@ -171,6 +171,7 @@ int main(int argc, char **argv)
         {"s0acc1", 0, "none", "fp32", 1, 0},  {"s3acc1", 3, "none", "fp32", 1, 0}, {"s2nvme1", 2, "nvme", "fp32", 1, 0},
         {"s0det", 0, "none", "fp32", 2, 1}, {"s3det", 3, "cpu", "fp32", 2, 1},
         {"s0fp16", 0, "none", "fp16", 2, 0}, {"s2fp16", 2, "cpu", "fp16", 2, 0}, {"s3fp16", 3, "none", "fp16", 2, 0},
+        {"s3nvmebf16", 3, "nvme", "bf16", 2, 0},
     };
     static struct record recs[sizeof(setups) / sizeof(setups[0])];
     const char *only = argc > 1 && strcmp(argv[1], "cuda") ? argv[1] : NULL, *dev = getenv("ZS_TEST_DEVICE");
@@ -185,9 +186,8 @@ int main(int argc, char **argv)
                "without a copy)" : "host");
     for (size_t i = 0; i < sizeof(setups) / sizeof(setups[0]); i++) {
         const struct record *ref = NULL;
-        if ((only && strcmp(only, setups[i].name)) ||
-            (separate && (setups[i].det || (setups[i].stage == 3 && !strcmp(setups[i].offload, "nvme")))))
-            continue; /* deterministic mode and parameters on NVMe need a device the host reads in place */
+        if ((only && strcmp(only, setups[i].name)) || (separate && setups[i].det))
+            continue; /* deterministic mode needs a device the host reads in place */
         /* the first set-up of the same dtype (fp16's masters move exactly as fp32's) and accumulation */
         for (size_t j = 0; j < i && !only; j++)
             if ((!strcmp(setups[j].dtype, setups[i].dtype) ||

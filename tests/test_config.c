@@ -150,10 +150,6 @@ static const struct err_case err_cases[] = {
      "scheduler.params.warmup_num_steps: expected an integer >= 0, got -1", NULL, 0},
     {"fp16 and bf16 together", "{" MB "'fp16': {'enabled': true}, 'bf16': {'enabled': true}}",
      "bf16.enabled: fp16 and bf16 cannot both be enabled", NULL, 0},
-    {"bf16 with nvme parameter offload not implemented",
-     "{" MB "'bf16': {'enabled': true}, 'zero_optimization': {'stage': 3, 'offload_optimizer': {'device': 'nvme', "
-     "'nvme_path': '/x'}, 'offload_param': {'device': 'nvme', 'nvme_path': '/x'}}}",
-     "zero_optimization.offload_param.device: 'nvme' parameter offload with bf16 is not implemented yet", NULL, 0},
     {"fp32 reduction of bf16 gradients at stage 1",
      "{" MB "'bf16': {'enabled': true}, 'communication_data_type': 'fp32', 'zero_optimization': {'stage': 1}}",
      "communication_data_type: \"fp32\" with bf16 needs ZeRO stage 2 or 3", NULL, 0},
@@ -708,6 +704,9 @@ static bool t_precision_enabled(void)
     EXPECT(c.param_dtype == ZS_DTYPE_BF16 && c.comm_dtype == ZS_DTYPE_FP32);
     EXPECT(!strstr(c.warning, "communication_data_type")); /* honoured: never listed as having no effect */
     EXPECT(zs_config_state_bytes(&c) == 12); /* fp32 master, m, v */
+    PARSE_OK("{" MB "'bf16': {'enabled': true}, 'zero_optimization': {'stage': 3, 'offload_optimizer': {'device': "
+             "'nvme', 'nvme_path': '/x'}, 'offload_param': {'device': 'nvme', 'nvme_path': '/x'}}}", 2, NULL, &c);
+    EXPECT(c.param_dtype == ZS_DTYPE_BF16 && c.zero.offload_param.device == ZS_OFFLOAD_NVME); /* 16-bit shards on NVMe */
     return true;
 }
 

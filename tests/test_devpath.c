@@ -2,7 +2,8 @@
  * device, bit for bit. DEVICE is "separate" (the separate CPU test device: ZS_TEST_DEVICE=separate, memory
  * at addresses the host faults on, so any engine access that skips a copy crashes) or "cuda" (the GPU;
  * 77, a skip, where none is visible). For stages 0-3 x offload_optimizer none/cpu/nvme x fp32/bf16/fp16 (with
- * gradient accumulation, clipping, prescaled gradients and parameter offload in some), a small model trains
+ * gradient accumulation, clipping, prescaled gradients and parameter offload in some; at stage 3 also
+ * ZeRO-Infinity's offload_param nvme, the shards fetched from the swap file), a small model trains
  * on both and the parameters and every step's gradient norm must hash alike; checkpoints cross over (the
  * device's loaded on the CPU and the CPU's on the device) and the runs continue alike. Run under mpirun at
  * 1-4 ranks: ranks share the one device, so the engine uses the host-staged collectives. "scale" (an even number
@@ -58,30 +59,34 @@ static void init_values(void *arg, int32_t param, int64_t first, int64_t count, 
 }
 
 /* offload: 0 none, 1 cpu (with offload_param cpu at stage 3), 2 nvme (the optimizer state in swap files
- * under dir/nvme; offload_param cpu at stage 3 too) */
+ * under dir/nvme; offload_param cpu at stage 3 too), 3 (stage 3) nvme for both, the parameter shards in the
+ * same swap file */
 static bool cfg_json(char *out, size_t len, const char *device, int stage, int offload, const char *dtype, int gas,
                      bool prescale, const char *zextra)
 {
-    char prec[160] = "", opt[400];
+    char prec[160] = "", opt[400], param[400];
 
     if (!strcmp(dtype, "bf16"))
         snprintf(prec, sizeof(prec), "\"bf16\": {\"enabled\": true},");
     else if (!strcmp(dtype, "fp16"))
         snprintf(prec, sizeof(prec), "\"fp16\": {\"enabled\": true, \"loss_scale\": 0, \"initial_scale_power\": 8},");
-    if (offload == 2)
+    if (offload >= 2)
         snprintf(opt, sizeof(opt), "{\"device\": \"nvme\", \"nvme_path\": \"%s/nvme\"}", dir);
     else
         snprintf(opt, sizeof(opt), "{\"device\": \"%s\"}", offload ? "cpu" : "none");
+    /* two read-ahead buffers for three units: each buffer is read into again while its last upload may still
+     * be queued, and a fetch can find none free */
+    snprintf(param, sizeof(param), "{\"device\": \"nvme\", \"nvme_path\": \"%s/nvme\", \"buffer_count\": 2}", dir);
     return snprintf(out, len,
                     "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": %d, "
                     "\"gradient_clipping\": 0.05, \"prescale_gradients\": %s, %s"
                     "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}},"
                     "\"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 1200, "
-                    "\"stage3_param_persistence_threshold\": 0, \"offload_optimizer\": %s%s%s},"
+                    "\"stage3_param_persistence_threshold\": 0, \"offload_optimizer\": %s%s%s%s},"
                     "\"zeroshard\": {\"device\": \"%s\"}}",
                     gas, prescale ? "true" : "false", prec, stage, opt,
-                    offload && stage == 3 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "", zextra,
-                    !strcmp(device, "cuda") ? "cuda" : "cpu") < (int)len;
+                    offload && stage == 3 ? ", \"offload_param\": " : "", offload && stage == 3 ? offload == 3 ? param :
+                    "{\"device\": \"cpu\"}" : "", zextra, !strcmp(device, "cuda") ? "cuda" : "cpu") < (int)len;
 }
 
 /* The engine on `device` ("cpu", "separate" or "cuda"), the model registered and set up. */
@@ -240,29 +245,19 @@ static zs_status session(const char *device, const char *json, const char *load,
 /* What the engine refuses on a device the host cannot read in place: zs_init fails, naming the key. */
 static void check_refusals(void)
 {
-    /* offload_param nvme needs offload_optimizer nvme (set-up refuses it alone), which the device runs
-     * (one_case), so case 1 holds both and names the parameters */
-    static const char *const keys[] = { "zeroshard.deterministic", "offload_param.device \"nvme\"" };
+    static const char *const key = "zeroshard.deterministic";
     char json[1024];
+    struct run r;
+    zs_status st;
 
-    for (int k = 0; k < 2; k++) {
-        const char *zero = k == 0 ? "\"stage\": 0"
-                                  : "\"stage\": 3, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}, "
-                                    "\"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}";
-        char zbuf[512];
-        snprintf(zbuf, sizeof(zbuf), zero, dir, dir);
-        snprintf(json, sizeof(json),
-                 "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {%s}, "
-                 "\"zeroshard\": {\"device\": \"%s\"%s}}",
-                 zbuf, !strcmp(devname, "cuda") ? "cuda" : "cpu",
-                 k == 0 ? ", \"deterministic\": \"world_size_invariant\"" : "");
-        struct run r;
-        zs_status st = run_open(&r, devname, json);
-        CHECK(st == ZS_ERR_UNSUPPORTED && strstr(zs_last_error(), keys[k]),
-              "refusal %d: status %d, \"%s\" should name %s", k, (int)st, zs_last_error(), keys[k]);
-        if (r.ctx)
-            zs_finalize(r.ctx);
-    }
+    snprintf(json, sizeof(json), "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 0}, "
+             "\"zeroshard\": {\"device\": \"%s\", \"deterministic\": \"world_size_invariant\"}}",
+             !strcmp(devname, "cuda") ? "cuda" : "cpu");
+    st = run_open(&r, devname, json);
+    CHECK(st == ZS_ERR_UNSUPPORTED && strstr(zs_last_error(), key), "refusal: status %d, \"%s\" should name %s",
+          (int)st, zs_last_error(), key);
+    if (r.ctx)
+        zs_finalize(r.ctx);
 }
 
 /* zeroshard.device_comm and ZS_DEVICE_COMM: an unknown value, and a NCCL mode on a device that is not a GPU,
@@ -320,8 +315,8 @@ static void one_case(int stage, int offload, const char *dtype, int gas, bool pr
     static int ncase;
 
     snprintf(name, sizeof(name), "stage %d offload %s %s gas %d%s%s%s", stage,
-             offload == 2 ? "nvme" : offload ? "cpu" : "none", dtype, gas, prescale ? " prescale" : "", tag[0] ? " " : "",
-             tag);
+             offload == 3 ? "nvme, offload_param nvme" : offload == 2 ? "nvme" : offload ? "cpu" : "none", dtype, gas,
+             prescale ? " prescale" : "", tag[0] ? " " : "", tag);
     ncase++; /* each case's checkpoints in folders of their own */
     snprintf(dref, sizeof(dref), "%s/ref_%d", dir, ncase);
     snprintf(ddev, sizeof(ddev), "%s/dev_%d", dir, ncase);
@@ -419,7 +414,7 @@ int main(int argc, char **argv)
     }
     static const char *const dtypes[] = { "fp32", "bf16", "fp16" };
     for (int stage = 0; dir[0] && !scale && stage <= 3; stage++)
-        for (int off = 0; off <= (stage > 0 ? 2 : 0); off++) /* offload needs stage 1-3 */
+        for (int off = 0; off <= (stage == 3 ? 3 : stage > 0 ? 2 : 0); off++) /* offload needs stage 1-3 */
             for (int d = 0; d < 3; d++)
                 one_case(stage, off, dtypes[d], d == 1 ? 2 : 1, stage == 2 && d == 0, "", "");
     MPI_Barrier(MPI_COMM_WORLD);

@@ -36,8 +36,8 @@ static struct want reference(int stage, int off, bool bf16, bool det)
         uint64_t states = (bf16 ? 3 : 2) * 4 * opt; /* masters, m, v */
         total += pad;
         largest = pad > largest ? pad : largest;
-        if (sharded && off == 2 && !bf16) {
-            /* fp32 values in the swap file */
+        if (sharded && off == 2) {
+            /* the shard in the swap file (16-bit: with its fp32 masters) */
         } else {
             w.cat[ZS_MEM_PARAMS] += p * (sharded ? sh : pad);
             w.host += sharded && off == 1 ? p * sh : 0;
@@ -81,10 +81,9 @@ static void config(char *json, size_t len, int stage, int off, bool bf16, bool d
     if (off == 1) {
         snprintf(opt, sizeof(opt), ", \"offload_optimizer\": {\"device\": \"cpu\"}");
         snprintf(par, sizeof(par), ", \"offload_param\": {\"device\": \"cpu\"}");
-    } else if (off == 2) { /* offload_param nvme is fp32 only */
+    } else if (off == 2) {
         snprintf(opt, sizeof(opt), ", \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}", dir);
-        if (!bf16)
-            snprintf(par, sizeof(par), ", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}", dir);
+        snprintf(par, sizeof(par), ", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"%s\"}", dir);
     }
     snprintf(json, len,
              "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
