@@ -321,7 +321,7 @@ def check_perf(runner, rep, a, p):
     args = ["--model", p["model"], "--seq", str(p["seq"]), "--batch", str(p["perf_batch"]), "--stage", "0",
             "--steps", str(p["perf_steps"]), "--warmup", str(p["warmup"])]
     got = {b: [] for b in backends}
-    rep_time = 0.0
+    rep_time, ds_log = 0.0, None
     for i in range(p["reps"]):
         if i > 0 and runner.left() < rep_time * 1.2:
             say(f"perf: {i} of {p['reps']} reps: no time for another")
@@ -335,8 +335,7 @@ def check_perf(runner, rep, a, p):
                 break
             elif b == "deepspeed":
                 ds_why = "no time left for its run" if rc == "deadline" else f"its run failed, rc {rc}: {why(log)}"
-                if rc != "deadline":
-                    show_tail(log)
+                ds_log = log if rc != "deadline" else None
                 backends.remove(b)
                 del got[b]
             else:
@@ -363,6 +362,8 @@ def check_perf(runner, rep, a, p):
         if b not in got:
             rep.line("perf DeepSpeed", "SKIP", f"DeepSpeed not compared: {ds_why}")
             digest.append(f"DeepSpeed skipped: {ds_why}")
+            if ds_log:
+                show_tail(ds_log)
             continue
         tps = [statistics.median(r["tokens_per_s"]) for r in got[b]]
         mem = [r["mem_run"] for r in got[b]]
@@ -401,19 +402,23 @@ def check_offload(runner, rep, a, p):
         if a.device.startswith("cuda") and not cuda_visible():
             rep.line(name, "FAIL", "torch sees no CUDA device")
             return
-        ds_why = deepspeed_ready(runner, a)
+        ds_why, log = deepspeed_ready(runner, a), None
         if ds_why is None:
             rc, res, log = runner.run("ds_ops", "ds-ops", b, [], cap=240)
             if rc != 0:
-                ds_why = f"its CPU Adam op (DeepSpeedCPUAdam, JIT) did not build: rc {rc}: {why(log)}"
-                show_tail(log)
+                ds_why = {"deadline": "no time left to build its CPU Adam op (DeepSpeedCPUAdam, JIT)",
+                          "timeout": "its CPU Adam op (DeepSpeedCPUAdam, JIT) did not build in the time left"}.get(
+                    rc, f"its CPU Adam op (DeepSpeedCPUAdam, JIT) did not build: rc {rc}: {why(log)}")
             else:
+                log = None
                 say(f"DeepSpeed's CPU Adam op built in {res['built_s']:.0f} s")
         if ds_why is not None:
             rep.line(name, "SKIP", f"DeepSpeed's ZeRO-Offload not probed: {ds_why}")
             rep.digest.append(f"{name}: skipped: {ds_why}")
+            if log:
+                show_tail(log)
             return
-    best, stop, layers = None, None, p["probe_layers"]
+    best, stop, layers, failed_log = None, None, p["probe_layers"], None
     for _ in range(p["max_sizes"]):
         n, args = probe_size(p, layers)
         need, avail = n * HOST_BYTES, host_available()
@@ -426,8 +431,7 @@ def check_offload(runner, rep, a, p):
             text = {"deadline": "the time cap", "timeout": f"the time cap (not done in {p['size_cap']} s or "
                     "the step's time left)"}.get(rc, f"rc {rc}: {why(log)}")
             stop = f"{fmt_params(n)} parameters ({layers} layers) stopped by {text}"
-            if rc != "deadline":
-                show_tail(log, 12)
+            failed_log = log if rc != "deadline" else None
             break
         best = (layers, res)
         say(f"offload {label}: {fmt_params(res['params'])} parameters ({layers} layers): steps "
@@ -441,12 +445,16 @@ def check_offload(runner, rep, a, p):
         verdict = "SKIP" if b == "deepspeed" else "FAIL"
         rep.line(name, verdict, f"the smallest size did not train one step: {stop}")
         rep.digest.append(f"{name}: the smallest size failed")
+        if failed_log:
+            show_tail(failed_log)
         return
     layers, res = best
     t = res["step_s"]
     rep.line(name, "PASS", f"largest {fmt_params(res['params'])} parameters ({layers} layers x {width}, stage 2, "
              f"optimizer on the CPU, bf16): a step in {t[-1]:.2f} s (the first {t[0]:.2f} s), peak "
              f"{fmt_bytes(res['mem_peak'])} ({res['mem_what']}); next: {stop}")
+    if failed_log:
+        show_tail(failed_log, 12)
     rep.digest.append(f"{name}: {fmt_params(res['params'])} parameters, {t[-1]:.2f} s a step")
 
 
