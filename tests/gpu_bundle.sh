@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu_bundle.sh MODE BUILD_DIR BUNDLE - the bundle that tools/gpu_check.sh runs on a lent GPU machine.
-#   pack:    tools/gpu_bundle.sh packs BUNDLE from BUILD_DIR (skips, 77, where BUILD_DIR has no CUDA backend).
+#   pack:    tools/gpu_bundle.sh packs BUNDLE from BUILD_DIR, without DeepSpeed's wheels (a test fetches nothing;
+#            skips, 77, where BUILD_DIR has no CUDA backend).
 #   masked:  in a mount namespace where Debian's Open MPI, PMIx, hwloc, liburing, jansson, OpenBLAS, oneDNN and
 #            every library the bundle carries are hidden (as on the lent image), the bundle's mpirun runs its
 #            zs-train-mlp on 2 ranks to BUILD_DIR's params-hash, and gpu_check.sh prints every line, each GPU
@@ -71,7 +72,7 @@ masked_inside() {
 case $MODE in
   pack)
     readelf -S "$BUILD/libzeroshard.so" 2>/dev/null | grep -q nv_fatbin || skip "$BUILD has no CUDA backend (nvcc not found?)"
-    bash "$root/tools/gpu_bundle.sh" "$BUNDLE" --from "$BUILD"; rc=$?
+    bash "$root/tools/gpu_bundle.sh" "$BUNDLE" --from "$BUILD" --no-deepspeed; rc=$?
     [ $rc -eq 0 ] && [ -x "$BUNDLE/bin/mpirun" ] && [ -s "$BUNDLE/needs" ] && r=ok || r=bad
     check $r "tools/gpu_bundle.sh failed (rc $rc)"
     finish gpu_bundle_pack ;;

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# gpu_bundle.sh [BUNDLE_DIR] [--from BUILD_DIR] - packs what tools/gpu_check.sh runs into one folder for a GPU
-# machine that has the CUDA driver, NCCL and cuBLAS (pip wheels) but no Open MPI, hwloc, liburing, jansson or
-# OpenBLAS, and where nothing can be installed: the programs, libzeroshard, every shared library they need that
-# such an image lacks (found with ldd), Open MPI's launcher and plugins (relocated by OPAL_PREFIX), and env.sh.
-# Without --from it first builds them (ZS_CUDA=ON, sm_80 and sm_90, Release) in build-bundle/; with --from it
-# takes them from a CUDA-enabled build. Default BUNDLE_DIR: gpu-bundle/ at the repository root.
+# gpu_bundle.sh [BUNDLE_DIR] [--from BUILD_DIR] [--no-deepspeed] - packs what tools/gpu_check.sh runs into one
+# folder for a GPU machine that has the CUDA driver, NCCL and cuBLAS (pip wheels) but no Open MPI, hwloc, liburing,
+# jansson or OpenBLAS, and where nothing can be installed: the programs, libzeroshard, every shared library they
+# need that such an image lacks (found with ldd), Open MPI's launcher and plugins (relocated by OPAL_PREFIX),
+# env.sh, and in py/ the wheels of DeepSpeed 0.19.8 and of what it imports that the image lacks (for the PyTorch
+# stage's comparison; --no-deepspeed leaves them out). Without --from it first builds them (ZS_CUDA=ON, sm_80 and
+# sm_90, Release) in build-bundle/; with --from it takes them from a CUDA-enabled build. Default BUNDLE_DIR:
+# gpu-bundle/ at the repository root.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=$root/gpu-bundle from=""
+out=$root/gpu-bundle from="" deepspeed=1
 while [ $# -gt 0 ]; do
   case $1 in
     --from) from=${2:?--from needs a build directory}; shift 2 ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    --no-deepspeed) deepspeed=""; shift ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) out=$1; shift ;;
   esac
 done
@@ -119,6 +122,47 @@ pack_deps() {
   sort -u -o "$out/needs" "$out/needs"
 }
 
+# DeepSpeed's wheel (pure Python: its ops are compiled there, when needed, by its own JIT) and the wheels of what
+# `import deepspeed` needs that the lent image lacks (it has torch, numpy, einops, msgpack, ninja, psutil, py-cpuinfo,
+# tqdm and packaging, not hjson or pydantic), for the image's python3 (ZS_BUNDLE_PYTHON, default 3.12). Taken from
+# the cache folder ZS_WHEEL_CACHE (default build-bundle/wheels/) where they are, else fetched into it with pip.
+DS_WHEEL="deepspeed==0.19.8"
+DS_DEPS="hjson==3.1.0 pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.7.0 typing-inspection==0.4.2
+         typing-extensions==4.16.0"
+
+# cached NAME==VERSION: the wheel of that version in the cache folder (pip writes - in a name as _)
+cached() {
+  local n=${1%%==*} v=${1#*==}
+  ls "$cache/${n//-/_}-$v-"*.whl 2>/dev/null | head -1
+}
+
+# pack_deepspeed: the wheels into py/, or py/WHY saying why not (the check's DeepSpeed lines then say it)
+pack_deepspeed() {
+  local cache=${ZS_WHEEL_CACHE:-$root/build-bundle/wheels} py=${ZS_BUNDLE_PYTHON:-3.12} w missing=""
+  mkdir -p "$out/py"
+  [ -n "$deepspeed" ] || { echo "left out: tools/gpu_bundle.sh --no-deepspeed" > "$out/py/WHY"; return 0; }
+  mkdir -p "$cache"
+  : > "$cache/pip.log"
+  if [ -z "$(cached "$DS_WHEEL")" ]; then
+    python3 -m pip wheel -q --no-deps -w "$cache" "$DS_WHEEL" >> "$cache/pip.log" 2>&1 || :
+  fi
+  for w in $DS_DEPS; do [ -n "$(cached "$w")" ] || missing="$missing $w"; done
+  if [ -n "$missing" ]; then
+    # shellcheck disable=SC2086  # one package a word
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$py" --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+      -d "$cache" $missing >> "$cache/pip.log" 2>&1 || :
+  fi
+  missing=""
+  for w in $DS_WHEEL $DS_DEPS; do
+    if [ -n "$(cached "$w")" ]; then cp "$(cached "$w")" "$out/py/"; else missing="$missing $w"; fi
+  done
+  [ -z "$missing" ] && return 0
+  rm -f "$out"/py/*.whl
+  echo "pip could not fetch$missing for python $py (see $cache/pip.log)" > "$out/py/WHY"
+  echo "gpu_bundle: warning: no DeepSpeed in the bundle: $(cat "$out/py/WHY")" >&2
+}
+
 [ -n "$from" ] || build
 from=$(cd "$from" && pwd)
 check_from
@@ -141,6 +185,12 @@ printf 'from %s\ncommit %s\nglibc needed %s\n' "$from" "$(git -C "$root" rev-par
   "$(objdump -T "$out"/bin/* "$out"/lib/*.so* 2>/dev/null | grep -oE 'GLIBC_[0-9.]+' | sort -uV | tail -1)" > "$out/MANIFEST"
 find "$out/bin" "$out/lib" -maxdepth 1 -type f -size +${GZIP_ABOVE}c ! -name '*.gz' -exec gzip -6 {} \;
 cp "$root/tools/gpu_bundle_env.sh" "$out/env.sh"
+pack_deepspeed
+if [ -e "$out/py/WHY" ]; then
+  echo "deepspeed none: $(cat "$out/py/WHY")" >> "$out/MANIFEST"
+else
+  echo "deepspeed $(cd "$out/py" && ls | tr '\n' ' ')" >> "$out/MANIFEST"
+fi
 
 size=$(du -sb "$out" | awk '{print $1}')
 # what a call carries besides: the tracked files and the untracked ones git does not ignore
@@ -148,7 +198,7 @@ tree=$(cd "$root" && git ls-files -z --cached --others --exclude-standard | du -
        tail -1 | awk '{print $1}')
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f MiB", b / 1048576}'; }
 echo "gpu_bundle: $out: $(mib "$size") ($(find "$out/lib" -maxdepth 1 -type f | wc -l) libraries," \
-     "$(find "$out/bin" -maxdepth 1 -type f | wc -l) programs);" \
+     "$(find "$out/bin" -maxdepth 1 -type f | wc -l) programs, DeepSpeed's wheels $(mib "$(du -sb "$out/py" | awk '{print $1}')"));" \
      "with the working tree ($(mib "$tree")): $(mib $((size + tree))) of the 64 MiB a call carries"
 echo "gpu_bundle: the image must provide: $(tr '\n' ' ' < "$out/needs")and $(sed -n 's/^glibc needed //p' "$out/MANIFEST")"
 [ $((size + tree)) -lt $((64 * 1024 * 1024)) ] || die "the bundle and the working tree exceed 64 MiB"

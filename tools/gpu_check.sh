@@ -3,8 +3,12 @@
 # is built here), in one call under one deadline (8 minutes; ZS_GPU_CHECK_DEADLINE=S sets another): each step
 # runs under min(its own cap, the time left), and one that cannot start in time is SKIP (deadline). One line
 # per check, PASS / FAIL / SKIP (why), then a summary; the whole log in ${OUT:-.}/gpu_check.log. Once
-# nvidia-smi lists a GPU a SKIP counts as a FAIL (a CUDA runtime that cannot start must not look like a pass).
-# Exits 0 when every check passed, 77 when no GPU is visible (every GPU line SKIP) and the rest passed, else 1.
+# nvidia-smi lists a GPU a SKIP counts as a FAIL (a CUDA runtime that cannot start must not look like a pass),
+# except an optional check's own SKIP (DeepSpeed, which the check compares against, unavailable). The C stages
+# come first, then the PyTorch stage (tools/gpu_check_torch.py); ZS_GPU_CHECK_ONLY=PREFIX runs only the checks
+# whose names start with PREFIX (and the bundle's two), e.g. "torch" for the PyTorch stage alone.
+# Exits 0 when every check passed (optional ones skipped aside), 77 when no GPU is visible (every GPU line SKIP)
+# and the rest passed, else 1.
 set -u
 t0=$(date +%s)
 end=$((t0 + ${ZS_GPU_CHECK_DEADLINE:-480}))
@@ -23,12 +27,12 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_hwloc_
 export ZS_TEST_NVME_DIR=$scratch TMPDIR=$scratch
 MPIRUN="mpirun --oversubscribe -np"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-npass=0 nfail=0 nskip=0
+npass=0 nfail=0 nskip=0 nopt=0
 
 { echo "gpu_check: $(date -u '+%F %T') UTC, bundle $bundle, deadline $((end - t0)) s"; cat "$bundle/MANIFEST"
   nvidia-smi 2>&1 | head -20; echo "PATH=$PATH"; echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } >> "$log"
 
-# verdict NAME pass|fail|skip WHY: the check's line, on the terminal and in the log
+# verdict NAME pass|fail|skip|optskip WHY: the check's line, on the terminal and in the log
 verdict() {
   local r=$2 why=$3
   [ "$r" = skip ] && [ "$gpus" -gt 0 ] && r=fail why="skipped with a GPU visible: $why"
@@ -36,28 +40,31 @@ verdict() {
     pass) npass=$((npass + 1)) ;;
     fail) nfail=$((nfail + 1)) ;;
     skip) nskip=$((nskip + 1)) ;;
+    optskip) nskip=$((nskip + 1)) nopt=$((nopt + 1)) r=skip ;;
   esac
   printf 'gpu_check: %-38s %s (%s)\n' "$1" "$(echo "$r" | tr a-z A-Z)" "$why" | tee -a "$log"
 }
 
-# step NAME CAP gpu|cpu SHOW CMD...: CMD under min(CAP, time left); on success the line quotes the last line of
-# its output matching the regex SHOW (any line where SHOW is empty)
+# step NAME CAP gpu|gpu-opt|cpu SHOW CMD...: CMD under min(CAP, time left), told when that is (ZS_STEP_END, a
+# Unix time); on success the line quotes the last line of its output matching the regex SHOW (any line where SHOW
+# is empty). gpu-opt: a GPU check whose own SKIP (exit 77) stays a SKIP with a GPU visible.
 step() {
   local name=$1 cap=$2 kind=$3 show=$4 left t rc s0 out=$scratch/step.out
   shift 4
-  if [ "$kind" = gpu ] && [ "$gpus" -eq 0 ]; then verdict "$name" skip "no GPU: nvidia-smi lists none"; return; fi
+  if [ -n "${ZS_GPU_CHECK_ONLY:-}" ] && [ "$kind" != cpu ] && [ "${name#"$ZS_GPU_CHECK_ONLY"}" = "$name" ]; then return; fi
+  if [ "$kind" != cpu ] && [ "$gpus" -eq 0 ]; then verdict "$name" skip "no GPU: nvidia-smi lists none"; return; fi
   left=$((end - $(date +%s)))
   if [ $left -lt $MIN_START ]; then verdict "$name" skip "deadline: $((left > 0 ? left : 0)) s left"; return; fi
   t=$((cap < left ? cap : left))
   echo "=== $name: $* (limit $t s)" >> "$log"
   s0=$(date +%s)
-  timeout -k 5 "$t" "$@" > "$out" 2>&1
+  ZS_STEP_END=$((s0 + t)) timeout -k 5 "$t" "$@" > "$out" 2>&1
   rc=$?
   tail -c 300000 "$out" >> "$log"
   echo "=== $name: rc $rc in $(($(date +%s) - s0)) s" >> "$log"
   case $rc in
     0) verdict "$name" pass "$(grep -E "${show:-.}" "$out" | tail -1) in $(($(date +%s) - s0)) s" ;;
-    77) verdict "$name" skip "$(grep -m1 SKIP "$out" || tail -1 "$out")" ;;
+    77) verdict "$name" "$([ "$kind" = gpu-opt ] && echo optskip || echo skip)" "$(grep -m1 SKIP "$out" || tail -1 "$out")" ;;
     124|137) verdict "$name" fail "timed out after $t s" ;;
     *) verdict "$name" fail "rc $rc: $(grep -m1 -E 'FAIL|error' "$out" || tail -1 "$out")" ;;
   esac
@@ -89,8 +96,17 @@ gpt_tokens() {
   sed -nE 's/.*"tokens_per_s": ([0-9.]+).*/\1/p' "$m" | tail -n +2 | sort -g |
     awk -v b="$1" '{ v[NR] = $1 } END { if (NR < 1) exit 1; printf "tokens/s %.0f (batch %d, median of %d steps)\n", v[int((NR + 1) / 2)], b, NR }'
 }
-export -f bundle_loads gpt_tokens
+# torch_check ARGS...: tools/gpu_check_torch.py on the GPU, its runs' files under the scratch folder
+torch_check() {
+  python3 tools/gpu_check_torch.py "$@" --device cuda --scratch "$scratch/torch" --ds-wheels "$bundle/py"
+}
+export -f bundle_loads gpt_tokens torch_check
 export bundle scratch MPIRUN
+# the PyTorch stage: the package from the tree, the library from the bundle (unpacked if it was stored gzipped)
+ZEROSHARD_LIB=$bundle/lib/libzeroshard.so
+[ -f "$ZS_BUNDLE_RUN/lib/libzeroshard.so" ] && ZEROSHARD_LIB=$ZS_BUNDLE_RUN/lib/libzeroshard.so
+export ZEROSHARD_LIB PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} TRANSFORMERS_OFFLINE=1 HF_HUB_OFFLINE=1
+echo "ZEROSHARD_LIB=$ZEROSHARD_LIB PYTHONPATH=$PYTHONPATH" >> "$log"
 
 # The caps (seconds) are backstops for an H200: a test that passes takes seconds (CUDA and NCCL start-up included),
 # the MLP check's 68 short runs about a minute, a benchmark well under one; a hang costs only its cap.
@@ -134,9 +150,19 @@ step "bench GPT tokens/s, GPU, batch 8" 60 gpu tokens/s bash -c 'gpt_tokens 8 cu
 step "bench GPT tokens/s, CPU, batch 8" 60 gpu tokens/s bash -c 'gpt_tokens 8 cpu'
 step "bench GPT tokens/s, GPU, batch 32" 60 gpu tokens/s bash -c 'gpt_tokens 32 cuda'
 
-printf 'gpu_check: summary: %d passed, %d failed, %d skipped in %d s (deadline %d s, %d GPU(s)); log %s\n' \
-  $npass $nfail $nskip $(($(date +%s) - t0)) $((end - t0)) "$gpus" "$log" | tee -a "$log"
+# The PyTorch stage: python/zeroshard from the tree over the bundle's libzeroshard, a GPT-2-shaped Hugging Face model
+# in bf16 on the GPU (tools/gpu_check_torch.py; each line quotes its digest): the loss against plain PyTorch's and
+# stage 0 = stage 3 bits at 1 rank and at 2 sharing the GPU; tokens/s and peak memory against PyTorch and DeepSpeed
+# (its wheels from the bundle's py/); the largest model ZeRO-Offload trains, ZeroShard's and DeepSpeed's
+step "torch GPT-2 bf16 vs PyTorch, 1 rank" 90 gpu 'result:' bash -c 'torch_check parity --ranks 1'
+step "torch GPT-2 bf16 vs PyTorch, 2 ranks" 120 gpu 'result:' bash -c 'torch_check parity --ranks 2'
+step "torch tokens/s, memory vs PyTorch" 150 gpu 'result:' bash -c 'torch_check perf'
+step "torch ZeRO-Offload, largest model" 120 gpu 'result:' bash -c 'torch_check offload --backend zeroshard'
+step "torch ZeRO-Offload, DeepSpeed" 150 gpu-opt 'result:' bash -c 'torch_check offload --backend deepspeed'
+
+printf 'gpu_check: summary: %d passed, %d failed, %d skipped (%d optional) in %d s (deadline %d s, %d GPU(s)); log %s\n' \
+  $npass $nfail $nskip $nopt $(($(date +%s) - t0)) $((end - t0)) "$gpus" "$log" | tee -a "$log"
 [ $nfail -eq 0 ] || exit 1
 [ "$gpus" -gt 0 ] || exit 77
-[ $nskip -eq 0 ] || exit 1
+[ $((nskip - nopt)) -eq 0 ] || exit 1
 exit 0

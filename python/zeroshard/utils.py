@@ -39,10 +39,11 @@ def _state_key(key):
 def _read(p, which, what):
     e, pid, shape = _owner(p)
     torch = e._torch
-    out = torch.empty(shape, dtype=torch.float32)
+    out = torch.empty(shape, dtype=torch.float32)   # host memory: the library copies into it
+    e._mem.enter()
     L.check(e.lib.zs_param_read(e.ctx, pid, which, ctypes.c_void_p(out.data_ptr())),
             f"{what} of '{e._names.get(id(p), '?')}'")
-    return out
+    return out if e.device.type == "cpu" else out.to(e.device)   # on the engine's device, as DeepSpeed's
 
 
 def _write(p, value, which, what):
@@ -52,8 +53,10 @@ def _write(p, value, which, what):
     if vals.numel() != int(torch.Size(shape).numel()):
         raise ValueError(f"zeroshard.utils: {what} of '{e._names.get(id(p), '?')}': value has {vals.numel()} "
                          f"elements, the parameter {tuple(shape)}")
+    e._mem.enter()
     L.check(e.lib.zs_param_write(e.ctx, pid, which, ctypes.c_void_p(vals.data_ptr()), 0),
             f"{what} of '{e._names.get(id(p), '?')}'")
+    e._mem.ready(f"{what} of '{e._names.get(id(p), '?')}'")
 
 
 def safe_get_full_fp32_param(param):
