@@ -3,7 +3,8 @@ the library built with tests/cuda_emu's CUDA runtime and NCCL: torch CPU tensors
 python/zeroshard/_devmem.py). torch_cuda_emu.sh runs the modes under mpirun.
 
   parity  2 ranks: the same model and batches through `zeroshard.device` "cpu" and "cuda", stages 0-3, fp32 and
-          bf16, fp16 at stage 2, offload_optimizer cpu at stage 3, a client AdamW with two groups and a frozen
+          bf16, fp16 at stage 2, offload_optimizer cpu at stage 3, ZeRO-Infinity at stage 3 in bf16 (offload_optimizer
+          and offload_param nvme, under TORCH_CUDA_EMU_NVME), a client AdamW with two groups and a frozen
           parameter at stage 3: the final parameters are bit-identical (the CUDA backend's kernels and
           collectives give the CPU's bits). On "cuda": the engine computes on the stream the front end handed
           it (zs_cuda_stream returns it), torch waited for the engine before touching its memory, engine.device
@@ -50,7 +51,11 @@ class Net(nn.Module):
 
 def config(device, stage, dtype=None, offload=None, optimizer=True):
     z = {"stage": stage, "reduce_bucket_size": 300, "stage3_param_persistence_threshold": 0}
-    if offload:
+    if offload == "nvme":   # ZeRO-Infinity: the optimizer state and the parameter shards in swap files
+        path = os.environ["TORCH_CUDA_EMU_NVME"]
+        z["offload_optimizer"] = {"device": "nvme", "nvme_path": path}
+        z["offload_param"] = {"device": "nvme", "nvme_path": path}
+    elif offload:
         z["offload_optimizer"] = {"device": offload}
     c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2, "gradient_clipping": 1.0,
          "steps_per_print": 0, "zero_optimization": z, "zeroshard": {"device": device}}
@@ -113,7 +118,8 @@ def check_cuda_engine(engine):
 
 def mode_parity():
     cases = [(st, dt, None, False, False) for st in (0, 1, 2, 3) for dt in (None, "bf16")]
-    cases += [(2, "fp16", None, False, False), (3, None, "cpu", False, False), (3, None, None, True, True),
+    cases += [(2, "fp16", None, False, False), (3, None, "cpu", False, False), (3, "bf16", "nvme", False, False),
+              (3, None, None, True, True),
               (0, None, None, True, True)]
     bad = 0
     for stage, dtype, offload, client, freeze in cases:

@@ -17,7 +17,11 @@ export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$emu
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 run="mpirun --oversubscribe -np"
 case $MODE in
-  parity) $run 2 python3 "$here/torch_cuda_emu.py" parity ;;
+  parity)
+    # the swap files on disk under the build tree (O_DIRECT), in a scratch dir
+    export TORCH_CUDA_EMU_NVME=$(mktemp -d "$LIBDIR/torch_cuda_emu_nvme.XXXX")
+    trap 'rm -rf "$TORCH_CUDA_EMU_NVME"' EXIT
+    $run 2 -x TORCH_CUDA_EMU_NVME python3 "$here/torch_cuda_emu.py" parity ;;
   fault) $run 1 python3 "$here/torch_cuda_emu.py" fault ;;
   nccl) $run 2 -x ZS_CUDA_EMU_GPUS=2 -x ZS_CUDA_EMU_NCCL=1 python3 "$here/torch_cuda_emu.py" nccl ;;
   nccl_fault) $run 2 -x ZS_CUDA_EMU_GPUS=2 -x ZS_CUDA_EMU_NCCL=1 -x ZS_CUDA_EMU_NCCL_FAULT=1:3 -x ZS_TIMEOUT=15 \
