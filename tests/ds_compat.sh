@@ -119,16 +119,18 @@ sys.exit(1 if bad or len(common) < len(b) - 1 else 0)" "$tmp/fp32/model.safetens
     if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'started by torchrun.*zeroshard-run -np 2' <<< "$out" &&
        ! grep -q 'trained alone' <<< "$out"; then check ok torchrun; else check no "torchrun (exit $rc): $(tail -3 <<< "$out")"; fi ;;
   noengine)
-    printf 'import os, deepspeed\nprint("rank", deepspeed.comm.get_rank(), "of", deepspeed.comm.get_world_size())\nprint("env", *(os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")))\n' > "$tmp/a.py"
+    # each rank also leaves a file: mpirun may interleave the ranks' output mid-line, so "rank 1" is not grepped
+    printf 'import os, sys, deepspeed\nr = deepspeed.comm.get_rank()\nprint("rank", r, "of", deepspeed.comm.get_world_size())\nprint("env", *(os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")))\nopen(os.path.join(sys.argv[1], f"seen.{r}"), "w").write(" ".join(["env"] + [os.environ[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")]))\n' > "$tmp/a.py"
     # the variables torchrun and DeepSpeed's launcher export, from MPI; DeepSpeed's launcher flags taken
-    out=$(zs --no_local_rank --master_port 29917 "$tmp/a.py" 2>&1)
-    grep -q '^env 1 2 1 2 29917$' <<< "$out" && grep -q '^env 0 2 0 2 29917$' <<< "$out" && check ok env ||
-      check no "zeroshard-run's exported variables: $out"
-    printf 'import zeroshard.comm\nprint("rank", zeroshard.comm.get_rank())\n' > "$tmp/b.py"
-    for run in "zs $tmp/a.py" "mpirun --oversubscribe -np 2 python3 $tmp/b.py"; do
+    out=$(zs --no_local_rank --master_port 29917 "$tmp/a.py" "$tmp" 2>&1)
+    [ "$(cat "$tmp/seen.0" 2>&1)" = "env 0 2 0 2 29917" ] && [ "$(cat "$tmp/seen.1" 2>&1)" = "env 1 2 1 2 29917" ] &&
+      check ok env || check no "zeroshard-run's exported variables: $(cat "$tmp"/seen.* 2>&1); $out"
+    printf 'import os, sys, zeroshard.comm\nr = zeroshard.comm.get_rank()\nprint("rank", r)\nopen(os.path.join(sys.argv[1], f"seen.{r}"), "w").close()\n' > "$tmp/b.py"
+    for run in "zs $tmp/a.py $tmp" "mpirun --oversubscribe -np 2 python3 $tmp/b.py $tmp"; do
+      rm -f "$tmp"/seen.*
       out=$($run 2>&1)
       rc=$?
-      if [ $rc -eq 0 ] && grep -q 'rank 1' <<< "$out" && ! grep -q 'exiting improperly' <<< "$out"; then
+      if [ $rc -eq 0 ] && [ -e "$tmp/seen.0" ] && [ -e "$tmp/seen.1" ] && ! grep -q 'exiting improperly' <<< "$out"; then
         check ok "$run"; echo "ds_compat: '$run' ended cleanly"
       else check no "'$run' (exit $rc): $(tail -5 <<< "$out")"; fi
     done
