@@ -94,6 +94,11 @@ zs_status zs_quant_gather(struct zs_ctx *ctx, void *buf, int64_t shard)
     return st;
 }
 
+void zs_quant_gather_fail_next(struct zs_ctx *ctx)
+{
+    zs_qcomm_fail_next(ctx->qcomm);
+}
+
 zs_status zs_quant_reduce(struct zs_ctx *ctx, const void *g, void *out, zs_dtype dt_out, int64_t shard)
 {
     struct zs_qcomm_req *r = NULL;

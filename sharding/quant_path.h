@@ -21,6 +21,9 @@ bool zs_quant_grads(const struct zs_ctx *ctx);
  * reduce-scatter (into out, dt_out, times the post-scale), each complete on return: the engine's request
  * stays NULL, which its waits take as done. */
 zs_status zs_quant_gather(struct zs_ctx *ctx, void *buf, int64_t shard);
+/* This rank's part of the next zs_quant_gather could not be had: the gather still runs on every phase, failed,
+ * and ends with an error on every rank naming this one (comm_quant.h's zs_qcomm_fail_next). */
+void zs_quant_gather_fail_next(struct zs_ctx *ctx);
 zs_status zs_quant_reduce(struct zs_ctx *ctx, const void *g, void *out, zs_dtype dt_out, int64_t shard);
 
 #endif /* ZS_QUANT_PATH_H */
