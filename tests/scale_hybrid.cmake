@@ -40,3 +40,13 @@ foreach(t ${hpz_reload_runs})
                        "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t}")
   set_property(TEST ${t} APPEND PROPERTY LABELS sharding ckpt)
 endforeach()
+
+# The sum across shard groups failing on one rank (a comm fault on its replica comm): the step names the sum and
+# the failed request is back in the pool, not left in flight (tests/hybrid_sum_fault.c). The fault is a failing
+# MPI call: its replica peers end at the comm's timeout, short here (only rank 2's outcome is checked).
+zs_test(hybrid_sum_fault)
+add_test(NAME hybrid_sum_fault COMMAND ${ZS_MPIRUN} 4 -x ZS_FAKE_NODE_SIZE=2 -x ZS_TIMEOUT=10
+         $<TARGET_FILE:hybrid_sum_fault>)
+file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_sum_fault)
+set_tests_properties(hybrid_sum_fault PROPERTIES TIMEOUT 600 LABELS sharding ENVIRONMENT
+                     "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_sum_fault")
