@@ -142,6 +142,15 @@ static zs_status hpz_start(struct zs_ctx *ctx)
     if (!st)
         st = open_sub(ctx, ctx->rank / ctx->hpz_size, "secondary", ctx->hfake, ctx->rank - ctx->hpz_rank, 1,
                       &ctx->hcomm, &ctx->hcoll, NULL);
+    /* The quantized gather leaves this node's shards exact and the other nodes' dequantized: a slice taken from
+     * it across nodes is other bits than a fetch from the full gather (forward and backward of one micro-batch
+     * would see different weights), and the secondary gather would cross nodes at full width. Every rank sees
+     * the same layout, so all refuse alike. */
+    if (!st && ctx->cfg.zero.quantized_weights && zs_comm_local_size(ctx->hcomm) < ctx->hpz_size)
+        st = zs_fail(ZS_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size %d with "
+                     "zero_optimization.zero_quantized_weights: the secondary group of %d ranks crosses nodes (%d of "
+                     "its ranks on this rank's node); make it a node or part of one, or drop one of the keys",
+                     ctx->hpz_size, ctx->hpz_size, zs_comm_local_size(ctx->hcomm));
     if (st)
         ctx->hpz_size = 0;
     return st;
