@@ -10,8 +10,8 @@
 
 #include "core/ctx.h" /* defines: struct zs_ctx */
 
-/* Collective: the quantized collectives when either key is on (refused, naming the key, where they do not
- * apply: stage < 3 for weights, stage < 2 for gradients, hybrid sharding). On a device the host cannot read in
+/* Collective: the quantized collectives when either key is on (where they do not apply, stage < 3 for weights,
+ * stage < 2 for gradients, hybrid sharding, zs_hybrid_start refused them first: core/plan.h's zs_layout_check). On a device the host cannot read in
  * place (a GPU) they run host-staged, with the CPU's quantization: the CPU device's bits. */
 zs_status zs_quant_path_open(struct zs_ctx *ctx);
 void zs_quant_path_close(struct zs_ctx *ctx);
