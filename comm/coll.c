@@ -62,6 +62,17 @@ static void req_put(struct zs_coll *c, struct zs_coll_req *r)
     c->req_free = r;
 }
 
+int32_t zs_coll_in_use(const struct zs_coll *c)
+{
+    int32_t n = 0;
+
+    for (const struct zs_coll_req *r = c->req_all; r; r = r->next_all)
+        n++;
+    for (const struct zs_coll_req *r = c->req_free; r; r = r->next_free)
+        n--;
+    return n;
+}
+
 static void reqs_free(struct zs_coll *c)
 {
     struct zs_device *d = c->dev;

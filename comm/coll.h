@@ -47,5 +47,7 @@ zs_status zs_coll_all_reduce(struct zs_coll *c, void *buf, zs_dtype dt, int64_t 
                              struct zs_coll_req **req);
 zs_status zs_coll_wait(struct zs_coll *c, struct zs_coll_req *req);
 zs_status zs_coll_test(struct zs_coll *c, struct zs_coll_req *req, bool *done);
+/* Requests handed out and not yet back through zs_coll_wait: 0 whenever nothing is in flight (a leak check). */
+int32_t zs_coll_in_use(const struct zs_coll *c);
 
 #endif /* ZS_COLL_H */

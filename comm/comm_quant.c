@@ -19,10 +19,13 @@ struct zs_qcomm {
     int32_t L, M;                 /* ranks per node, nodes */
     int32_t l, n;                 /* this rank's local index and node */
     int64_t block;
+    bool fail_next;               /* zs_qcomm_fail_next */
 };
 
 struct zs_qcomm_req {
     bool rs, plain;
+    bool failed;                  /* marked by zs_qcomm_fail_next: this rank cannot take part */
+    zs_status first_st;           /* the first phase ended, failed, in its start (first stays NULL) */
     struct zs_comm_req *first;    /* the phase posted at the start */
     zs_dtype dt_in, dt_out;
     int64_t count;
@@ -148,6 +151,11 @@ void zs_qcomm_free(struct zs_qcomm *qc)
 int32_t zs_qcomm_nodes(const struct zs_qcomm *qc) { return qc->M; }
 int32_t zs_qcomm_local_size(const struct zs_qcomm *qc) { return qc->L; }
 
+void zs_qcomm_fail_next(struct zs_qcomm *qc)
+{
+    qc->fail_next = true;
+}
+
 /* ---------------------------------------------------------------- requests */
 
 static zs_status req_new(struct zs_qcomm *qc, bool rs, zs_dtype dt_in, zs_dtype dt_out, int64_t count,
@@ -211,6 +219,10 @@ zs_status zs_qcomm_all_gather(struct zs_qcomm *qc, void *buf, zs_dtype dt, int64
     if (st)
         return st;
     q->buf = buf;
+    q->failed = qc->fail_next;
+    qc->fail_next = false;
+    if (q->failed) /* the first phase still goes out, failed: its peers end it with an error instead of waiting */
+        zs_comm_fail_next(q->plain ? qc->parent : qc->cross);
     if (q->plain) {
         st = zs_comm_all_gather_dt(qc->parent, buf, dt, count, &q->first);
     } else if (!(q->blob = calloc((size_t)(qc->M * W) + 1, sizeof(float)))) {
@@ -218,6 +230,10 @@ zs_status zs_qcomm_all_gather(struct zs_qcomm *qc, void *buf, zs_dtype dt, int64
     } else {
         blob_put(qc, q->blob + (size_t)qc->n * (size_t)W, chunk(qc, buf, qc->n, qc->l, count, esz(dt)), dt, count);
         st = zs_comm_all_gather(qc->cross, q->blob, W, &q->first);
+        if (st && !zs_comm_broken(qc->cross)) { /* a verdict every rank reached at once: the wait goes on with it */
+            q->first_st = st;
+            st = ZS_OK;
+        }
     }
     if (st) {
         req_free(qc, q, ZS_OK);
@@ -262,8 +278,10 @@ zs_status zs_qcomm_reduce_scatter(struct zs_qcomm *qc, const void *buf, zs_dtype
 }
 
 /* The quantized chunks of this local index are in: each at its place in the node phase's column l (this rank's
- * own exact), then the node all-gathers the columns exactly. */
-static zs_status ag_finish(struct zs_qcomm *qc, struct zs_qcomm_req *q)
+ * own exact), then the node all-gathers the columns exactly. failed: this rank's first phase ended in an error
+ * (its own, or a peer's across nodes): the node phase still goes out, failed, so that the node's other ranks,
+ * whose first phase went through, end with an error too instead of waiting for this rank. */
+static zs_status ag_finish(struct zs_qcomm *qc, struct zs_qcomm_req *q, bool failed)
 {
     size_t es = esz(q->dt_in);
     int64_t count = q->count, W = blob_words(qc, count);
@@ -272,7 +290,7 @@ static zs_status ag_finish(struct zs_qcomm *qc, struct zs_qcomm_req *q)
 
     if (!(q->stage = malloc((size_t)qc->size * (size_t)count * es + 1)))
         return zs_fail(ZS_ERR_NOMEM, "comm_quant: out of memory for a %lld-element all-gather", (long long)count);
-    for (int32_t m = 0; m < qc->M; m++) {
+    for (int32_t m = 0; m < qc->M && !failed; m++) {
         char *dst = stage_at(qc, q->stage, qc->l, m, count, es);
         const float *b = q->blob + (size_t)m * (size_t)W;
         if (m == qc->n)
@@ -280,10 +298,12 @@ static zs_status ag_finish(struct zs_qcomm *qc, struct zs_qcomm_req *q)
         else
             zs_dequantize(blob_q(qc, b, count), b, count, qc->block, dst, (int)q->dt_in);
     }
+    if (failed)
+        zs_comm_fail_next(qc->node);
     st = zs_comm_all_gather_dt(qc->node, q->stage, q->dt_in, qc->M * count, &r);
     if (!st)
         st = zs_comm_wait(qc->node, r);
-    for (int32_t l = 0; !st && l < qc->L; l++)
+    for (int32_t l = 0; !st && !failed && l < qc->L; l++)
         for (int32_t m = 0; m < qc->M; m++)
             if (m != qc->n || l != qc->l)
                 memcpy(chunk(qc, q->buf, m, l, count, es), stage_at(qc, q->stage, l, m, count, es),
@@ -340,12 +360,42 @@ out:
     return st;
 }
 
+/* A two-phase all-gather that some rank could not take part in ended, failed and clean, on every rank (ag_finish):
+ * a sub-communicator's rank number, or the rank that passed the failure on, would name the wrong rank, so the
+ * ranks agree on the lowest one that marked its operation failed and name it in the parent's numbering. */
+static zs_status ag_failed(struct zs_qcomm *qc, const struct zs_qcomm_req *q)
+{
+    int32_t mine = q->failed ? qc->rank : INT32_MAX, first = INT32_MAX;
+    MPI_Request r;
+    zs_status st;
+
+    if (zs_comm_broken(qc->node) || zs_comm_broken(qc->cross)) /* not agreed by every rank: keep the message */
+        return ZS_ERR_COMM;
+    if (MPI_Iallreduce(&mine, &first, 1, MPI_INT32_T, MPI_MIN, zs_comm_mpi(qc->parent), &r) != MPI_SUCCESS)
+        return zs_fail(ZS_ERR_COMM, "comm_quant: the failed all-gather's exchange failed on rank %d", qc->rank);
+    st = zs_mpi_wait_timeout(&r, qc->parent->timeout_s, qc->rank, "the failed quantized all-gather's exchange", NULL);
+    if (st)
+        return st;
+    return zs_fail(ZS_ERR_COMM, "comm_quant: the quantized all-gather (%lld elements per rank) cannot run: rank %d "
+                   "could not take part", (long long)q->count, first);
+}
+
 zs_status zs_qcomm_wait(struct zs_qcomm *qc, struct zs_qcomm_req *q)
 {
-    zs_status st = zs_comm_wait(q->plain ? qc->parent : q->rs ? qc->node : qc->cross, q->first);
+    zs_status st = q->first_st ? q->first_st : zs_comm_wait(q->plain ? qc->parent : q->rs ? qc->node : qc->cross,
+                                                             q->first);
 
-    if (!st && !q->plain)
-        st = q->rs ? rs_finish(qc, q) : ag_finish(qc, q);
+    if (!q->plain && !q->rs && !(st && zs_comm_broken(qc->cross))) {
+        /* a failed first phase still runs the node phase (failed); either phase's clean failure, on every rank */
+        bool failed = st || q->failed;
+        zs_status fin = ag_finish(qc, q, failed);
+        if ((failed || fin) && !zs_comm_broken(qc->node))
+            st = ag_failed(qc, q);
+        else if (fin)
+            st = fin;
+    } else if (!st && !q->plain) {
+        st = rs_finish(qc, q);
+    }
     req_free(qc, q, st);
     return st;
 }

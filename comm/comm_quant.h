@@ -40,6 +40,10 @@ int32_t zs_qcomm_local_size(const struct zs_qcomm *qc);
 zs_status zs_qcomm_all_gather(struct zs_qcomm *qc, void *buf, zs_dtype dt, int64_t count, struct zs_qcomm_req **req);
 zs_status zs_qcomm_reduce_scatter(struct zs_qcomm *qc, const void *buf, zs_dtype dt_in, void *out, zs_dtype dt_out,
                                   int64_t count, float scale, struct zs_qcomm_req **req);
+/* This rank cannot take part in the next all-gather it starts (say its chunk could not be read): the operation
+ * still goes out on every phase, no data moves, and its wait returns an error on every rank, naming this rank in
+ * the parent's numbering, instead of leaving the peers waiting (comm.h's zs_comm_fail_next, across both phases). */
+void zs_qcomm_fail_next(struct zs_qcomm *qc);
 /* Completes and frees req (an error still frees it, except buffers the network may still write). */
 zs_status zs_qcomm_wait(struct zs_qcomm *qc, struct zs_qcomm_req *req);
 

@@ -1,6 +1,7 @@
 /* plan.c - the memory plan's arithmetic: what each unit keeps at a stage and placement, and where; the
  * gradient bucket, the stage-3 gathered cap and deterministic mode's buffers; the totals. */
 #include <errno.h>
+#include <stdio.h> /* defines: snprintf */
 #include <string.h>
 
 #include "base/dtype.h" /* defines: zs_dtype_bytes */
@@ -161,4 +162,44 @@ int32_t zs_hpz_size(const struct zs_config *cfg, int32_t g)
     int64_t h = cfg->zero.hpz_partition_size;
 
     return cfg->zero.stage == 3 && h > 1 && h < g ? (int32_t)h : 0;
+}
+
+zs_status zs_layout_check(const struct zs_layout_keys *k, int32_t world, char *why, size_t len)
+{
+    int64_t g = k->mics, h = k->hpz;
+    int32_t group = g > 0 && g < world ? (int32_t)g : world;
+    const char *q = k->quant_weights ? "zero_quantized_weights" : "zero_quantized_gradients";
+
+    if (g > 0 && g != world && (g > world || world % g != 0)) {
+        snprintf(why, len, "zero_optimization.mics_shard_size %lld does not divide the world size %d (shard groups "
+                 "must be equal)", (long long)g, world);
+        return ZS_ERR_CONFIG;
+    }
+    if (group < world && k->stage == 0) {
+        snprintf(why, len, "zero_optimization.mics_shard_size %lld needs ZeRO stage 1, 2 or 3 (stage 0 shards "
+                 "nothing)", (long long)g);
+        return ZS_ERR_CONFIG;
+    }
+    if (k->stage == 3 && h > 1 && (h > group || group % h != 0)) { /* h equal to the group: off */
+        snprintf(why, len, "zero_optimization.zero_hpz_partition_size %lld does not divide the shard group's size "
+                 "%d (%s; the secondary groups must tile it)", (long long)h, group,
+                 group < world ? "zero_optimization.mics_shard_size" : "the world size");
+        return ZS_ERR_CONFIG;
+    }
+    if (k->quant_weights && k->stage != 3) {
+        snprintf(why, len, "zero_optimization.zero_quantized_weights: quantizes stage 3's parameter gather; this is "
+                 "stage %d", k->stage);
+        return ZS_ERR_UNSUPPORTED;
+    }
+    if (k->quant_grads && k->stage < 2) {
+        snprintf(why, len, "zero_optimization.zero_quantized_gradients: quantizes the gradients' reduce-scatter of "
+                 "stages 2 and 3; this is stage %d", k->stage);
+        return ZS_ERR_UNSUPPORTED;
+    }
+    if ((k->quant_weights || k->quant_grads) && group < world) {
+        snprintf(why, len, "zero_optimization.%s: not implemented with hybrid sharding (zero_optimization."
+                 "mics_shard_size %d): a shard group's collectives are not quantized", q, group);
+        return ZS_ERR_UNSUPPORTED;
+    }
+    return ZS_OK;
 }

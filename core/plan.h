@@ -124,4 +124,15 @@ uint64_t zs_plan_device_need(const struct zs_plan *p);
  * and below g at stage 3, else 0 (off; equal to g, the secondary would be the primary). */
 int32_t zs_hpz_size(const struct zs_config *cfg, int32_t g);
 
+/* The hybrid and ZeRO++ keys as the engine reads them (mics -1: every rank; hpz 0 or 1: off). */
+struct zs_layout_keys {
+    int32_t stage;
+    int64_t mics, hpz;
+    bool quant_weights, quant_grads;
+};
+/* What the engine refuses of these keys at `world` ranks, before any group opens: ZS_OK, or the status with the
+ * reason (naming the key) in why. The one rule for the engine (runtime/hybrid.c), its memory estimate
+ * (runtime/memory.c) and the step-time model (tools/zs_time_model.c). */
+zs_status zs_layout_check(const struct zs_layout_keys *k, int32_t world, char *why, size_t len);
+
 #endif /* ZS_PLAN_H */

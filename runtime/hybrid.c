@@ -75,14 +75,8 @@ static zs_status hybrid_groups(struct zs_ctx *ctx)
     int64_t g = ctx->cfg.zero.mics_shard_size;
     zs_status st;
 
-    if (g == -1 || g == ctx->world)
+    if (g == -1 || g == ctx->world) /* zs_hybrid_start checked the rest (zs_layout_check) */
         return ZS_OK;
-    if (g < 1 || g > ctx->world || ctx->world % g != 0)
-        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.mics_shard_size %lld does not divide the world size %d "
-                       "(shard groups must be equal)", (long long)g, ctx->world);
-    if (ctx->cfg.zero.stage == 0)
-        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.mics_shard_size %lld needs ZeRO stage 1, 2 or 3 (stage 0 "
-                       "shards nothing)", (long long)g);
     ctx->shard_size = (int32_t)g;
     ctx->shard_rank = ctx->rank % (int32_t)g;
     ctx->replica = ctx->rank / (int32_t)g;
@@ -126,12 +120,8 @@ static zs_status hpz_start(struct zs_ctx *ctx)
     struct zs_comm_opts co;
     zs_status st;
 
-    if (h <= 1 || ctx->cfg.zero.stage != 3) /* stages 0-2 were refused by the parser */
+    if (h <= 1 || ctx->cfg.zero.stage != 3) /* stages 0-2 were refused by the parser, the rest by zs_layout_check */
         return ZS_OK;
-    if (h > ctx->shard_size || ctx->shard_size % h != 0)
-        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size %lld does not divide the shard "
-                       "group's size %d (%s; the secondary groups must tile it)", (long long)h, ctx->shard_size,
-                       ctx->nreplicas > 1 ? "zero_optimization.mics_shard_size" : "the world size");
     ctx->hpz_size = zs_hpz_size(&ctx->cfg, ctx->shard_size);
     if (!ctx->hpz_size)
         return ZS_OK;
@@ -142,6 +132,15 @@ static zs_status hpz_start(struct zs_ctx *ctx)
     if (!st)
         st = open_sub(ctx, ctx->rank / ctx->hpz_size, "secondary", ctx->hfake, ctx->rank - ctx->hpz_rank, 1,
                       &ctx->hcomm, &ctx->hcoll, NULL);
+    /* The quantized gather leaves this node's shards exact and the other nodes' dequantized: a slice taken from
+     * it across nodes is other bits than a fetch from the full gather (forward and backward of one micro-batch
+     * would see different weights), and the secondary gather would cross nodes at full width. Every rank sees
+     * the same layout, so all refuse alike. */
+    if (!st && ctx->cfg.zero.quantized_weights && zs_comm_local_size(ctx->hcomm) < ctx->hpz_size)
+        st = zs_fail(ZS_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size %d with "
+                     "zero_optimization.zero_quantized_weights: the secondary group of %d ranks crosses nodes (%d of "
+                     "its ranks on this rank's node); make it a node or part of one, or drop one of the keys",
+                     ctx->hpz_size, ctx->hpz_size, zs_comm_local_size(ctx->hcomm));
     if (st)
         ctx->hpz_size = 0;
     return st;
@@ -149,7 +148,15 @@ static zs_status hpz_start(struct zs_ctx *ctx)
 
 zs_status zs_hybrid_start(struct zs_ctx *ctx)
 {
-    zs_status st = hybrid_groups(ctx);
+    const struct zs_zero_config *z = &ctx->cfg.zero;
+    struct zs_layout_keys k = {.stage = z->stage, .mics = z->mics_shard_size, .hpz = z->hpz_partition_size,
+                               .quant_weights = z->quantized_weights, .quant_grads = z->quantized_gradients};
+    char why[400];
+    zs_status st = zs_layout_check(&k, ctx->world, why, sizeof(why));
+
+    if (st)
+        return zs_fail(st, "%s", why);
+    st = hybrid_groups(ctx);
 
     return st ? st : hpz_start(ctx);
 }

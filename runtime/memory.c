@@ -128,16 +128,12 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
     memset(&cfg, 0, sizeof(cfg));
     if (zs_config_parse(&cfg, config_json, "<config>", world, NULL, err, sizeof(err)))
         return zs_fail(ZS_ERR_CONFIG, "%s", err);
-    if (cfg.zero.mics_shard_size > 0 && world % cfg.zero.mics_shard_size != 0)
-        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.mics_shard_size %lld does not divide the world size %d",
-                       (long long)cfg.zero.mics_shard_size, world);
-    if (cfg.zero.mics_shard_size > 0 && cfg.zero.mics_shard_size < world && cfg.zero.stage == 0)
-        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.mics_shard_size %lld needs ZeRO stage 1, 2 or 3 (stage 0 "
-                       "shards nothing)", (long long)cfg.zero.mics_shard_size);
-    int64_t h = cfg.zero.hpz_partition_size, g = zs_partition_group_size(cfg.zero.mics_shard_size, world);
-    if (cfg.zero.stage == 3 && h > 1 && (h > g || g % h != 0))
-        return zs_fail(ZS_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size %lld does not divide the shard "
-                       "group's size %lld", (long long)h, (long long)g);
+    struct zs_layout_keys k = {.stage = cfg.zero.stage, .mics = cfg.zero.mics_shard_size,
+                               .hpz = cfg.zero.hpz_partition_size, .quant_weights = cfg.zero.quantized_weights,
+                               .quant_grads = cfg.zero.quantized_gradients};
+    zs_status st = zs_layout_check(&k, world, err, sizeof(err)); /* what the engine would refuse at zs_init */
+    if (st)
+        return zs_fail(st, "%s", err);
     zs_plan_init(&p, &cfg, zs_placement_of(&cfg), world);
     for (int32_t u = 0; u < nunits; u++)
         if (zs_plan_add(&p, unit_numel[u], false))

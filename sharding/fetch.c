@@ -4,6 +4,7 @@
  * (stage3_max_reuse_distance). The unit order comes from the trace of the previous window. With ZeRO++ hpZ
  * the first gather of a unit after its parameters change is the shard group's, and leaves a secondary slice
  * behind; every later one gathers those slices inside the secondary group. */
+#include <stdio.h>  /* defines: snprintf */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,7 +16,7 @@
 #include "core/ranks.h"
 #include "core/units.h"
 #include "offload/nvme_optim.h"
-#include "quant_path.h" /* defines: zs_quant_weights, zs_quant_gather */
+#include "quant_path.h" /* defines: zs_quant_weights, zs_quant_gather, zs_quant_gather_fail_next */
 #include "sharding.h"
 
 /* The unit order of one accumulation window, used to prefetch and to decide which released units are worth
@@ -123,7 +124,16 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
     st = sec ? zs_device_copy(&ctx->dev, secondary_place(ctx, un), !ctx->dev.host_access, un->secondary,
                               !ctx->dev.host_access, (size_t)count * ctx->psz)
              : shard_in(ctx, u);
-    if (st) {
+    if (st && !sec && zs_quant_weights(ctx)) {
+        /* The peers are inside the quantized gather, on its own communicators: it goes out from here too, failed,
+         * so that it ends with an error on every rank (naming this one) instead of at the peers' timeout. It
+         * completes in its call, so the buffer is dropped here as on the peers (gather_start's error below). */
+        char why[512];
+        snprintf(why, sizeof(why), "%s", zs_last_error());
+        zs_quant_gather_fail_next(ctx);
+        (void)zs_quant_gather(ctx, un->gathered, un->part.shard);
+        st = zs_fail(st, "%s", why);
+    } else if (st) {
         /* The peers are about to gather with this rank and hold the same block of the shared heap: the
          * gather still goes out, marked failed, so that it ends with an error on every rank and the
          * block stays allocated on every rank alike (released by the usual wait and drop). */

@@ -3,6 +3,7 @@
  * reduce-scatter every micro-batch as backward produces it, and fold the result into a persistent
  * shard. With overlap_comm the reduction runs while the program keeps computing. */
 #include <stdint.h>
+#include <stdio.h> /* defines: snprintf */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,8 +34,11 @@ static zs_status replicas_wait(struct zs_ctx *ctx, int32_t u, struct zs_coll_req
         if (!st && !done)
             st = zs_comm_progress(ctx->scomm);
     }
+    /* waited for after an error too: only the wait completes the request and gives it back to the pool (a
+     * failed one returns at once); else it stays in flight on the replica comm, aimed at the gradient shard */
+    zs_status w = zs_coll_wait(&ctx->rcoll, req);
     if (!st)
-        st = zs_coll_wait(&ctx->rcoll, req);
+        st = w;
     if (st)
         zs_error_prefix("sum the gradients of unit '%s' across the shard groups", ctx->units[u].name);
     return st;
@@ -80,6 +84,7 @@ zs_status zs_grads_sum_replicas(struct zs_ctx *ctx)
     struct zs_coll_req **reqs;
     zs_status st = ZS_OK;
     int32_t launched = 0;
+    char why[1024] = "";
     zs_dtype dt = ctx->cfg.zero.stage >= 2 ? ctx->cdt : ctx->pdt;
 
     if (ctx->nreplicas == 1 || ctx->cfg.zs.deterministic) /* deterministic mode: summed exactly (exact_sum.c) */
@@ -96,7 +101,10 @@ zs_status zs_grads_sum_replicas(struct zs_ctx *ctx)
         if (st)
             zs_error_prefix("sum the gradients of unit '%s' across the shard groups", ctx->units[u].name);
     }
-    /* every sum that went out is waited for, after an error too: nothing is left in flight */
+    if (st)
+        snprintf(why, sizeof(why), "%s", zs_last_error());
+    /* every sum that went out is waited for, after an error too: nothing is left in flight. The later waits of
+     * a broken comm fail too, each naming its own unit: the first error is the one reported. */
     for (int32_t u = 0; u < launched; u++) {
         if (!reqs[u])
             continue;
@@ -105,9 +113,11 @@ zs_status zs_grads_sum_replicas(struct zs_ctx *ctx)
             st = w;
         if (!st)
             st = zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u));
+        if (st && !why[0])
+            snprintf(why, sizeof(why), "%s", zs_last_error());
     }
     free(reqs);
-    return st;
+    return st ? zs_fail(st, "%s", why) : ZS_OK;
 }
 
 static zs_status pop_head(struct zs_ctx *ctx)

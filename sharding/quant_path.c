@@ -9,21 +9,11 @@
 zs_status zs_quant_path_open(struct zs_ctx *ctx)
 {
     const struct zs_zero_config *z = &ctx->cfg.zero;
-    const char *key = z->quantized_weights ? "zero_quantized_weights" : "zero_quantized_gradients";
     zs_status st;
 
+    /* the stages and hybrid sharding they do not apply to were refused at zs_hybrid_start (zs_layout_check) */
     if (!z->quantized_weights && !z->quantized_gradients)
         return ZS_OK;
-    if (z->quantized_weights && z->stage != 3)
-        return zs_fail(ZS_ERR_UNSUPPORTED, "zero_optimization.zero_quantized_weights: quantizes stage 3's parameter "
-                       "gather; this is stage %d", z->stage);
-    if (z->quantized_gradients && z->stage < 2)
-        return zs_fail(ZS_ERR_UNSUPPORTED, "zero_optimization.zero_quantized_gradients: quantizes the gradients' "
-                       "reduce-scatter of stages 2 and 3; this is stage %d", z->stage);
-    if (ctx->nreplicas > 1)
-        return zs_fail(ZS_ERR_UNSUPPORTED, "zero_optimization.%s: not implemented with hybrid sharding "
-                       "(zero_optimization.mics_shard_size %d): a shard group's collectives are not quantized",
-                       key, ctx->shard_size);
     st = zs_qcomm_init(&ctx->qcomm, ctx->comm, 0);
     if (st)
         return st;
@@ -92,6 +82,11 @@ zs_status zs_quant_gather(struct zs_ctx *ctx, void *buf, int64_t shard)
     if (!st && h != buf)
         st = zs_device_copy(&ctx->dev, buf, true, h, false, chunk * (size_t)zs_comm_size(ctx->comm));
     return st;
+}
+
+void zs_quant_gather_fail_next(struct zs_ctx *ctx)
+{
+    zs_qcomm_fail_next(ctx->qcomm);
 }
 
 zs_status zs_quant_reduce(struct zs_ctx *ctx, const void *g, void *out, zs_dtype dt_out, int64_t shard)

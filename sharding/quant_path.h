@@ -10,8 +10,8 @@
 
 #include "core/ctx.h" /* defines: struct zs_ctx */
 
-/* Collective: the quantized collectives when either key is on (refused, naming the key, where they do not
- * apply: stage < 3 for weights, stage < 2 for gradients, hybrid sharding). On a device the host cannot read in
+/* Collective: the quantized collectives when either key is on (where they do not apply, stage < 3 for weights,
+ * stage < 2 for gradients, hybrid sharding, zs_hybrid_start refused them first: core/plan.h's zs_layout_check). On a device the host cannot read in
  * place (a GPU) they run host-staged, with the CPU's quantization: the CPU device's bits. */
 zs_status zs_quant_path_open(struct zs_ctx *ctx);
 void zs_quant_path_close(struct zs_ctx *ctx);
@@ -21,6 +21,9 @@ bool zs_quant_grads(const struct zs_ctx *ctx);
  * reduce-scatter (into out, dt_out, times the post-scale), each complete on return: the engine's request
  * stays NULL, which its waits take as done. */
 zs_status zs_quant_gather(struct zs_ctx *ctx, void *buf, int64_t shard);
+/* This rank's part of the next zs_quant_gather could not be had: the gather still runs on every phase, failed,
+ * and ends with an error on every rank naming this one (comm_quant.h's zs_qcomm_fail_next). */
+void zs_quant_gather_fail_next(struct zs_ctx *ctx);
 zs_status zs_quant_reduce(struct zs_ctx *ctx, const void *g, void *out, zs_dtype dt_out, int64_t shard);
 
 #endif /* ZS_QUANT_PATH_H */

@@ -4,7 +4,7 @@
 # within 2e-2 of the unquantized run's (the int8 blocks' error on parameters and gradients; measured up to 4.7e-3 by
 # the sixth step, 1.3e-3 by the fifth), and the counted cross-node bytes at most a quarter of it (int8 for fp32, and one peer per local index
 # instead of every rank of the other node). One node (2 ranks): the exact collectives, so the unquantized params-hash.
-# And the keys refused by name where they do not apply (quantized weights at stage 2).
+# And the keys refused by name where they do not apply (quantized weights at stage 2, hpZ groups across nodes).
 set -u
 TRAIN=$1
 source "$(dirname "$0")/lib.sh"
@@ -17,6 +17,7 @@ JSON
 cfg off 3 ''
 cfg on 3 ', "zero_quantized_weights": true, "zero_quantized_gradients": true'
 cfg stage2 2 ', "zero_quantized_weights": true'
+cfg hpz 3 ', "zero_quantized_weights": true, "zero_hpz_partition_size": 2'
 run() { # name config ranks env...
   local name=$1 config=$2 np=$3
   shift 3
@@ -51,4 +52,11 @@ check $r "one node: the quantized keys changed the params-hash ($h1, unquantized
 run stage2 stage2 4 -x ZS_FAKE_NODE_SIZE=2 && r=bad || { grep -q "zero_optimization.zero_quantized_weights: .*stage 3" "$tmp/stage2.out" && r=ok || r=bad; }
 echo "stage 2 with zero_quantized_weights: $(grep -m1 'error' "$tmp/stage2.out"): $r"
 check $r "stage 2 with zero_quantized_weights was not refused by name"
+# hpZ's secondary group across nodes (nodes of 1): its slice would come from the quantized gather's buffer, exact
+# for this node's shards only (other bits in forward and backward); refused naming both keys
+run hpz1 hpz 4 -x ZS_FAKE_NODE_SIZE=1 && r=bad || {
+  grep -q "zero_optimization.zero_hpz_partition_size 2 with zero_optimization.zero_quantized_weights: .*crosses nodes" \
+    "$tmp/hpz1.out" && r=ok || r=bad; }
+echo "hpZ 2 across nodes of 1 with zero_quantized_weights: $(grep -m1 'error' "$tmp/hpz1.out"): $r"
+check $r "hpZ across nodes with zero_quantized_weights was not refused naming both keys"
 finish quant_engine

@@ -40,3 +40,22 @@ foreach(t ${hpz_reload_runs})
                        "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/${t}")
   set_property(TEST ${t} APPEND PROPERTY LABELS sharding ckpt)
 endforeach()
+
+# The sum across shard groups failing on one rank (a comm fault on its replica comm): the step names the sum and
+# the failed request is back in the pool, not left in flight (tests/hybrid_sum_fault.c). The fault is a failing
+# MPI call: its replica peers end at the comm's timeout, short here (only rank 2's outcome is checked).
+zs_test(hybrid_sum_fault)
+add_test(NAME hybrid_sum_fault COMMAND ${ZS_MPIRUN} 4 -x ZS_FAKE_NODE_SIZE=2 -x ZS_TIMEOUT=10
+         $<TARGET_FILE:hybrid_sum_fault>)
+file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_sum_fault)
+set_tests_properties(hybrid_sum_fault PROPERTIES TIMEOUT 600 LABELS sharding ENVIRONMENT
+                     "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_sum_fault")
+
+# More than two replicas without network namespaces: 6 and 8 ranks on forced nodes of 2, shard groups of 2 (3 and 4
+# replicas), normal mode at stages 1 and 3 within 1e-5 of the flat run at the same ranks (tests/hybrid_replicas.sh);
+# at 2x2 the replicas' all-reduce count equals the group's share, so a mix-up of the two shows only here or in netns4.
+add_test(NAME hybrid_replicas COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/hybrid_replicas.sh $<TARGET_FILE:zs-train-mlp>
+         $<TARGET_FILE:zs-params-cmp>)
+file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_replicas)
+set_tests_properties(hybrid_replicas PROPERTIES TIMEOUT 600 LABELS sharding ENVIRONMENT
+                     "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/hybrid_replicas")

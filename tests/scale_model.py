@@ -131,8 +131,7 @@ for s in ["0", "1", "2", "3"]:
     never_slower(f"stage {s}, inter-node 50 -> 400 GB/s", st + ["--inter-bw", "50"], st + ["--inter-bw", "400"])
     never_slower(f"stage {s}, intra-node 100 -> 360 GB/s", st + ["--intra-bw", "100"], st + ["--intra-bw", "360"])
 never_slower("stage 3, 1e14 -> 4e14 FLOP/s", ["--flops", "1e14"], ["--flops", "4e14"])
-never_slower("stage 3, mics 8 at 12.5 GB/s, int8 gradients", ["--mics", "8", "--inter-bw", "12.5"],
-             ["--mics", "8", "--inter-bw", "12.5", "--quant-grads"])
+# (int8 gradients with mics_shard_size are refused by the engine, so by the model too: row_refused below)
 for key in ["step_s", "cross_node_bytes"]:
     never_slower("stage 3 at 12.5 GB/s, int8 weights and gradients", ["--inter-bw", "12.5"],
                  ["--inter-bw", "12.5", "--quant-weights", "--quant-grads"], key)
@@ -156,8 +155,32 @@ refused("--frobnicate", "--params", "1e9", "--frobnicate", "3")
 refused("needs a model", "--stage", "3")
 rc, out, err = run("--params", "1e9", "--mics", "3", "--gpus", "6,8", "--ranks-per-node", "1", "--json")
 j = json.loads(out)["time_model"]["rows"] if rc == 0 else []
-check(len(j) == 2 and "step_s" in j[0] and "mics_shard_size 3 does not divide 8" in j[1].get("refused", ""),
+check(len(j) == 2 and "step_s" in j[0] and "mics_shard_size 3 does not divide the world size 8" in j[1].get("refused", ""),
       f"mics 3: runs at 6 GPUs, refused at 8 naming mics_shard_size: {j}")
+
+# What the engine refuses at a GPU count is a refused row naming the key (the engine's own check, core/plan.h's
+# zs_layout_check), not a priced one: a shard group above the world, quantized gradients below stage 2,
+# quantization with hybrid sharding, hpZ above the shard group (equal to it: off, as the engine takes it).
+def row_refused(want, gpus, *args):
+    rc, out, err = run("--params", "1e9", "--gpus", ",".join(map(str, gpus)), "--json", *args)
+    j = json.loads(out)["time_model"]["rows"] if rc == 0 else []
+    got = [("refused" in r and want in r["refused"]) if w else "step_s" in r for r, w in zip(j, gpus.values())]
+    check(rc == 0 and len(j) == len(gpus) and all(got), f"{' '.join(args)}: refused at {[g for g, w in gpus.items() if w]} "
+          f"naming {want!r}, priced elsewhere: {j}")
+
+
+row_refused("mics_shard_size 8 does not divide the world size 4", {4: True, 16: False}, "--mics", "8")
+row_refused("zero_quantized_gradients", {16: True}, "--stage", "1", "--quant-grads")
+row_refused("zero_quantized_gradients", {16: True}, "--stage", "0", "--quant-grads")
+row_refused("zero_quantized_weights: not implemented with hybrid sharding", {16: True}, "--mics", "8", "--quant-weights")
+row_refused("zero_quantized_gradients: not implemented with hybrid sharding", {16: True}, "--stage", "2", "--mics", "8",
+            "--quant-grads")
+row_refused("zero_hpz_partition_size 16 does not divide the shard group's size 8", {16: True}, "--mics", "8",
+            "--hpz", "16")
+row_refused("", {16: False}, "--mics", "8", "--hpz", "8")
+rc, out, err = run("--params", "1e9", "--mics", "8", "--gpus", "4,16")
+check(rc == 0 and any(l.split()[:2] == ["4", "refused:"] and "mics_shard_size 8" in l for l in out.splitlines()),
+      f"text: a 'refused:' row at 4 GPUs naming mics_shard_size: {out!r}")
 
 print(f"scale_model: {len(failed)} failed")
 sys.exit(1 if failed else 0)

@@ -2,10 +2,12 @@
  * this node's chunks bit for bit and the other node's as kernels/quant.h's dequantize(quantize(chunk)) on every
  * rank, the reduce-scatter stays within the bound the block size implies and repeats its bits, and the traffic
  * counter sees the quantized bytes cross; on one node both are comm.h's exact collectives, bit for bit; a layout
- * of unequal nodes is refused. fp32, bf16 and fp16. */
+ * of unequal nodes is refused. fp32, bf16 and fp16. And an all-gather one rank marks failed ends with an error on
+ * every rank naming that rank, in the world's numbering, and leaves the comms usable. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <mpi.h>
@@ -106,6 +108,27 @@ static void all_gather(struct zs_comm *c, struct zs_qcomm *qc, int dt, int L)
     free(want);
 }
 
+/* zs_qcomm_fail_next on rank `who` only: every rank's wait fails, naming rank `who` of the world (not its rank
+ * in a sub-communicator, nor the rank that passed the failure on), within the comm's timeout rather than at it. */
+static void failed_gather(struct zs_qcomm *qc, int who, int L)
+{
+    float *buf = calloc((size_t)world * COUNT, sizeof(float));
+    struct zs_qcomm_req *req = NULL;
+    char want[64];
+
+    if (rank == who)
+        zs_qcomm_fail_next(qc);
+    zs_status st = zs_qcomm_all_gather(qc, buf, ZS_DTYPE_FP32, COUNT, &req);
+    if (!st)
+        st = zs_qcomm_wait(qc, req);
+    snprintf(want, sizeof(want), "rank %d could not take part", who);
+    CHECK(st == ZS_ERR_COMM && strstr(zs_last_error(), want), "failed all-gather (rank %d), nodes of %d, rank %d: "
+          "status %d, '%s'", who, L, rank, st, zs_last_error());
+    if (rank == 0)
+        printf("all-gather marked failed on rank %d, nodes of %d: %s\n", who, L, zs_last_error());
+    free(buf);
+}
+
 /* Reduce-scatter of dt_in to dt_out, twice (the same bits); L ranks per node (0: one node: comm.h's bits). */
 static void reduce_scatter(struct zs_comm *c, struct zs_qcomm *qc, int dt_in, int dt_out, int L)
 {
@@ -195,7 +218,8 @@ static void run_layout(int32_t fake)
     CHECK(st == ZS_OK, "zs_qcomm_init (nodes of %d): %s", fake, zs_last_error());
     if (!st) {
         CHECK(zs_qcomm_nodes(qc) == (fake ? world / fake : 1), "nodes %d", zs_qcomm_nodes(qc));
-        for (int dt = 0; dt < 3; dt++) {
+        failed_gather(qc, world - 1, fake);
+        for (int dt = 0; dt < 3; dt++) { /* after it: the comms still work */
             all_gather(c, qc, dt, fake);
             reduce_scatter(c, qc, dt, dt, fake);
         }

@@ -390,7 +390,7 @@ int zs_time_main(int argc, char **argv)
                                .inter_lat = 10e-6, .ranks_per_node = 8, .max_live = -1, .max_reuse = -1}};
     int rc = parse(&a, argc, argv);
     bool first = true;
-    char err[160];
+    char err[400];
 
     if (!rc)
         rc = finish_inputs(&a);
@@ -406,7 +406,7 @@ int zs_time_main(int argc, char **argv)
             if (a.json)
                 printf("%s{\"gpus\": %d, \"refused\": \"%s\"}", first ? "" : ", ", a.gpus[i], err);
             else
-                printf("%6d  -- %s\n", a.gpus[i], err);
+                printf("%6d  refused: %s\n", a.gpus[i], err);
             first = false;
             continue;
         }

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "core/plan.h" /* defines: zs_layout_check */
 #include "tools/zs_time_model.h"
 
 /* One collective's time and the bytes it sends across one node's boundary. */
@@ -78,18 +79,20 @@ static int fail(char *err, size_t errlen, const char *why, int a, int b)
     return -1;
 }
 
-/* The shard group g and the backward's gather group h for n ranks, or -1 with why. */
+/* The shard group g and the backward's gather group h for n ranks, or -1 with why: first what the engine refuses
+ * at that world size (its own check, core/plan.h), then the node layout the model needs. */
 static int groups(const struct zs_tm_in *in, const struct place *p, int *g, int *h, char *err, size_t errlen)
 {
+    struct zs_layout_keys k = {.stage = in->stage, .mics = in->mics > 0 ? in->mics : -1, .hpz = in->hpz,
+                               .quant_weights = in->quant_weights, .quant_grads = in->quant_grads};
+
+    if (zs_layout_check(&k, p->n, err, errlen))
+        return -1;
     *g = in->mics > 0 && in->mics < p->n ? in->mics : p->n;
-    if (p->n % *g)
-        return fail(err, errlen, "mics_shard_size %d does not divide %d ranks", *g, p->n);
     if (*g % p->k && p->k % *g)
         return fail(err, errlen, "mics_shard_size %d neither divides nor is a multiple of %d ranks per node", *g,
                     p->k);
-    *h = in->stage == 3 && in->hpz > 0 && in->hpz < *g ? in->hpz : *g;
-    if (*g % *h)
-        return fail(err, errlen, "zero_hpz_partition_size %d does not divide the shard group of %d", *h, *g);
+    *h = in->stage == 3 && in->hpz > 0 && in->hpz < *g ? in->hpz : *g; /* equal to the group: off, as the engine */
     return 0;
 }
 
