@@ -250,23 +250,23 @@ static zs_status start_device(struct zs_ctx *ctx)
     return st;
 }
 
+/* The CUDA calls' refusal on another device, naming the key. */
+static zs_status need_cuda(const zs_ctx *ctx, const char *fn)
+{
+    if (ctx->dev.kind != ZS_DEV_CUDA || !ctx->dev.own_compute)
+        return zs_fail(ZS_ERR_UNSUPPORTED, "%s: zeroshard.device is \"%s\", not \"cuda\"", fn, ctx->cfg.zs.device);
+    return ZS_OK;
+}
+
 zs_status zs_cuda_stream(const zs_ctx *ctx, void **stream)
 {
     if (stream)
         *stream = NULL;
     if (!ctx || !stream)
         return zs_fail(ZS_ERR_INVALID, "zs_cuda_stream: NULL %s", ctx ? "stream" : "context");
-    if (ctx->dev.kind != ZS_DEV_CUDA || !ctx->dev.compute)
-        return zs_fail(ZS_ERR_UNSUPPORTED, "zs_cuda_stream: zeroshard.device is \"%s\", not \"cuda\"",
-                       ctx->cfg.zs.device);
+    if (need_cuda(ctx, "zs_cuda_stream"))
+        return ZS_ERR_UNSUPPORTED;
     *stream = ctx->dev.compute;
-    return ZS_OK;
-}
-
-static zs_status need_cuda(const zs_ctx *ctx, const char *fn)
-{
-    if (ctx->dev.kind != ZS_DEV_CUDA || !ctx->dev.own_compute)
-        return zs_fail(ZS_ERR_UNSUPPORTED, "%s: zeroshard.device is \"%s\", not \"cuda\"", fn, ctx->cfg.zs.device);
     return ZS_OK;
 }
 

@@ -7,21 +7,15 @@
 set -u
 MODE=$1 LIBDIR=$2
 here=$(cd "$(dirname "$0")" && pwd)
-if ! err=$(python3 -c 'import torch' 2>&1); then
-  echo "torch_cuda_emu: skipped: torch cannot be imported by python3 (${err##*$'\n'}); bash tools/setup_tests.sh installs it"
-  exit 77
-fi
+. "$here/lib.sh"
+py_test_env torch_cuda_emu torch "$LIBDIR"
 emu=$LIBDIR/tests/libzeroshard_cudaemu.so
 [ -f "$emu" ] || { echo "torch_cuda_emu: $emu is missing (built by tests/CMakeLists.txt)"; exit 1; }
-export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$emu
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export ZEROSHARD_LIB=$emu
 run="mpirun --oversubscribe -np"
 case $MODE in
-  parity)
-    # the swap files on disk under the build tree (O_DIRECT), in a scratch dir
-    export TORCH_CUDA_EMU_NVME=$(mktemp -d "$LIBDIR/torch_cuda_emu_nvme.XXXX")
-    trap 'rm -rf "$TORCH_CUDA_EMU_NVME"' EXIT
-    $run 2 -x TORCH_CUDA_EMU_NVME python3 "$here/torch_cuda_emu.py" parity ;;
+  parity) # the swap files in lib.sh's scratch dir, on the disk under test (O_DIRECT)
+    TORCH_CUDA_EMU_NVME=$tmp $run 2 -x TORCH_CUDA_EMU_NVME python3 "$here/torch_cuda_emu.py" parity ;;
   fault) $run 1 python3 "$here/torch_cuda_emu.py" fault ;;
   nccl) $run 2 -x ZS_CUDA_EMU_GPUS=2 -x ZS_CUDA_EMU_NCCL=1 python3 "$here/torch_cuda_emu.py" nccl ;;
   nccl_fault) $run 2 -x ZS_CUDA_EMU_GPUS=2 -x ZS_CUDA_EMU_NCCL=1 -x ZS_CUDA_EMU_NCCL_FAULT=1:3 -x ZS_TIMEOUT=15 \
