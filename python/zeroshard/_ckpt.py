@@ -5,6 +5,7 @@ import io
 import json
 import os
 
+from . import _elastic
 from . import _lib as L
 
 EXTRA = "client_state.pt"   # the front end's file in a checkpoint: client_state, scheduler, param_groups
@@ -31,6 +32,9 @@ class CheckpointMixin:
                           extra_bytes=len(data))
         L.check(self.lib.zs_checkpoint_save_opts(self.ctx, os.fspath(save_dir).encode(), ctypes.byref(opts)),
                 f"checkpoint save to '{save_dir}'")
+        step = self.stats().global_step
+        if save_latest:   # the one a resume without a tag takes
+            _elastic.saved(save_dir, str(tag) if tag is not None else f"global_step{step}", step)
         return True
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_optimizer_states=True,
@@ -62,6 +66,7 @@ class CheckpointMixin:
         extra = self._read_extra(d, used)
         if not load_module_only:
             self._restore_extra(extra, load_optimizer_states, load_lr_scheduler_states)
+        _elastic.loaded(d, used, self.stats().global_step)
         return os.path.join(d, used), extra.get("client_state", {})
 
     def _save_plain(self, save_dir, tag, save_latest, data):

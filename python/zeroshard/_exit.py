@@ -45,6 +45,8 @@ def _install_excepthook():
               "end so the launcher stops the other ranks", file=sys.stderr)
         sys.stderr.flush()
         sys.stdout.flush()
+        from . import _elastic
+        _elastic.rank_exit(f"uncaught {kind.__name__}")
         os._exit(1)
 
     hook._zeroshard = True

@@ -32,7 +32,7 @@ from . import _lib as L
 from . import optim as O
 from ._ckpt import CheckpointMixin
 from ._exit import _engines, _finalize, _install_excepthook
-from . import _devmem
+from . import _devmem, _elastic
 from ._plan import _Ref, _Unit, _unit_plan, _stage_of, load_config, _device_of
 
 try:
@@ -124,6 +124,8 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
                     self._hooks.append(p.register_post_accumulate_grad_hook(_drop_grad))
         bridge.fill(self.lib, self.ctx, groups, self.config)
         self.optimizer = O.make_optimizer_class(torch)(self, groups, bridge.torch_defaults(groups))
+        _elastic.batch_rule(self.config, self.train_micro_batch_size_per_gpu(), self.gradient_accumulation_steps(),
+                            self.world_size)
 
     # ------------------------------------------------------------------ set-up
     def _register(self, model, nn, trainable, groups):
@@ -475,6 +477,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         if s.skipped:
             self.skipped_steps += 1
             return
+        _elastic.step_done(s.global_step)
         if not self._client_scheduler:
             self._bridge.sync_scheduled(self.lib, self.ctx, self.optimizer.param_groups)
         elif self.lr_scheduler is not None:

@@ -19,6 +19,7 @@ import shlex
 import shutil
 import sys
 
+from . import _elastic
 from ._mpienv import mpi_rank_env
 
 DEEPSPEED_VERSION = "0.19.8+zeroshard"   # the DeepSpeed release whose API zeroshard/compat follows
@@ -39,11 +40,12 @@ _ACCELERATE = {"--deepspeed_config_file": "ACCELERATE_DEEPSPEED_CONFIG_FILE",
                "--zero3_save_16bit_model": "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
                "--mixed_precision": "ACCELERATE_MIXED_PRECISION"}
 USAGE = """usage: zeroshard-run [-np N] [--hostfile FILE | -H HOSTS] [--use_deepspeed [--deepspeed_config_file F ...]]
-                     [mpirun options] (SCRIPT | -m MODULE) [ARGS...]"""
+                     [--max-restarts K [--min-ranks M]] [--run-dir DIR]
+                     [mpirun options] (SCRIPT | -m MODULE | PROGRAM) [ARGS...]"""
 
 def _split(argv):
     """(mpirun options, launcher options, script argv)."""
-    mpi, own, i = [], {"np": None, "env": {}}, 0
+    mpi, own, i = [], {"np": None, "env": {}, "max_restarts": 0, "min_ranks": 1, "run_dir": None}, 0
     while i < len(argv):
         a = argv[i]
         if a in ("-h", "--help"):
@@ -59,6 +61,16 @@ def _split(argv):
         key, eq, val = a.partition("=")
         if key in ("-np", "-n", "--np", "--num_processes", "--nproc_per_node", "--num_gpus"):
             own["np"] = int(val if eq else argv[i + 1])
+            i += 1 if eq else 2
+        elif key in ("--max-restarts", "--max_restarts", "--min-ranks", "--min_ranks", "--run-dir", "--run_dir"):
+            v = val if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            name = key.lstrip("-").replace("-", "_")
+            if name == "run_dir":
+                own[name] = v
+            elif v.isdigit():
+                own[name] = int(v)
+            else:
+                sys.exit(f"zeroshard-run: {key} takes a whole number, not '{v}'")
             i += 1 if eq else 2
         elif key in ("--no_local_rank",):   # the DeepSpeed launcher's: LOCAL_RANK is exported,
             i += 1                                        # --local_rank is never appended
@@ -91,29 +103,38 @@ def _split(argv):
 
 
 def _spawn(mpi, own, script):
-    """Runs this launcher under mpirun, one process per rank; returns mpirun's exit status."""
+    """Runs this launcher under mpirun, one process per rank, under the restart policy (zeroshard._elastic);
+    returns the job's exit status."""
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         sys.exit("zeroshard-run: mpirun not found (Debian: apt-get install openmpi-bin); or start the job with "
                  "your own mpirun/srun and `python -m zeroshard.run SCRIPT`")
     env = dict(os.environ)
     n = own["np"] if own["np"] is not None else 1
-    cmd = [mpirun, "-np", str(n)]
+    if own["min_ranks"] > n:
+        sys.exit(f"zeroshard-run: --min-ranks {own['min_ranks']} is more than the {n} rank(s) asked for")
     if os.geteuid() == 0:   # containers run as root; Open MPI refuses that unless told
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
         env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     remote = any(a in ("--hostfile", "-hostfile", "--host", "-H") for a in mpi)
-    if not remote and n > (os.cpu_count() or 1) and "--oversubscribe" not in mpi:
-        cmd.append("--oversubscribe")   # more ranks than cores on one machine (a test, a laptop)
     env.update(own["env"])
     # Open MPI forwards only the variables named with -x to remote hosts (locally it forwards all)
-    for k in sorted(own["env"]) + ["PYTHONPATH", "ZEROSHARD_LIB"]:
-        if k in env:
-            cmd += ["-x", k]
-    cmd += mpi + [sys.executable, "-m", "zeroshard.run", "--"] + script
-    if os.environ.get("ZEROSHARD_RUN_VERBOSE"):
-        print("zeroshard-run: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
-    os.execve(mpirun, cmd, env)
+    forward = sorted(own["env"]) + ["PYTHONPATH", "ZEROSHARD_LIB", _elastic.ATTEMPT_ENV, "ZEROSHARD_RESTART_COUNT",
+                                    "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS"]
+
+    def command(world, mpi_now):
+        cmd = [mpirun, "-np", str(world)]
+        if not remote and world > (os.cpu_count() or 1) and "--oversubscribe" not in mpi_now:
+            cmd.append("--oversubscribe")   # more ranks than cores on one machine (a test, a laptop)
+        for k in forward:
+            if k in env or k.startswith(("ZEROSHARD_", "TORCHELASTIC_")):
+                cmd += ["-x", k]
+        cmd += mpi_now + [sys.executable, "-m", "zeroshard.run", "--"] + script
+        if os.environ.get("ZEROSHARD_RUN_VERBOSE"):
+            print("zeroshard-run: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
+        return cmd
+    sup = _elastic.Supervisor(command, env, n, mpi, own["max_restarts"], own["min_ranks"], own["run_dir"])
+    return sup.run()
 
 
 def _rendezvous(rank):
@@ -127,9 +148,10 @@ def _rendezvous(rank):
     return addr, port
 
 
-def export_world():
+def export_world(rendezvous=True):
     """In an MPI rank: the torchrun/DeepSpeed variables, set from MPI (they override stale values: MPI's
-    world is the one that trains). Returns (rank, world)."""
+    world is the one that trains). Returns (rank, world). Without rendezvous (a program about to be exec'd,
+    which starts MPI itself) MASTER_ADDR/MASTER_PORT are left as they are."""
     info = mpi_rank_env()
     if info is None:
         return None
@@ -137,7 +159,8 @@ def export_world():
     env = os.environ
     env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(lsize),
                LOCAL_SIZE=str(lsize))
-    env["MASTER_ADDR"], env["MASTER_PORT"] = _rendezvous(rank)
+    if rendezvous:
+        env["MASTER_ADDR"], env["MASTER_PORT"] = _rendezvous(rank)
     env["ZEROSHARD_RUN"] = "1"
     return rank, world
 
@@ -200,16 +223,30 @@ def _run(script):
     runpy.run_path(path, run_name="__main__")
 
 
+def _program(script):
+    """The path of a program (not a Python script) to exec in each rank, or None."""
+    path = script[0]
+    if script[0] == "-m" or path.endswith(".py") or not os.path.isfile(path) or not os.access(path, os.X_OK):
+        return None
+    with open(path, "rb") as f:
+        head = f.read(64)
+    return None if head.startswith(b"#!") and b"python" in head.split(b"\n")[0] else path
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     mpi, own, script = _split(argv)
     if mpi_rank_env() is None:
-        _spawn(mpi, own, script)   # does not return
+        sys.exit(_spawn(mpi, own, script))
     if mpi:
         sys.exit(f"zeroshard-run: inside an MPI job the mpirun options {mpi} have no effect; give them to your "
                  "mpirun")
     os.environ.update(own["env"])
-    export_world()
+    prog = _program(script)
+    rank, world = export_world(rendezvous=prog is None)
+    _elastic.rank_started(rank, world, execs=prog is not None)
+    if prog is not None:   # a C program (the examples): MPI and SIGTERM are its own; the variables stay set
+        os.execv(prog, script)
     use_compat()
     from . import _accelerate_cpu   # acts only where Accelerate takes its DeepSpeed path without a GPU
     _accelerate_cpu.install()

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 from transformers import (GPT2Config, GPT2LMHeadModel, HfArgumentParser, Seq2SeqTrainingArguments, Trainer,
-                          set_seed)
+                          TrainerCallback, set_seed)
+from transformers.trainer_utils import get_last_checkpoint
 
 
 @dataclass
@@ -18,6 +19,19 @@ class DataArguments:
     n_blocks: int = field(default=96)
     n_layer: int = field(default=2)
     seq2seq: bool = field(default=False, metadata={"help": "train with Seq2SeqTrainer (a Trainer subclass)"})
+    crash_save: str = field(default="", metadata={"help": "test hook, first attempt only: RANK:STEP dies halfway "
+                                                           "through the engine's save of STEP (ZS_TEST_CKPT_CRASH)"})
+    step_time: float = field(default=0.0, metadata={"help": "a sleep per optimizer step (a test kills a rank "
+                                                            "at a step of its choosing)"})
+
+
+class _Slow(TrainerCallback):
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def on_step_end(self, args, state, control, **kwargs):
+        import time
+        time.sleep(self.seconds)
 
 
 def corpus(n, block, seed=0):
@@ -34,6 +48,8 @@ def main():
     parser = HfArgumentParser((DataArguments, Seq2SeqTrainingArguments))
     data_args, training_args = parser.parse_args_into_dataclasses()
     set_seed(training_args.seed)
+    if data_args.crash_save and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+        os.environ["ZS_TEST_CKPT_CRASH"] = data_args.crash_save
     config = GPT2Config(vocab_size=256, n_positions=data_args.block_size, n_embd=64, n_layer=data_args.n_layer,
                         n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = GPT2LMHeadModel(config)   # under ZeRO-3 the Trainer's args have set up zero.Init for this
@@ -45,6 +61,11 @@ def main():
     trainer = cls(model=model, args=training_args, train_dataset=train,
                   eval_dataset=evals if training_args.do_eval else None)
     last = training_args.resume_from_checkpoint
+    out = training_args.output_dir
+    if last is None and os.path.isdir(out) and not getattr(training_args, "overwrite_output_dir", False):
+        last = get_last_checkpoint(out)   # run_clm.py's: a run started again continues from its newest checkpoint
+    if data_args.step_time:
+        trainer.add_callback(_Slow(data_args.step_time))
     result = trainer.train(resume_from_checkpoint=last)
     trainer.save_model()
     metrics = result.metrics
