@@ -13,6 +13,8 @@
 #            of its output folder), rank 2 dying in the save of checkpoint-6: the half-written folder is set
 #            aside, the run resumes from checkpoint-3 on 3 ranks, and its model is an uninterrupted 4-rank run's
 #            checkpoint-3 resumed on 3 ranks
+#   preempt  SIGTERM to the launcher of a Trainer run (2 ranks): it saves checkpoint-N, exits 0, is not
+#            restarted; the same command again resumes from checkpoint-N to the uninterrupted run's model
 #   limits   --min-ranks and --max-restarts end the job non-zero naming the flag; the launcher's rules
 #            (batch sizes, mpirun's lines, hosts dropped) on their own
 #   sigterm  SIGTERM to the launcher of zs-train-mlp (MLP) is a preemption: the ranks save, exit 0, no restart
@@ -22,7 +24,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 S=$here/ds_scripts
 . "$here/lib.sh"
 modules=torch
-[ "$MODE" = trainer ] && modules="torch, transformers, accelerate"
+case $MODE in trainer|preempt) modules="torch, transformers, accelerate" ;; esac
 py_test_env elastic "$modules" "$LIBDIR"
 # A dead rank's peers on its node notice from its pid within a second; 120 s bounds any other wait
 export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore ZS_FAKE_NODE_SIZE=2 ZS_TIMEOUT=120
@@ -139,6 +141,31 @@ r["steps_lost"])' "$log" 2> /dev/null)
     ref=$(sha256sum < "$tmp/hf3/model.safetensors" | head -c 16)
     echo "trainer: model.safetensors $got; 4 ranks' checkpoint-${c% *} resumed on 3 ranks: $ref"
     [ -s "$tmp/hf3/model.safetensors" ] && [ "$got" = "$ref" ] && check ok || check fail "trainer: $got != $ref" ;;
+  preempt)
+    TR="--deepspeed $S/ds_z2.json --max_steps $STEPS --per_device_train_batch_size 2 --learning_rate 1e-3
+        --logging_steps 1 --report_to none --save_steps 100 --output_dir $tmp/pre/out"
+    mkdir -p "$tmp/pre"
+    # not through zsrun (a function: $! would be its subshell); timeout passes the SIGTERM on to the launcher
+    timeout -s KILL 600 python3 -m zeroshard.run -np 2 --max-restarts 2 --run-dir "$tmp/pre/run" "$S/clm_trainer.py" $TR \
+      --step_time 0.3 > "$tmp/pre.out" 2>&1 &
+    lpid=$!
+    wait_step pre 3 && kill -TERM $lpid
+    wait $lpid
+    rc=$?
+    k=$(ls -d "$tmp"/pre/out/checkpoint-* 2> /dev/null | sed -n 's/.*checkpoint-\([0-9]*\)$/\1/p' | head -1)
+    echo "preempt: exit $rc, $(grep -o -m1 'zeroshard: preempted.*' "$tmp/pre.out"); $(grep -m1 '^zeroshard-run: SIGTERM' "$tmp/pre.out")"
+    [ $rc -eq 0 ] && [ -n "$k" ] && [ "$k" -lt $STEPS ] && [ -f "$tmp/pre/out/checkpoint-$k/trainer_state.json" ] &&
+      [ ! -d "$tmp/pre/run/attempt1" ] && check ok ||
+      check fail "SIGTERM to the launcher: exit $rc, checkpoint '$k': $(grep -v '^\[rank' "$tmp/pre.out" | tail -5)"
+    zsrun -np 2 --run-dir "$tmp/pre/run2" "$S/clm_trainer.py" $TR > "$tmp/pre2.out" 2>&1 || run_failed "preempt: the resume"
+    from=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["step"])' "$tmp/pre/run2/attempt0/loaded.json" 2>&1)
+    TR=${TR/$tmp\/pre\/out/$tmp/straight}
+    zsrun -np 2 "$S/clm_trainer.py" $TR > "$tmp/straight.out" 2>&1 || run_failed "preempt: the uninterrupted run"
+    got=$(sha256sum < "$tmp/pre/out/model.safetensors" | head -c 16)
+    ref=$(sha256sum < "$tmp/straight/model.safetensors" | head -c 16)
+    echo "preempt: stopped at step ${k:-?} of $STEPS, the same command resumed from step $from: model $got; uninterrupted: $ref"
+    [ "$from" = "$k" ] && [ -s "$tmp/straight/model.safetensors" ] && [ "$got" = "$ref" ] && check ok ||
+      check fail "preempt: resumed from '$from' (saved at '$k'), model $got != $ref" ;;
   limits)
     loop minr 4 ds_elastic.json --max-restarts 2 --min-ranks 4
     wait_for "$tmp/minr/run/attempt0/rank1.json" && wait_step minr 2 && kill -9 "$(pid_of minr 1)"

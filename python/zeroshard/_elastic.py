@@ -38,6 +38,8 @@ class _Rank:
     exited = False
     progress_fd = None
     first_done = False
+    preempt_mode = False    # a framework acts on SIGTERM at its next step (the Trainer: trainer_preemption)
+    preempt_flag = False
     lock = threading.RLock()   # the SIGTERM handler may run in the main thread while it holds it
 
 
@@ -104,6 +106,9 @@ def _watch_sigterm():
 
     def default_again(signum, frame):   # the record first: the thread may not have run yet
         rank_exit("SIGTERM")
+        if _Rank.preempt_mode:
+            _Rank.preempt_flag = True
+            return
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
     signal.signal(signal.SIGTERM, default_again)
@@ -112,9 +117,49 @@ def _watch_sigterm():
         while True:
             data = os.read(r, 64)
             if not data or signal.SIGTERM in data:
+                _Rank.preempt_flag = _Rank.preempt_mode
                 rank_exit("SIGTERM")
                 return
     threading.Thread(target=watch, name="zeroshard-sigterm", daemon=True).start()
+
+
+def trainer_preemption():
+    """Under zeroshard-run, the HF Trainer takes SIGTERM as a preemption: at each optimizer step's end every
+    rank votes (one zs_allreduce_sum); once any rank has had the signal, all of them set the Trainer's own
+    should_save and should_training_stop there, so it writes checkpoint-N as at a save step and train()
+    returns; the script goes on and exits 0. Until the first step ends, SIGTERM keeps its default effect.
+    Patched on DefaultFlowCallback, which every Trainer has; nothing happens outside zeroshard-run."""
+    mod = sys.modules.get("transformers.trainer_callback")
+    if _Rank.dir is None or mod is None or getattr(mod.DefaultFlowCallback, "_zeroshard", False):
+        return
+    flow = mod.DefaultFlowCallback
+    orig = flow.on_step_end
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control = orig(self, args, state, control, **kwargs) or control
+        if _vote_preempt():
+            control.should_save = True
+            control.should_training_stop = True
+            if _Rank.rank == 0:
+                print(f"zeroshard: preempted (SIGTERM): the Trainer saves checkpoint-{state.global_step} and stops",
+                      file=sys.stderr, flush=True)
+        return control
+    flow.on_step_end = on_step_end
+    flow._zeroshard = True
+
+
+def _vote_preempt():
+    """Collective: True on every rank once any rank has had SIGTERM (preempt mode starts at the first vote)."""
+    import ctypes
+    from ._exit import _engines
+    live = [e for e in list(_engines) if e.ctx]
+    if not live or _Rank.dir is None:
+        return False
+    _Rank.preempt_mode = True
+    flag = (ctypes.c_double * 1)(1.0 if _Rank.preempt_flag else 0.0)
+    from . import _lib as L
+    L.check(live[0].lib.zs_allreduce_sum(live[0].ctx, flag, 1), "preemption vote")
+    return flag[0] > 0
 
 
 def step_done(step):

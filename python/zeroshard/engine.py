@@ -124,6 +124,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
                     self._hooks.append(p.register_post_accumulate_grad_hook(_drop_grad))
         bridge.fill(self.lib, self.ctx, groups, self.config)
         self.optimizer = O.make_optimizer_class(torch)(self, groups, bridge.torch_defaults(groups))
+        _elastic.trainer_preemption()
         _elastic.batch_rule(self.config, self.train_micro_batch_size_per_gpu(), self.gradient_accumulation_steps(),
                             self.world_size)
 
