@@ -248,7 +248,8 @@ static const struct {
     {"tensor_parallel", {"autotp_size", true, 0, 1, "tensor parallelism is not supported"}},
     {"tensor_parallel", {"tp_size", true, 0, 1, "tensor parallelism is not supported"}},
     {"pipeline", {"stages", true, 1, 1, "pipeline parallelism is not supported"}},
-    {"elasticity", {"enabled", false, 0, 0, "elastic training is not supported"}},
+    {"elasticity", {"enabled", false, 0, 0, "DeepSpeed's elasticity is not supported (DeepSpeed 0.19.8 removed it "
+                    "too); restart on the ranks that remain with zeroshard-run --max-restarts"}},
     {"", {"sequence_parallel_size", true, 1, 1, "sequence parallelism is not supported"}},
 };
 

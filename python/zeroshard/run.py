@@ -9,7 +9,9 @@ mpirun). Inside an MPI job (this launcher's, the user's own `mpirun`, or `srun`)
 written for torchrun and DeepSpeed's launcher read (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, LOCAL_SIZE,
 MASTER_ADDR, MASTER_PORT), puts ZeroShard's DeepSpeed-compatible package (zeroshard/compat/deepspeed) first on
 the import path, so that `import deepspeed` in the script and in every library it imports is ZeroShard, and
-runs the script as __main__. A real DeepSpeed installed beside it is untouched outside this launcher.
+runs the script as __main__ (a program that is not a Python script is exec'd). A real DeepSpeed installed
+beside it is untouched outside this launcher. With --max-restarts K it starts the job again, up to K times, on
+the ranks that remain when ranks or hosts die, and takes SIGTERM as a preemption (zeroshard/_elastic.py).
 """
 import importlib.abc
 import importlib.metadata
