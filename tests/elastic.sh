@@ -15,7 +15,8 @@
 #            checkpoint-3 resumed on 3 ranks
 #   preempt  SIGTERM to the launcher of a Trainer run (2 ranks): it saves checkpoint-N, exits 0, is not
 #            restarted; the same command again resumes from checkpoint-N to the uninterrupted run's model
-#   limits   --min-ranks and --max-restarts end the job non-zero naming the flag; the launcher's rules
+#   limits   --min-ranks and --max-restarts end the job non-zero naming the flag; a rank that raises keeps
+#            its slot (restarted on as many ranks); the launcher's rules
 #            (batch sizes, mpirun's lines, hosts dropped) on their own
 #   sigterm  SIGTERM to the launcher of zs-train-mlp (MLP) is a preemption: the ranks save, exit 0, no restart
 set -u
@@ -175,6 +176,13 @@ r["steps_lost"])' "$log" 2> /dev/null)
     echo "limits: --min-ranks 4, rank 1 killed: exit $rc: $msg"
     [ $rc -ne 0 ] && [[ "$msg" == *"under --min-ranks 4"* ]] && [ ! -d "$tmp/minr/run/attempt1" ] && check ok ||
       check fail "--min-ranks 4 with 3 left: exit $rc, '$msg'"
+    # a rank that raises keeps its slot: the job starts again on as many ranks, and finishes
+    loop fail 2 ds_elastic.json --max-restarts 1 -- --fail-at 1:4
+    wait "$lpid" || run_failed "limits: the launcher after --fail-at exited $?: $(grep -m1 '^zeroshard-run: the job' "$tmp/fail.out")"
+    msg=$(grep -m1 '^zeroshard-run: restart 1/1' "$tmp/fail.out")
+    echo "limits: rank 1 raised after step 4: $msg"
+    [[ "$msg" == *"rank 1 (node 0, pid"*"exited with code 1 (uncaught RuntimeError)"*"2 -> 2 ranks"* ]] && check ok ||
+      check fail "a rank that raised: '$msg'"
     loop maxr 2 ds_elastic.json
     wait_for "$tmp/maxr/run/attempt0/rank1.json" && wait_step maxr 2 && kill -9 "$(pid_of maxr 1)"
     wait "$lpid"

@@ -321,15 +321,18 @@ class Attempt:
         self.batch = _read(os.path.join(folder, "batch.json"))
 
     def dead(self):
-        """Ranks that died: mpirun's first failure, and every rank that started under the Python launcher and
-        left no exit record (a program it exec'd leaves none either way: only mpirun's word counts there)."""
+        """Ranks that died: mpirun's first failure when a signal ended it, and every rank that started under
+        the Python launcher and left no exit record (a program it exec'd leaves none either way: only
+        mpirun's word counts there), and the ranks of a host mpirun lost. A rank that ended by itself with an
+        error (an uncaught exception, an exit code) did not die: its slot is kept, as torchrun keeps it."""
         dead = set()
-        if self.watch.rank is not None:
-            dead.add(self.watch.rank)
+        w = self.watch
+        if w.rank is not None and w.signal is not None:
+            dead.add(w.rank)
         for r, rec in self.ranks.items():
             if rec and not rec.get("exec") and self.exits.get(r) is None:
                 dead.add(r)
-        lost = set(self.watch.lost_hosts)
+        lost = set(w.lost_hosts)
         for r, rec in self.ranks.items():
             if rec and rec.get("host") in lost:
                 dead.add(r)
@@ -338,14 +341,16 @@ class Attempt:
     def cause(self, dead):
         w = self.watch
         parts = []
-        for r in dead:
+        named = sorted(set(dead) | ({w.rank} if w.rank is not None else set()))
+        for r in named:
             rec = self.ranks.get(r) or {}
             where = ", ".join(x for x in (rec.get("node"), f"pid {rec['pid']}" if rec.get("pid") else None) if x)
             how = "died"
             if r == w.rank and w.signal is not None:
                 how = f"killed by signal {w.signal} ({_sig_name(w.signal)})"
             elif r == w.rank and w.code is not None:
-                how = f"exited with code {w.code}"
+                why = (self.exits.get(r) or {}).get("why", "")
+                how = f"exited with code {w.code}" + (f" ({why})" if why.startswith("uncaught") else "")
             elif self.ranks.get(r) and self.exits.get(r) is None:
                 how = "vanished without an exit record (killed)"
             parts.append(f"rank {r}" + (f" ({where})" if where else "") + f" {how}")

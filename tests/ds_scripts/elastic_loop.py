@@ -7,7 +7,7 @@ tag: `latest`), and takes its data by global sample index, so the global batch o
     elastic_loop.py --deepspeed_config ds.json --ckpt DIR [--steps 12] [--save-every 3] [--step-time 0.3]
 
 --step-time stands in for a real model's compute (a sleep per optimizer step), so that a test can kill a rank
-at a step of its choosing; --crash-save kills one mid-save.
+at a step of its choosing; --crash-save kills one mid-save, --fail-at makes one raise.
 """
 import argparse
 import hashlib
@@ -35,6 +35,8 @@ def main():
     ap.add_argument("--crash-save", default=None, metavar="RANK:STEP",
                     help="test hook, first attempt only: RANK dies (SIGKILL) halfway through writing its file of "
                          "the checkpoint at STEP (the library's ZS_TEST_CKPT_CRASH)")
+    ap.add_argument("--fail-at", default=None, metavar="RANK:STEP",
+                    help="test hook, first attempt only: RANK raises an exception after STEP (a transient error)")
     ap.add_argument("--local_rank", type=int, default=-1)
     ap = deepspeed.add_config_arguments(ap)
     args = ap.parse_args()
@@ -60,6 +62,9 @@ def main():
             engine.backward(loss)
             engine.step()
         time.sleep(args.step_time)
+        if args.fail_at and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0" and \
+                args.fail_at == f"{rank}:{step + 1}":
+            raise RuntimeError(f"a transient error on rank {rank} after step {step + 1} (--fail-at)")
         if rank == 0:
             print(f"step {step + 1} loss {loss.item():.9g}", flush=True)
         if (step + 1) % args.save_every == 0:
