@@ -437,9 +437,11 @@ class Supervisor:
 
     def _on_signal(self, signum, frame):
         """SIGTERM: a preemption, forwarded to this host's ranks (their own handlers save and exit 0); mpirun
-        itself would kill them. Ranks elsewhere get it from the scheduler (scancel --signal=TERM). SIGINT
-        reaches mpirun from the terminal too; either way there is no restart after."""
+        itself would kill them. Ranks elsewhere get it from the scheduler (scancel --signal=TERM). SIGINT goes
+        to mpirun, which ends the job, as does SIGTERM before any rank of this host has started; either way
+        there is no restart after."""
         self.preempted = _sig_name(signum)
+        sent = 0
         if signum == signal.SIGTERM and self.folder:
             host = socket.gethostname()
             for r in range(self.world):
@@ -447,9 +449,10 @@ class Supervisor:
                 if rec and rec.get("host") == host:
                     try:
                         os.kill(rec["pid"], signal.SIGTERM)
+                        sent += 1
                     except (OSError, KeyError):
                         pass
-        elif self.proc is not None and self.proc.poll() is None:
+        if not sent and self.proc is not None and self.proc.poll() is None:   # no rank of this host yet: mpirun
             try:
                 self.proc.send_signal(signum)
             except OSError:
