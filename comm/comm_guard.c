@@ -2,12 +2,12 @@
  * its data moves (kind, dtype, count, and for local peers where the buffer sits in the shared heap); a
  * failure after data was posted cancels what it can, frees nothing still pending and marks the comm
  * unusable; and the test hooks that start the collectives in states a short test cannot otherwise reach. */
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/backoff.h" /* defines: zs_backoff */
 #include "base/error.h"
 #include "base/test_hooks.h"
 #include "comm_impl.h"
@@ -283,6 +283,7 @@ zs_status zs_comm_post_headers(struct zs_comm *c, struct zs_comm_req *q)
  * of the n is pending any more. */
 static bool settle_pairs(MPI_Request *r, int n)
 {
+    struct zs_backoff b = ZS_BACKOFF_INIT;
     int flag = 0;
 
     for (int i = 0; i < n; i += 2)
@@ -293,7 +294,7 @@ static bool settle_pairs(MPI_Request *r, int n)
             return false;
         if (flag)
             return true;
-        sched_yield();
+        zs_backoff(&b, 0);
     }
     return false;
 }

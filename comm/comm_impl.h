@@ -96,6 +96,7 @@ struct zs_comm {
     int64_t piece;
     int tag_ub, tag_pieces; /* tags: ZS_COMM_WINDOW blocks of tag_pieces (header + pieces) */
     uint64_t seq;
+    uint64_t moves;        /* stages and pieces completed: a wait that sees it grow spins again (base/backoff.h) */
     int32_t in_flight;
     bool fail_next;        /* zs_comm_fail_next: publish the next operation as failed */
     zs_status broken;      /* an operation failed after posting data: its peers cannot be trusted to match */
@@ -173,8 +174,6 @@ zs_status zs_comm_broken_fail(const struct zs_comm *c);
 void zs_comm_mark_broken(struct zs_comm *c, zs_status st);
 
 /* comm_pieces.c */
-/* Waiting on a peer: spin briefly, then give the core away. */
-void zs_comm_relax(uint32_t spins);
 bool zs_comm_is_local(const struct zs_comm_req *q, int32_t j);
 struct scratch *zs_comm_scratch_get(struct zs_comm *c);
 void zs_comm_scratch_put(struct zs_comm *c, struct scratch *s);

@@ -1,7 +1,6 @@
 /* comm_pieces.c - the collectives' data path (comm.c describes them): reduce-scatter pieces summed in rank
  * order from local peers' buffers and MPI scratch, all-gather pieces, and the pooled scratch they use. */
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,19 +10,10 @@
 #include "comm_impl.h" /* defines: struct zs_comm, struct zs_comm_req, piece_tag, zs_comm_check_progress */
 #include "kernels/convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
 #include "kernels/copy.h"    /* defines: zs_copy_stream */
+#include "base/backoff.h" /* defines: zs_backoff */
 #include "base/error.h"
 #include "flight.h" /* defines: zs_flight_op_start, zs_flight_op_end, zs_flight_write */
 #include "shm.h"
-
-/* Waiting on a peer: spin briefly (a small operation finishes in a microsecond, less than a system call),
- * then give the core away, which matters when ranks outnumber cores. */
-void zs_comm_relax(uint32_t spins)
-{
-    if (spins % 64 == 0)
-        sched_yield();
-    else
-        __builtin_ia32_pause();
-}
 
 bool zs_comm_is_local(const struct zs_comm_req *q, int32_t j)
 {
@@ -213,6 +203,8 @@ bool zs_comm_rs_finished(const struct zs_comm_req *q)
 
 zs_status zs_comm_rs_progress(struct zs_comm *c, struct zs_comm_req *q, bool block)
 {
+    struct zs_backoff b = ZS_BACKOFF_INIT;
+
     for (;;) {
         bool waiting = false;
 
@@ -240,6 +232,7 @@ zs_status zs_comm_rs_progress(struct zs_comm *c, struct zs_comm_req *q, bool blo
             }
             rs_sum_piece(c, q, sl);
             sl->active = false;
+            c->moves++;
             if (q->next_off < q->count) {
                 zs_status st = rs_start_piece(c, q, sl);
                 if (st)
@@ -250,7 +243,7 @@ zs_status zs_comm_rs_progress(struct zs_comm *c, struct zs_comm_req *q, bool blo
         if (zs_comm_rs_finished(q) || !block)
             return ZS_OK;
         if (waiting)
-            sched_yield();
+            zs_backoff(&b, c->moves);
     }
 }
 

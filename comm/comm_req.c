@@ -1,7 +1,6 @@
 /* comm_req.c - the collectives' requests (comm.c describes them): their life cycle, the state table that
  * moves each one along, and the nonblocking calls that start, test and wait for them. */
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +10,7 @@
 #include "comm_impl.h" /* defines: struct zs_comm, struct zs_comm_req, piece_tag, zs_comm_check_progress */
 #include "kernels/convert.h" /* defines: zs_cvt_* (16-bit inputs are summed in fp32) */
 #include "kernels/copy.h"    /* defines: zs_copy_stream */
+#include "base/backoff.h" /* defines: zs_backoff */
 #include "base/error.h"
 #include "flight.h" /* defines: zs_flight_op_start, zs_flight_op_end, zs_flight_write */
 #include "shm.h"
@@ -161,9 +161,10 @@ void zs_comm_reap_dead(struct zs_comm *c)
 static zs_status gate(struct zs_comm *c, uint64_t span)
 {
     struct zs_watch w;
+    struct zs_backoff b = ZS_BACKOFF_INIT;
 
     zs_watch_start(&w);
-    for (uint32_t spins = 1;; spins++) {
+    for (;;) {
         struct zs_comm_req *o = c->active;
 
         while (o && o->stage == ST_DONE)
@@ -175,7 +176,7 @@ static zs_status gate(struct zs_comm *c, uint64_t span)
             st = zs_comm_watch(c, &w, o);
         if (st)
             return st;
-        zs_comm_relax(spins);
+        zs_backoff(&b, c->moves);
     }
 }
 
@@ -354,7 +355,7 @@ static const stage_fn stages[ST_DONE] = {
  * rank ends only this operation; any other breaks the comm. */
 static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool block)
 {
-    uint32_t spins = 0;
+    struct zs_backoff b = ZS_BACKOFF_INIT;
     zs_status st = ZS_OK;
 
     if (q->err || q->stage == ST_DONE)
@@ -365,10 +366,12 @@ static zs_status req_advance(struct zs_comm *c, struct zs_comm_req *q, bool bloc
         st = fault_progress(c, q);
     while (!st && q->stage != ST_DONE) {
         enum stage_result r = stages[q->stage](c, q, block, &st);
+        if (r == STAGE_MOVED)
+            c->moves++;
         if (r == STAGE_STOP || (r == STAGE_WAIT && !block))
             break;
         if (r == STAGE_WAIT)
-            zs_comm_relax(++spins);
+            zs_backoff(&b, c->moves);
     }
     if (st) {
         q->err = st;
@@ -518,9 +521,10 @@ zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req)
 {
     zs_status st = ZS_OK;
     struct zs_watch w;
+    struct zs_backoff b = ZS_BACKOFF_INIT;
 
     zs_watch_start(&w);
-    for (uint32_t spins = 1;; spins++) {
+    for (;;) {
         st = req_advance(c, req, false);
         if (st || req->stage == ST_DONE)
             break;
@@ -530,7 +534,7 @@ zs_status zs_comm_wait(struct zs_comm *c, struct zs_comm_req *req)
         st = zs_comm_watch(c, &w, req);
         if (st)
             break;
-        zs_comm_relax(spins);
+        zs_backoff(&b, c->moves);
     }
     if (req->stage == ST_DONE)
         st = req->err;

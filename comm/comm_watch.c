@@ -1,11 +1,11 @@
 /* comm_watch.c - the watchdog: no wait in the collectives lasts longer than the configured timeout, and
  * a wait notices at once (within a second) when a peer on its node has exited. Either way the wait
  * ends with one message that names the operation, how long it waited, and who had not arrived. */
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "base/backoff.h" /* defines: zs_backoff */
 #include "base/clock.h" /* defines: zs_now_s */
 #include "base/error.h"
 #include "comm_impl.h"
@@ -235,6 +235,7 @@ zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, co
                               const struct zs_shm *live)
 {
     double start = zs_now_s(), live_at = start;
+    struct zs_backoff b = ZS_BACKOFF_INIT;
     int flag = 0;
 
     for (uint32_t spins = 1;; spins++) {
@@ -256,7 +257,6 @@ zs_status zs_mpi_wait_timeout(MPI_Request *r, double timeout_s, int32_t rank, co
                 return zs_fail(ZS_ERR_COMM, "comm: rank %d: timeout: %s did not complete in %.1f s (zeroshard.timeout_s "
                                "/ ZS_TIMEOUT = %g)", rank, what, t - start, timeout_s);
         }
-        if (spins % 16 == 0)
-            sched_yield();
+        zs_backoff(&b, 0);
     }
 }

@@ -3,7 +3,6 @@
  * device per host thread as the runtime keeps them, kernel faults that break the context. Memory: emu_memory.cpp. */
 #include "emu_internal.h"
 
-#include <sched.h>
 #include <stdarg.h>
 #include <time.h>
 
@@ -89,7 +88,10 @@ bool run_until(emu_stream *s, unsigned long long upto)
 }
 
 /* A synchronizing call meets an operation that is not ready: it lets go of the lock (so the threads that make
- * it ready can call in), yields a moment and looks again, as a host blocked in cudaStreamSynchronize does. */
+ * it ready can call in), sleeps a moment and looks again, as a host blocked in cudaStreamSynchronize does.
+ * A sleep, not sched_yield: on a loaded machine a task that yields waits behind every busy task on its core
+ * before it runs again (see base/backoff.h), so a rank that yields here while its peer works comes back
+ * milliseconds late at every exchange. */
 static void spin(void)
 {
     int n = held;
@@ -97,7 +99,6 @@ static void spin(void)
 
     for (int i = 0; i < n; i++)
         lock.unlock();
-    sched_yield();
     nanosleep(&ts, nullptr);
     for (int i = 0; i < n; i++)
         lock.lock();
