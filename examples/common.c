@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <mpi.h>
 
 #include "common.h"
@@ -160,10 +161,30 @@ int ex_die(const char *what, zs_status st)
     return st ? (int)st : 1;
 }
 
+/* A failure the ranks share (a collective that carried one rank's error) reaches every rank within
+ * milliseconds, and each prints its own line naming the cause; an abort at once from the first would kill
+ * the others before they print (on a loaded machine it did). So a failing rank waits, in a barrier that
+ * only failing ranks enter, until every rank has failed too or EX_ABORT_GRACE_S has passed (a rank still
+ * blocked elsewhere, which the abort then ends). */
+#define EX_ABORT_GRACE_S 10
+
 void ex_abort(zs_ctx *ctx, int rc)
 {
+    MPI_Request rq;
+    int done = 0;
+
     if (ctx)
         zs_flight_dump(ctx, last_failure[0] ? last_failure : "the program failed");
+    fflush(NULL);
+    if (MPI_Ibarrier(MPI_COMM_WORLD, &rq) == MPI_SUCCESS) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        for (int i = 0; i < EX_ABORT_GRACE_S * 100 && !done; i++) {
+            if (MPI_Test(&rq, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                break;
+            if (!done)
+                nanosleep(&ts, NULL);
+        }
+    }
     MPI_Abort(MPI_COMM_WORLD, rc ? rc : 1);
 }
 

@@ -102,6 +102,8 @@ static zs_status secondary_keep(struct zs_ctx *ctx, struct zs_unit *un)
     return ZS_OK;
 }
 
+static zs_status gather_wait(struct zs_ctx *ctx, struct zs_unit *un);
+
 /* The gather of unit u over the shard group (the shards) or, with a valid hpZ secondary copy, over the secondary
  * group (the slices): this rank's part into the gathered buffer, then the all-gather. */
 static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
@@ -135,12 +137,19 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
         st = zs_fail(st, "%s", why);
     } else if (st) {
         /* The peers are about to gather with this rank and hold the same block of the shared heap: the
-         * gather still goes out, marked failed, so that it ends with an error on every rank and the
-         * block stays allocated on every rank alike (released by the usual wait and drop). */
+         * gather still goes out, marked failed, so that it ends with an error on every rank and the block is
+         * dropped on every rank alike. It is waited for here: the peers on other nodes learn of the failure
+         * from this rank's header, which goes out only as the request progresses (left pending, they waited
+         * for it until the comm's timeout while this rank ended the program). */
+        char why[512];
+        snprintf(why, sizeof(why), "%s", zs_last_error());
         zs_comm_fail_next(comm);
         zs_label_on(ctx, comm, ZS_PURPOSE_FETCH, u);
-        if (!zs_coll_all_gather(coll, un->gathered, ctx->pdt, count, &un->gather_req))
+        if (!zs_coll_all_gather(coll, un->gathered, ctx->pdt, count, &un->gather_req)) {
             un->gather = ZS_GATHER_PENDING;
+            (void)gather_wait(ctx, un); /* fails, and drops the buffer */
+        }
+        st = zs_fail(st, "%s", why);
     }
     if (!st && !sec && zs_quant_weights(ctx)) { /* complete here: gather_req stays NULL */
         st = zs_quant_gather(ctx, un->gathered, un->part.shard);
@@ -153,7 +162,8 @@ static zs_status gather_start(struct zs_ctx *ctx, int32_t u)
         return st;
     }
     if (st) {
-        zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));
+        if (un->gathered) /* not when the failed gather's wait dropped it */
+            zs_mem_free_comm(ctx, ZS_MEM_LIVE, un->gathered, unit_bytes(ctx, un));
         un->gathered = NULL;
         zs_error_prefix("fetch unit '%s'", un->name);
         return st;
