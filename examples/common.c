@@ -164,9 +164,10 @@ int ex_die(const char *what, zs_status st)
 /* A failure the ranks share (a collective that carried one rank's error) reaches every rank within
  * milliseconds, and each prints its own line naming the cause; an abort at once from the first would kill
  * the others before they print (on a loaded machine it did). So a failing rank waits, in a barrier that
- * only failing ranks enter, until every rank has failed too or EX_ABORT_GRACE_S has passed (a rank still
- * blocked elsewhere, which the abort then ends). */
-#define EX_ABORT_GRACE_S 10
+ * only failing ranks enter, until every rank has failed too or EX_ABORT_GRACE_S has passed: a rank still
+ * blocked elsewhere, or cut off (a node whose link went down), is then ended by the abort. Short, since a
+ * node's loss is reported when the abort comes (tests/netns4.sh wants every rank gone within 5 s). */
+#define EX_ABORT_GRACE_S 2
 
 void ex_abort(zs_ctx *ctx, int rc)
 {
