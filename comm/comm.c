@@ -180,6 +180,11 @@ uint64_t zs_comm_scratch_bytes(const struct zs_comm *c)
     return c->scratch_bytes;
 }
 
+bool zs_comm_shared(const struct zs_comm *c)
+{
+    return c && c->shm;
+}
+
 void *zs_comm_alloc_agreed(struct zs_comm *c, size_t bytes, bool local_ok)
 {
     void *p = NULL;

@@ -60,6 +60,8 @@ int32_t zs_comm_size(const struct zs_comm *c);
 MPI_Comm zs_comm_mpi(const struct zs_comm *c);
 /* Bytes of scratch the backend holds now (communication buffers), for the memory report. */
 uint64_t zs_comm_scratch_bytes(const struct zs_comm *c);
+/* Whether zs_comm_alloc_agreed's buffers are in the node's shared heap (else the C heap). */
+bool zs_comm_shared(const struct zs_comm *c);
 /* Ranks on this rank's node (real or forced layout). */
 int32_t zs_comm_local_size(const struct zs_comm *c);
 int32_t zs_comm_local_rank(const struct zs_comm *c);

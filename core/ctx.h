@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include <mpi.h>
+#include <pthread.h>
 
 #include "zeroshard.h"
 #include "base/dtype.h"       /* defines: zs_at, zs_dtype_bytes */
@@ -139,9 +140,22 @@ struct zs_ctx {
     double t_reduce, t_optim, t_gather; /* wall_clock_breakdown, seconds since last print */
     double t_fetch, swap_mark;          /* fetch time since the last step; NVMe wait total at the last step */
 
+    /* The accounted allocator's counters (core/memory.c). The engine's thread writes them under mem_lock and reads
+     * them without it; the memory watcher's thread (runtime/memory.c) reads them under it. */
+    pthread_mutex_t mem_lock;
     uint64_t mem[ZS_MEM_NCAT];
     uint64_t peak_live;
     uint64_t mem_host;               /* of mem[], the bytes living in the host pool (offloaded) */
+    uint64_t mem_shared;             /* of mem[], the bytes in the node's shared heap */
+    uint64_t mem_scratch;            /* the comms' scratch and global_step at the last sample, for the watcher */
+    int64_t mem_step;
+    /* The memory report at the highest RSS sampled (under mem_lock): by the engine's thread at each engine call
+     * (zs_mem_sample), and every millisecond by the watcher. */
+    int statm;                       /* /proc/self/statm's fd + 1 (0: not open yet, -1: none) */
+    uint64_t peak_rss_seen;
+    zs_memory_report peak_report;
+    zs_status (*mem_snapshot)(const struct zs_ctx *, zs_memory_report *); /* set by zs_init */
+    struct zs_mem_watch *watch;      /* runtime/memory.c's thread, from zs_setup to zs_finalize (NULL: none) */
     uint64_t device_budget;          /* 0: none; else device (non-host) bytes a rank may hold */
     bool over_budget;                /* the last failed allocation hit the budget or the arena (message set) */
     struct zs_host_pool *host;       /* offloaded optimizer state / stage-3 parameter shards */

@@ -1,7 +1,9 @@
 /* memory.c - the accounted allocator: device memory (or the device's arena), the shared heap collectives read
  * in place, the host pool; the device budget that admits each device allocation; the bucket's sizing. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "comm/comm.h" /* defines: zs_comm_alloc_agreed, zs_comm_release */
@@ -9,14 +11,24 @@
 #include "host_pool.h" /* defines: zs_host_pool_alloc */
 #include "memory.h"
 
+/* The counters change under mem_lock, for the memory watcher's thread: bytes (negative: freed) in category cat,
+ * of them `host` in the host pool and `shared` in the node's shared heap. */
+static void count(struct zs_ctx *ctx, enum zs_mem_cat cat, int64_t bytes, int64_t host, int64_t shared)
+{
+    pthread_mutex_lock(&ctx->mem_lock);
+    ctx->mem[cat] += (uint64_t)bytes;
+    ctx->mem_host += (uint64_t)host;
+    ctx->mem_shared += (uint64_t)shared;
+    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
+        ctx->peak_live = ctx->mem[cat];
+    pthread_mutex_unlock(&ctx->mem_lock);
+}
+
 /* p (NULL: a failed allocation) counted in its category; the peak of the gathered units is kept too. */
 static void *counted(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
 {
-    if (!p)
-        return NULL;
-    ctx->mem[cat] += bytes;
-    if (cat == ZS_MEM_LIVE && ctx->mem[cat] > ctx->peak_live)
-        ctx->peak_live = ctx->mem[cat];
+    if (p)
+        count(ctx, cat, (int64_t)bytes, 0, 0);
     return p;
 }
 
@@ -51,7 +63,9 @@ void *zs_mem_alloc_fill(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_ca
     bool admitted = zs_budget_admit(ctx, bytes, zs_mem_cat_names[cat]);
     void *p = zs_comm_alloc_agreed(comm, (size_t)bytes, admitted);
 
-    return counted(ctx, cat, p, bytes);
+    if (p)
+        count(ctx, cat, (int64_t)bytes, 0, zs_comm_shared(comm) ? (int64_t)bytes : 0);
+    return p;
 }
 
 void *zs_mem_alloc_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat cat, uint64_t bytes)
@@ -73,7 +87,7 @@ void zs_mem_free_on(struct zs_ctx *ctx, struct zs_comm *comm, enum zs_mem_cat ca
         return;
     }
     zs_comm_release(comm, p);
-    ctx->mem[cat] -= bytes;
+    count(ctx, cat, -(int64_t)bytes, 0, zs_comm_shared(comm) ? -(int64_t)bytes : 0);
 }
 
 void zs_mem_free_comm(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t bytes)
@@ -89,17 +103,15 @@ void zs_mem_free(struct zs_ctx *ctx, enum zs_mem_cat cat, void *p, uint64_t byte
         ctx->dev.ops->free(&ctx->dev, p);
     else if (zs_dev_arena_free(&ctx->dev_arena, (int32_t)cat, p, bytes) && !ctx->quiet)
         zs_log("rank %d: warning: %s", ctx->rank, zs_last_error()); /* an engine bug; the arena frees it at finalize */
-    ctx->mem[cat] -= bytes;
+    count(ctx, cat, -(int64_t)bytes, 0, 0);
 }
 
 void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 {
     void *p = zs_host_pool_alloc(ctx->host, bytes);
 
-    if (p) {
-        ctx->mem[cat] += bytes;
-        ctx->mem_host += bytes;
-    }
+    if (p)
+        count(ctx, cat, (int64_t)bytes, (int64_t)bytes, 0);
     return p;
 }
 
@@ -135,3 +147,52 @@ bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what)
     return false;
 }
 
+/* ---------------------------------------------------------------- RSS samples */
+
+/* RSS from /proc/self/statm (pages, second field): one pread of a file kept open. */
+uint64_t zs_mem_rss(struct zs_ctx *ctx)
+{
+    char b[128];
+    unsigned long long size, res;
+
+    if (ctx->statm == 0) {
+        int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+        ctx->statm = fd >= 0 ? fd + 1 : -1;
+    }
+    if (ctx->statm < 0)
+        return 0;
+    ssize_t n = pread(ctx->statm - 1, b, sizeof(b) - 1, 0);
+    if (n <= 0)
+        return 0;
+    b[n] = 0;
+    if (sscanf(b, "%llu %llu", &size, &res) != 2)
+        return 0;
+    return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+void zs_mem_sample(struct zs_ctx *ctx)
+{
+    uint64_t rss = zs_mem_rss(ctx);
+    zs_memory_report r;
+
+    pthread_mutex_lock(&ctx->mem_lock);
+    ctx->mem_step = ctx->global_step;
+    ctx->mem_scratch = ctx->comm ? zs_comm_scratch_bytes(ctx->comm) : 0;
+    bool higher = rss > ctx->peak_rss_seen;
+    pthread_mutex_unlock(&ctx->mem_lock);
+    if (!higher || !ctx->mem_snapshot || ctx->mem_snapshot(ctx, &r)) /* read outside the lock: /proc, mallinfo2 */
+        return;
+    pthread_mutex_lock(&ctx->mem_lock);
+    if (rss > ctx->peak_rss_seen) { /* the watcher may have seen a higher one meanwhile */
+        ctx->peak_rss_seen = rss;
+        ctx->peak_report = r;
+    }
+    pthread_mutex_unlock(&ctx->mem_lock);
+}
+
+void zs_mem_sample_close(struct zs_ctx *ctx)
+{
+    if (ctx->statm > 0)
+        close(ctx->statm - 1);
+    ctx->statm = -1;
+}

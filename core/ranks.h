@@ -8,6 +8,7 @@
 #include "comm/comm.h"   /* defines: struct zs_comm_opts, enum zs_comm_purpose, zs_comm_label_next */
 #include "comm/flight.h" /* defines: zs_flight_call */
 #include "ctx.h"         /* defines: struct zs_ctx */
+#include "memory.h"      /* defines: zs_mem_sample */
 
 /* Collective: every rank learns whether any rank failed; the first failure's message (prefixed
  * "rank R: ") becomes every rank's, so no rank walks on into a collective the others never reach. */
@@ -34,10 +35,11 @@ static inline void zs_label(struct zs_ctx *ctx, enum zs_comm_purpose what, int32
     zs_label_on(ctx, ctx->comm, what, unit);
 }
 
-/* An engine call, for the flight recorder. */
+/* An engine call, for the flight recorder and the memory report's RSS samples. */
 static inline void zs_note(struct zs_ctx *ctx, const char *call, int32_t unit)
 {
     zs_flight_call(zs_comm_flight(ctx->comm), call, unit, ctx->micro_step);
+    zs_mem_sample(ctx);
 }
 
 #endif /* ZS_RANKS_H */

@@ -106,6 +106,28 @@ typedef struct zs_memory_report {
     int32_t hpz_size;       /* ZeRO++ hpZ's secondary group (zero_hpz_partition_size H; 0: off) */
     uint64_t hpz_secondary; /* of params, the secondary copy's bytes (padded / H elements a stage-3 unit); the
                              * formula's expect_params adds ZeRO++'s psz x Psi / H for it */
+    /* Where the engine's bytes live, and what else the process holds: read from Linux (/proc/self/status) and
+     * glibc (mallinfo2) at the call; 0 where unavailable, and 0 from zs_estimate_memory. The engine's bytes in
+     * this process's memory (engine_rss) are params + grads + optimizer + live_params + comm_buffers +
+     * swap_buffers + pool_free on the CPU device; with a GPU, its host pool, host staging and shared heap only.
+     * rss = engine_rss + heap_other + heap_free + shared_peers + rss_file + lib_data + other. */
+    uint64_t shared_heap;   /* of the engine's bytes, those in the node's shared heap (read in place by peers) */
+    uint64_t pool_free;     /* the host pool's bytes not handed out (resident too: the pool is page-locked) */
+    uint64_t engine_rss;    /* the engine's bytes in this process's RSS (the sum above) */
+    uint64_t rss, peak_rss; /* the process's resident set now (VmRSS) and its high-water mark (VmHWM) */
+    uint64_t rss_file;      /* of rss, mapped files: the program's, Python's, torch's and every library's code */
+    uint64_t heap_in_use;   /* the C heap's bytes in use (malloc, posix_memalign; glibc's mallinfo2) */
+    uint64_t heap_free;     /* the C heap's free bytes that malloc keeps mapped (freed, not given back) */
+    uint64_t heap_other;    /* of heap_in_use, not the engine's: a front end's tensors (torch's activations, the
+                             * gradients autograd makes before they are handed over, stand-ins, buffers), Python
+                             * objects, MPI's buffers */
+    uint64_t shared_peers;  /* shared memory mapped beyond the engine's own: the peers' blocks this rank reads in
+                             * place (an all-gather's shards, a reduce-scatter's pieces), MPI's segments */
+    uint64_t lib_data;      /* the libraries' zero-initialised data that is resident (.bss: cuBLAS's ~90 MiB,
+                             * loaded with torch even on the CPU): read at zs_memory's and zs_memory_peak's call */
+    int64_t other;          /* rss less all of the above: Python's objects (its own allocator's arenas), the
+                             * threads' stacks */
+    int64_t step;           /* the optimizer steps taken when the figures were read (zs_memory_peak: its moment) */
 } zs_memory_report;
 
 /* Predicts zs_memory's figures before launching: the config (JSON text) at `world` ranks for a model of
@@ -363,6 +385,14 @@ int32_t zs_param_count(const zs_ctx *ctx);
 int32_t zs_unit_count(const zs_ctx *ctx);
 zs_dtype zs_param_dtype(const zs_ctx *ctx);
 zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out);
+/* zs_memory's figures at the moment this rank's RSS was highest, of the moments the engine samples it (every
+ * engine call's entry, the end of a fetch, of set-up and of each step: a /proc read of a few microseconds, and
+ * the whole report at a new high); peak_rss is the high-water mark now, which a moment between samples can
+ * exceed. The rank-0 line after the first step prints it. */
+zs_status zs_memory_peak(const zs_ctx *ctx, zs_memory_report *out);
+/* One more such sample, at a moment of the program's that the engine's calls do not see (a front end calls it
+ * where autograd holds a gradient it has not handed over yet). */
+void zs_memory_sample(zs_ctx *ctx);
 /* The CUDA stream (a cudaStream_t) the engine orders its work after, for the program's kernels, when
  * zeroshard.device is "cuda". Otherwise ZS_ERR_UNSUPPORTED naming the key, and *stream is NULL.
  * The calling thread's current CUDA device: with zeroshard.device "cuda" the rank's GPU is the node-local

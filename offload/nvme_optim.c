@@ -30,6 +30,7 @@ struct zs_nvme_optim {
     uint64_t *unit_work;     /* bytes of its 16-bit working shard after them (offload_param nvme), block-aligned */
     size_t slot_bytes;
     char *slot[ZS_SLOTS];
+    int32_t nslots;          /* ZS_SLOTS, or the sub-groups when fewer: the pipeline uses slot g % 3 for group g */
     uint64_t file_bytes;
     /* Stage-3 parameter shards read ahead of their fetch (offload_param.buffer_count buffers). */
     int32_t nring;
@@ -53,26 +54,25 @@ struct zs_nvme_optim {
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-static bool params_on_disk(const struct zs_ctx *ctx)
+static bool params_on_disk(const struct zs_config *cfg)
 {
-    return ctx->cfg.zero.stage == 3 && ctx->cfg.zero.offload_param.device == ZS_OFFLOAD_NVME;
+    return cfg->zero.stage == 3 && cfg->zero.offload_param.device == ZS_OFFLOAD_NVME;
 }
 
 /* fp32 masters in the swap file: the parameter shards themselves (offload_param nvme, fp32), or the
  * masters of 16-bit parameters, which stay with the optimizer state they are updated with. */
-static bool master_on_disk(const struct zs_ctx *ctx, const struct zs_unit *un)
+static bool master_on_disk(const struct zs_config *cfg, const struct zs_nvme_unit *un)
 {
-    bool fp32 = ctx->cfg.param_dtype == ZS_DTYPE_FP32;
+    bool fp32 = cfg->param_dtype == ZS_DTYPE_FP32;
 
-    return (fp32 && params_on_disk(ctx) && zs_unit_is_sharded(ctx, un)) ||
-           (!fp32 && !un->frozen); /* a frozen unit has no masters */
+    return (fp32 && params_on_disk(cfg) && un->sharded) || (!fp32 && !un->frozen); /* frozen: no masters */
 }
 
 /* A 16-bit working shard in the swap file after the masters (offload_param nvme): what a fetch reads, and what
  * the step's kernel writes the rounding of the updated masters into, in the same slot. */
-static bool work_on_disk(const struct zs_ctx *ctx, const struct zs_unit *un)
+static bool work_on_disk(const struct zs_config *cfg, const struct zs_nvme_unit *un)
 {
-    return ctx->cfg.param_dtype != ZS_DTYPE_FP32 && params_on_disk(ctx) && zs_unit_is_sharded(ctx, un);
+    return cfg->param_dtype != ZS_DTYPE_FP32 && params_on_disk(cfg) && un->sharded;
 }
 
 /* Where in unit u's region a fetch reads the working shard, and how many bytes (0: not on disk). */
@@ -82,41 +82,52 @@ static uint64_t fetch_bytes(const struct zs_nvme_optim *n, int32_t u, uint64_t *
     return !n->working ? 0 : n->unit_work[u] ? n->unit_work[u] : n->pdt == ZS_DTYPE_FP32 ? n->unit_param[u] : 0;
 }
 
-zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, size_t *pool_bytes)
+static void free_layout(struct zs_nvme_optim *n)
 {
-    struct zs_nvme_optim *n = calloc(1, sizeof(*n));
-    uint64_t block = (uint64_t)ctx->cfg.aio.block_size, off = 0, group_elems = 0;
-    int64_t limit = ctx->cfg.zero.sub_group_size;
-    int k = zs_config_state_arrays(&ctx->cfg);
+    free(n->first);
+    free(n->unit_off);
+    free(n->unit_state);
+    free(n->group_off);
+    free(n->group_bytes);
+    free(n->unit_param);
+    free(n->unit_work);
+    free(n->ring);
+}
 
-    if (!n)
-        return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
-    n->first = calloc((size_t)ctx->nunits + 1, sizeof(int32_t));
-    n->unit_off = calloc((size_t)ctx->nunits, sizeof(uint64_t));
-    n->unit_state = calloc((size_t)ctx->nunits, sizeof(uint64_t));
-    n->group_off = calloc((size_t)ctx->nunits, sizeof(uint64_t));
-    n->group_bytes = calloc((size_t)ctx->nunits, sizeof(uint64_t));
-    n->unit_param = calloc((size_t)ctx->nunits, sizeof(uint64_t));
-    n->unit_work = calloc((size_t)ctx->nunits, sizeof(uint64_t));
+/* The file's regions and sub-groups for these units, and what the pool needs: ZS_SLOTS slots of the largest
+ * sub-group (one per sub-group when there are fewer), and with offload_param nvme buffer_count read-ahead
+ * buffers of the largest unit's working shard. */
+static zs_status layout(struct zs_nvme_optim *n, const struct zs_config *cfg, int32_t nunits,
+                        const struct zs_nvme_unit *units, size_t *pool_bytes)
+{
+    uint64_t block = (uint64_t)cfg->aio.block_size, off = 0, group_elems = 0;
+    int64_t limit = cfg->zero.sub_group_size;
+    int k = zs_config_state_arrays(cfg);
+
+    n->first = calloc((size_t)nunits + 1, sizeof(int32_t));
+    n->unit_off = calloc((size_t)nunits, sizeof(uint64_t));
+    n->unit_state = calloc((size_t)nunits, sizeof(uint64_t));
+    n->group_off = calloc((size_t)nunits, sizeof(uint64_t));
+    n->group_bytes = calloc((size_t)nunits, sizeof(uint64_t));
+    n->unit_param = calloc((size_t)nunits, sizeof(uint64_t));
+    n->unit_work = calloc((size_t)nunits, sizeof(uint64_t));
     if (!n->first || !n->unit_off || !n->unit_state || !n->group_off || !n->group_bytes || !n->unit_param ||
-        !n->unit_work) {
-        zs_nvme_optim_close(n, ctx->rank, true);
+        !n->unit_work)
         return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
-    }
     /* Units join the current sub-group while it stays within sub_group_size elements (0: one unit each);
      * a unit larger than that is a sub-group of its own. Regions are block-aligned for the checksums.
      * With offload_param nvme a sharded unit's region starts with its parameter shard (fp32), or its masters
      * and then its 16-bit shard. */
-    for (int32_t u = 0; u < ctx->nunits; u++) {
-        int64_t sh = ctx->units[u].part.shard;
-        if (master_on_disk(ctx, &ctx->units[u]))
+    for (int32_t u = 0; u < nunits; u++) {
+        int64_t sh = units[u].shard;
+        if (master_on_disk(cfg, &units[u]))
             n->unit_param[u] = align_up((uint64_t)sh * 4, block);
-        if (work_on_disk(ctx, &ctx->units[u]))
-            n->unit_work[u] = align_up((uint64_t)sh * zs_dtype_bytes(ctx->cfg.param_dtype), block);
-        int arrays = ctx->units[u].frozen ? 0 : k; /* a frozen unit has no optimizer state */
+        if (work_on_disk(cfg, &units[u]))
+            n->unit_work[u] = align_up((uint64_t)sh * zs_dtype_bytes(cfg->param_dtype), block);
+        int arrays = units[u].frozen ? 0 : k; /* a frozen unit has no optimizer state */
         uint64_t region = n->unit_param[u] + n->unit_work[u] +
                           align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)arrays, block);
-        bool counts = region || !ctx->units[u].frozen; /* a frozen unit with nothing in the file does not */
+        bool counts = region || !units[u].frozen; /* a frozen unit with nothing in the file does not */
         if (u == 0 || (counts && group_elems + (uint64_t)sh > (uint64_t)limit)) {
             n->first[n->ngroups] = u;
             n->group_off[n->ngroups] = off;
@@ -129,27 +140,64 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
         group_elems += counts ? (uint64_t)sh : 0;
         off += region;
     }
-    n->first[n->ngroups] = ctx->nunits;
+    n->first[n->ngroups] = nunits;
     n->file_bytes = off;
     for (int32_t g = 0; g < n->ngroups; g++)
         n->slot_bytes = n->group_bytes[g] > n->slot_bytes ? n->group_bytes[g] : n->slot_bytes;
-    n->working = params_on_disk(ctx);
-    n->pdt = ctx->cfg.param_dtype;
-    for (int32_t u = 0; u < ctx->nunits; u++) {
+    n->working = params_on_disk(cfg);
+    n->pdt = cfg->param_dtype;
+    for (int32_t u = 0; u < nunits; u++) {
         uint64_t at, b = fetch_bytes(n, u, &at);
         n->ring_bytes = b > n->ring_bytes ? b : n->ring_bytes;
     }
     if (n->ring_bytes && n->working) {
-        n->nring = (int32_t)ctx->cfg.zero.offload_param.buffer_count;
+        n->nring = (int32_t)cfg->zero.offload_param.buffer_count;
         n->ring = calloc((size_t)n->nring, sizeof(*n->ring));
-        if (!n->ring) {
-            zs_nvme_optim_close(n, ctx->rank, true);
+        if (!n->ring)
             return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
-        }
     }
-    *pool_bytes = ZS_SLOTS * n->slot_bytes + (size_t)n->nring * n->ring_bytes;
+    n->nslots = n->ngroups < ZS_SLOTS ? n->ngroups : ZS_SLOTS;
+    *pool_bytes = (size_t)n->nslots * n->slot_bytes + (size_t)n->nring * n->ring_bytes;
+    return ZS_OK;
+}
+
+zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, size_t *pool_bytes)
+{
+    struct zs_nvme_optim *n = calloc(1, sizeof(*n));
+    struct zs_nvme_unit *units = calloc((size_t)ctx->nunits, sizeof(*units));
+    zs_status st;
+
+    if (!n || !units) {
+        free(n);
+        free(units);
+        return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
+    }
+    for (int32_t u = 0; u < ctx->nunits; u++)
+        units[u] = (struct zs_nvme_unit){.shard = ctx->units[u].part.shard, .frozen = ctx->units[u].frozen,
+                                         .sharded = zs_unit_is_sharded(ctx, &ctx->units[u])};
+    st = layout(n, &ctx->cfg, ctx->nunits, units, pool_bytes);
+    free(units);
+    if (st) {
+        zs_nvme_optim_close(n, ctx->rank, true);
+        return st;
+    }
     *out = n;
     return ZS_OK;
+}
+
+zs_status zs_nvme_optim_size(const struct zs_config *cfg, int32_t nunits, const struct zs_nvme_unit *units,
+                             uint64_t *pool_bytes, uint64_t *file_bytes, uint64_t *param_bytes)
+{
+    struct zs_nvme_optim n;
+    size_t pool = 0;
+
+    memset(&n, 0, sizeof(n));
+    zs_status st = layout(&n, cfg, nunits, units, &pool);
+    *pool_bytes = pool;
+    *file_bytes = n.file_bytes;
+    *param_bytes = st ? 0 : zs_nvme_optim_param_bytes(&n, nunits);
+    free_layout(&n);
+    return st;
 }
 
 static zs_status io_fail(struct zs_nvme_optim *n, int rc, const char *what)
@@ -204,10 +252,10 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
     so.timeout_s = ctx->cfg.zs.timeout_s;
     if (zs_comm_opts_from_env(&co, err, sizeof(err)) == 0 && co.timeout_env)
         so.timeout_s = co.timeout_s;
-    for (int s = 0; s < ZS_SLOTS; s++)
+    for (int s = 0; s < n->nslots; s++)
         n->slot[s] = slots + (size_t)s * n->slot_bytes;
     for (int32_t i = 0; i < n->nring; i++) {
-        n->ring[i].buf = slots + ZS_SLOTS * n->slot_bytes + (size_t)i * n->ring_bytes;
+        n->ring[i].buf = slots + (size_t)n->nslots * n->slot_bytes + (size_t)i * n->ring_bytes;
         n->ring[i].unit = -1;
     }
     if (!ctx->dev.host_access && n->nring) {
@@ -231,7 +279,7 @@ zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *
     if (rc)
         return io_fail(n, rc, "reserving the optimizer state file");
     fault_hook(n);
-    if (zs_swap_register(n->swap, slots, ZS_SLOTS * n->slot_bytes + (size_t)n->nring * n->ring_bytes))
+    if (zs_swap_register(n->swap, slots, (size_t)n->nslots * n->slot_bytes + (size_t)n->nring * n->ring_bytes))
         snprintf(reg, sizeof(reg), "unregistered buffers (%s)", zs_swap_error(n->swap));
     snprintf(n->desc, sizeof(n->desc), "%s/optimizer.swap%s, %.1f MiB in %d sub-group%s, %s, %s, CRC32C per %u-byte block%s",
              n->dir, n->nring ? " (with the parameter shards)" : "", (double)n->file_bytes / (1 << 20), n->ngroups,
@@ -256,17 +304,10 @@ bool zs_nvme_optim_close(struct zs_nvme_optim *n, int rank, bool quiet)
      * owner record again: a run refused at set-up never removes the live owner's files */
     if (n->dir[0])
         zs_swap_dir_remove(n->dir); /* a clean exit leaves nothing behind */
-    free(n->first);
-    free(n->unit_off);
-    free(n->unit_state);
-    free(n->group_off);
-    free(n->group_bytes);
-    free(n->unit_param);
-    free(n->unit_work);
     for (int32_t i = 0; n->dev && n->ring && i < n->nring; i++)
         if (n->ring[i].up) /* an upload still queued finishes first: CUDA frees a pending event once it is done */
             n->dev->ops->event_free(n->dev, n->ring[i].up);
-    free(n->ring);
+    free_layout(n);
     free(n);
     return held;
 }

@@ -10,6 +10,7 @@
 
 #include "zeroshard.h" /* defines: zs_status */
 
+struct zs_config;
 struct zs_ctx;
 struct zs_nvme_optim;
 struct zs_dev_stream;
@@ -17,6 +18,15 @@ struct zs_dev_stream;
 /* Lays out the file and the sub-groups; *pool_bytes is the host memory it needs: three slots, and with
  * offload_param nvme the parameter read-ahead buffers. */
 zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **n, size_t *pool_bytes);
+/* The same sizes before any rank starts (zs_estimate_memory), for units described by their shard: the pool, the
+ * file, and of the file the working parameter shards. */
+struct zs_nvme_unit {
+    int64_t shard;  /* elements per rank */
+    bool sharded;   /* stage 3 shards it (not kept whole by the persistence threshold) */
+    bool frozen;    /* no optimizer state */
+};
+zs_status zs_nvme_optim_size(const struct zs_config *cfg, int32_t nunits, const struct zs_nvme_unit *units,
+                             uint64_t *pool_bytes, uint64_t *file_bytes, uint64_t *param_bytes);
 /* Creates the run directory and the file, registers the pool (pool_bytes at slots) with io_uring,
  * zero-fills the state. */
 zs_status zs_nvme_optim_open(struct zs_ctx *ctx, struct zs_nvme_optim *n, char *slots);

@@ -344,8 +344,11 @@ zs_status zs_init(zs_ctx **out, const zs_init_opts *o)
     if (!ctx)
         return zs_fail(ZS_ERR_NOMEM, "zs_init: out of memory");
     ctx->place.numa = -1;
+    ctx->mem_snapshot = zs_mem_snapshot;
+    pthread_mutex_init(&ctx->mem_lock, NULL);
     st = start_mpi(ctx, o);
     if (st) {
+        pthread_mutex_destroy(&ctx->mem_lock);
         free(ctx);
         return st;
     }
@@ -404,6 +407,7 @@ zs_status zs_finalize(zs_ctx *ctx)
     if (!ctx)
         return ZS_OK;
     own = ctx->own_mpi;
+    zs_mem_watch_stop(ctx); /* first: it reads the context */
     zs_fetch_free_all(ctx);
     zs_exact_free(ctx);
     for (int32_t u = 0; u < ctx->nunits; u++) {
@@ -454,6 +458,8 @@ zs_status zs_finalize(zs_ctx *ctx)
     zs_pool_free(ctx->pool);
     zs_quant_path_close(ctx);
     zs_comm_free(ctx->comm);
+    zs_mem_sample_close(ctx);
+    pthread_mutex_destroy(&ctx->mem_lock);
     free(ctx);
     if (own) {
         int fin = 0;

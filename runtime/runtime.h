@@ -36,6 +36,11 @@ void zs_hybrid_describe(const struct zs_ctx *ctx, char *buf, size_t len);
 
 /* runtime/memory.c */
 void zs_memory_log(const struct zs_ctx *ctx); /* rank 0's report line at start (unless quiet) */
+void zs_memory_peak_log(const struct zs_ctx *ctx); /* rank 0's line of zs_memory_peak after the first step */
+/* zs_memory without the libraries' data (a /proc/self/smaps read): each sample's snapshot at a new high */
+zs_status zs_mem_snapshot(const struct zs_ctx *ctx, zs_memory_report *out);
+void zs_mem_watch_start(struct zs_ctx *ctx); /* the RSS watcher's thread (none where /proc is missing) */
+void zs_mem_watch_stop(struct zs_ctx *ctx);
 
 /* runtime/step.c */
 zs_status zs_step_boundary(struct zs_ctx *ctx);

@@ -324,6 +324,8 @@ zs_status zs_setup(zs_ctx *ctx)
     ctx->post_scale = (float)(pre / n);
     ctx->set_up = true;
     zs_memory_log(ctx);
+    zs_mem_sample(ctx);
+    zs_mem_watch_start(ctx);
     return ZS_OK;
 }
 

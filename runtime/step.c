@@ -428,8 +428,12 @@ zs_status zs_step(zs_ctx *ctx)
     st = zs_step_boundary(ctx); /* window_micro stays the last micro-batch's until end_window resets it */
     if (st) { /* some sub-groups may be stepped and others not (a swap I/O error part-way) */
         zs_ctx_break(ctx, "step %lld failed part-way (%s)", (long long)ctx->global_step + 1, zs_last_error());
+        return st;
     }
-    return st;
+    zs_mem_sample(ctx);
+    if (ctx->global_step == 1)
+        zs_memory_peak_log(ctx);
+    return ZS_OK;
 }
 
 zs_status zs_window_end(zs_ctx *ctx)

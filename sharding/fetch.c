@@ -431,6 +431,7 @@ zs_status zs_unit_fetch(zs_ctx *ctx, int32_t unit, void **data)
     if (!st && data)
         *data = p;
     ctx->t_fetch += zs_now_s() - t0;
+    zs_mem_sample(ctx); /* the unit gathered */
     return st;
 }
 

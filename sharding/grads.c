@@ -408,5 +408,7 @@ zs_status zs_grad_ready(zs_ctx *ctx, int32_t unit)
 {
     zs_status st = zs_grad_unit_check(ctx, unit, "zs_grad_ready");
 
+    if (!st)
+        zs_mem_sample(ctx); /* the program's gradients of the unit are all made */
     return st ? st : zs_grads_submit(ctx, unit);
 }

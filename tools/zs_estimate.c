@@ -244,11 +244,12 @@ int main(int argc, char **argv)
     if (a.json) {
         printf("{\"estimate\": {\"world\": %d, \"shard_size\": %d, \"stage\": %d, \"dtype\": \"%s\", \"numel\": %" PRIu64 ", "
                "\"params\": %" PRIu64 ", \"grads\": %" PRIu64 ", \"optimizer\": %" PRIu64 ", \"master\": %" PRIu64
-               ", \"buffers\": %" PRIu64 ", \"prefetch_cap\": %" PRIu64 ", \"host\": %" PRIu64 ", \"nvme\": %" PRIu64
+               ", \"buffers\": %" PRIu64 ", \"comm_buffers\": %" PRIu64 ", \"swap_buffers\": %" PRIu64
+               ", \"prefetch_cap\": %" PRIu64 ", \"host\": %" PRIu64 ", \"nvme\": %" PRIu64
                ", \"nccl_staging\": %" PRIu64 ", \"formula\": %" PRIu64 ", \"device\": %" PRIu64 ", \"hpz_size\": %d"
                ", \"hpz_secondary\": %" PRIu64 "}}\n",
                r.world, r.shard_size, r.stage, dt[r.dtype], r.numel, r.params, r.grads, r.optimizer, r.master, r.buffers,
-               r.prefetch_cap, r.host, r.nvme, r.nccl_staging, r.formula, device, r.hpz_size, r.hpz_secondary);
+               r.comm_buffers, r.swap_buffers, r.prefetch_cap, r.host, r.nvme, r.nccl_staging, r.formula, device, r.hpz_size, r.hpz_secondary);
     } else {
         if (r.shard_size < r.world) /* hybrid: the formula's N is the shard group's size */
             printf("%" PRIu64 " parameters, %d ranks, shard group of %d, ZeRO stage %d, %s; per rank (N = %d):\n",
@@ -263,7 +264,10 @@ int main(int argc, char **argv)
         printf("  gradients      %10.3f GiB   (ZeRO formula %.3f)\n", gib(r.grads), gib(r.expect_grads));
         printf("  optimizer      %10.3f GiB   (ZeRO formula %.3f; fp32 masters %.3f)\n", gib(r.optimizer),
                gib(r.expect_optimizer), gib(r.master));
-        printf("  grad bucket    %10.3f GiB\n", gib(r.buffers));
+        printf("  grad bucket    %10.3f GiB\n", gib(r.comm_buffers));
+        if (r.swap_buffers)
+            printf("  swap buffers   %10.3f GiB   (host pool: 3 slots of the largest sub-group (sub_group_size), and "
+                   "offload_param's read-ahead)\n", gib(r.swap_buffers));
         if (r.stage == 3)
             printf("  gathered cap   %10.3f GiB   (stage3_max_live_parameters, at least the largest unit)\n",
                    gib(r.prefetch_cap));

@@ -63,6 +63,22 @@ class StepStats(ctypes.Structure):
                 ("window_step", ctypes.c_int64), ("window_end", ctypes.c_int32)]
 
 
+_U64 = ("params grads optimizer buffers formula live_params peak_live_params numel numel_padded host "
+        "device_budget nvme").split()
+_U64_2 = ("master expect_params expect_grads expect_optimizer comm_buffers swap_buffers prefetch_cap pinned_pool "
+          "nccl_staging").split()
+_U64_3 = "shared_heap pool_free engine_rss rss peak_rss rss_file heap_in_use heap_free heap_other shared_peers".split()
+
+
+class MemoryReport(ctypes.Structure):
+    """zs_memory_report (include/zeroshard.h), field for field."""
+    _fields_ = ([(n, ctypes.c_int32) for n in ("rank", "world", "stage")] + [(n, ctypes.c_uint64) for n in _U64] +
+                [("dtype", ctypes.c_int)] + [(n, ctypes.c_uint64) for n in _U64_2] +
+                [("shard_size", ctypes.c_int32), ("hpz_size", ctypes.c_int32), ("hpz_secondary", ctypes.c_uint64)] +
+                [(n, ctypes.c_uint64) for n in _U64_3] +
+                [("lib_data", ctypes.c_uint64), ("other", ctypes.c_int64), ("step", ctypes.c_int64)])
+
+
 class GroupOpts(ctypes.Structure):
     """zs_group_opts; `set` holds the ZS_GROUP_* bits of the fields given."""
     _fields_ = [("set", ctypes.c_uint32), ("lr", ctypes.c_double), ("weight_decay", ctypes.c_double),
@@ -189,6 +205,9 @@ def _declare(lib):
         "zs_world_info": [c.POINTER(c.c_int32)] * 4,
         "zs_world_bcast": [P, c.c_int64, c.c_int32],
         "zs_memory": [P, P],
+        "zs_memory_peak": [P, P],
+        "zs_memory_sample": [P],
+        "zs_estimate_memory": [c.c_char_p, c.c_int32, c.c_int32, c.POINTER(c.c_int64), P],
         "zs_allreduce_sum": [P, c.POINTER(c.c_double), c.c_int32],
         "zs_step_counts_set": [P, c.c_int64, c.c_int64, c.c_int64],
         "zs_cuda_set_stream": [P, P],

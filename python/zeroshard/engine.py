@@ -32,7 +32,7 @@ from . import _lib as L
 from . import optim as O
 from ._ckpt import CheckpointMixin
 from ._exit import _engines, _finalize, _install_excepthook
-from . import _devmem, _elastic
+from . import _devmem, _elastic, _memory
 from ._plan import _Ref, _Unit, _unit_plan, _stage_of, load_config, _device_of
 
 try:
@@ -119,6 +119,7 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         for u in self.units:
             for p, *_ in u.params:
                 if not u.frozen:
+                    self._hooks.append(p.register_hook(_weak(self, "_grad_arrives")))
                     self._hooks.append(p.register_post_accumulate_grad_hook(_weak(self, "_grad_hook")))
                 elif p.requires_grad:   # left out of the optimizer: its gradient is not kept
                     self._hooks.append(p.register_post_accumulate_grad_hook(_drop_grad))
@@ -335,6 +336,12 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         return u.flat.as_strided(x.size, x.stride, x.offset)
 
     # ------------------------------------------------------------------ gradients
+    def _grad_arrives(self, grad):
+        """A leaf's gradient from autograd, before it is accumulated: a moment of the step's highest memory (the
+        gradient, a tied weight's summed from its uses, beside what backward still holds) that no engine call
+        sees; an RSS sample for the memory report (zs_memory_sample, a few microseconds)."""
+        self.lib.zs_memory_sample(self.ctx)
+
     def _grad_hook(self, p):
         u = self._pinfo[p]
         if u.handed:
@@ -525,6 +532,14 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
             yield
         finally:
             self._no_sync = False
+
+    def memory(self):
+        """What this rank holds, in bytes, by category: {"rank", "now": {...}, "peak": {...}} (and "device" on a
+        GPU). Each moment: rss = engine_total (by category in "engine") + torch (the C heap beyond the engine's:
+        torch's tensors, activations and autograd's gradients among them; Python; MPI) + peers_shared (the peers'
+        shared buffers this rank reads in place) + mapped_files (code) + other; peak_rss is the high-water mark.
+        "peak" is the moment of the highest RSS the engine sampled (at every engine call). zeroshard/_memory.py."""
+        return _memory.engine_memory(self)
 
     def stats(self):
         s = L.StepStats()
