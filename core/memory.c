@@ -172,12 +172,16 @@ uint64_t zs_mem_rss(struct zs_ctx *ctx)
 
 void zs_mem_sample(struct zs_ctx *ctx)
 {
-    uint64_t rss = zs_mem_rss(ctx);
     zs_memory_report r;
 
     pthread_mutex_lock(&ctx->mem_lock);
     ctx->mem_step = ctx->global_step;
     ctx->mem_scratch = ctx->comm ? zs_comm_scratch_bytes(ctx->comm) : 0;
+    pthread_mutex_unlock(&ctx->mem_lock);
+    if (ctx->watch) /* the watcher samples every millisecond: no /proc read on the engine's calls */
+        return;
+    uint64_t rss = zs_mem_rss(ctx);
+    pthread_mutex_lock(&ctx->mem_lock);
     bool higher = rss > ctx->peak_rss_seen;
     pthread_mutex_unlock(&ctx->mem_lock);
     if (!higher || !ctx->mem_snapshot || ctx->mem_snapshot(ctx, &r)) /* read outside the lock: /proc, mallinfo2 */

@@ -41,8 +41,9 @@ void *zs_mem_alloc_host(struct zs_ctx *ctx, enum zs_mem_cat cat, uint64_t bytes)
 /* Whether `bytes` more device memory fit the budget; on failure sets the error (names the budget). */
 bool zs_budget_admit(struct zs_ctx *ctx, uint64_t bytes, const char *what);
 
-/* An RSS sample at an engine call (a pread of /proc/self/statm, a few microseconds): at a new high the report of
- * that moment (ctx->mem_snapshot, runtime's zs_memory) is kept for zs_memory_peak. */
+/* At an engine call: the step and scratch the watcher reads; and, where no watcher runs (before zs_setup ends,
+ * or no thread could start), an RSS sample (a pread of /proc/self/statm): at a new high the report of that
+ * moment (ctx->mem_snapshot) is kept for zs_memory_peak. */
 void zs_mem_sample(struct zs_ctx *ctx);
 void zs_mem_sample_close(struct zs_ctx *ctx);
 uint64_t zs_mem_rss(struct zs_ctx *ctx); /* the RSS now (0: unknown); the fd opens on the engine's thread first */

@@ -386,13 +386,9 @@ int32_t zs_unit_count(const zs_ctx *ctx);
 zs_dtype zs_param_dtype(const zs_ctx *ctx);
 zs_status zs_memory(const zs_ctx *ctx, zs_memory_report *out);
 /* zs_memory's figures at the moment this rank's RSS was highest, of the moments the engine samples it (every
- * engine call's entry, the end of a fetch, of set-up and of each step: a /proc read of a few microseconds, and
- * the whole report at a new high); peak_rss is the high-water mark now, which a moment between samples can
- * exceed. The rank-0 line after the first step prints it. */
+ * millisecond from zs_setup's end, by a thread; the whole report at a new high); peak_rss is the high-water mark
+ * now, which a moment between samples can exceed. The rank-0 line after the first step prints it. */
 zs_status zs_memory_peak(const zs_ctx *ctx, zs_memory_report *out);
-/* One more such sample, at a moment of the program's that the engine's calls do not see (a front end calls it
- * where autograd holds a gradient it has not handed over yet). */
-void zs_memory_sample(zs_ctx *ctx);
 /* The CUDA stream (a cudaStream_t) the engine orders its work after, for the program's kernels, when
  * zeroshard.device is "cuda". Otherwise ZS_ERR_UNSUPPORTED naming the key, and *stream is NULL.
  * The calling thread's current CUDA device: with zeroshard.device "cuda" the rank's GPU is the node-local

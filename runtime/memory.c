@@ -255,12 +255,6 @@ void zs_mem_watch_stop(struct zs_ctx *ctx)
     ctx->watch = NULL;
 }
 
-void zs_memory_sample(zs_ctx *ctx)
-{
-    if (ctx)
-        zs_mem_sample(ctx);
-}
-
 zs_status zs_memory_peak(const zs_ctx *ctx, zs_memory_report *out)
 {
     if (!ctx || !out)

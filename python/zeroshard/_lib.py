@@ -206,7 +206,6 @@ def _declare(lib):
         "zs_world_bcast": [P, c.c_int64, c.c_int32],
         "zs_memory": [P, P],
         "zs_memory_peak": [P, P],
-        "zs_memory_sample": [P],
         "zs_estimate_memory": [c.c_char_p, c.c_int32, c.c_int32, c.POINTER(c.c_int64), P],
         "zs_allreduce_sum": [P, c.POINTER(c.c_double), c.c_int32],
         "zs_step_counts_set": [P, c.c_int64, c.c_int64, c.c_int64],

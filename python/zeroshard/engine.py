@@ -119,7 +119,6 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         for u in self.units:
             for p, *_ in u.params:
                 if not u.frozen:
-                    self._hooks.append(p.register_hook(_weak(self, "_grad_arrives")))
                     self._hooks.append(p.register_post_accumulate_grad_hook(_weak(self, "_grad_hook")))
                 elif p.requires_grad:   # left out of the optimizer: its gradient is not kept
                     self._hooks.append(p.register_post_accumulate_grad_hook(_drop_grad))
@@ -336,12 +335,6 @@ class ZeroShardEngine(CheckpointMixin, torch.nn.Module):
         return u.flat.as_strided(x.size, x.stride, x.offset)
 
     # ------------------------------------------------------------------ gradients
-    def _grad_arrives(self, grad):
-        """A leaf's gradient from autograd, before it is accumulated: a moment of the step's highest memory (the
-        gradient, a tied weight's summed from its uses, beside what backward still holds) that no engine call
-        sees; an RSS sample for the memory report (zs_memory_sample, a few microseconds)."""
-        self.lib.zs_memory_sample(self.ctx)
-
     def _grad_hook(self, p):
         u = self._pinfo[p]
         if u.handed:
