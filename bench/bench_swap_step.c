@@ -87,12 +87,12 @@ struct nvme_job {
     bool compute;
 };
 
-static void nvme_group_at(void *arg, int32_t g, uint64_t *off, size_t *bytes)
+static void nvme_group_at(void *arg, int32_t g, uint64_t *off, size_t *bytes, size_t *wbytes)
 {
     const struct nvme_job *j = arg;
 
     *off = (uint64_t)g * j->r->region;
-    *bytes = group_bytes(j->r, g, j->block);
+    *bytes = *wbytes = group_bytes(j->r, g, j->block);
 }
 
 static int nvme_group(void *arg, int32_t g, char *base)

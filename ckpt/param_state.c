@@ -69,13 +69,19 @@ static zs_status grad_slice(struct zs_ctx *ctx, int32_t u, float *mine, bool *ab
     void *h;
     zs_status st;
 
-    *absent = !(ctx->cfg.zero.stage >= 2 ? un->grad_shard : un->grad);
+    bool on_disk = zs_nvme_grads_on_disk(ctx->nvme, u);
+    void *src = NULL;
+
+    *absent = !on_disk && !(ctx->cfg.zero.stage >= 2 ? un->grad_shard : un->grad);
     if (*absent)
         return ZS_OK;
     h = malloc(bytes ? bytes : 1);
     if (!h)
         return zs_fail(ZS_ERR_NOMEM, "zs_param_read: out of memory");
-    st = zs_device_copy(&ctx->dev, h, false, zs_unit_grad_shard(ctx, u), !ctx->dev.host_access, bytes);
+    st = on_disk ? zs_nvme_grad_read(ctx->nvme, u, &src) : ZS_OK; /* ZeRO-Infinity: the shard in the swap file */
+    if (!st)
+        st = zs_device_copy(&ctx->dev, h, false, on_disk ? src : zs_unit_grad_shard(ctx, u),
+                            !on_disk && !ctx->dev.host_access, bytes);
     if (!st) {
         zs_cvt_to_f32(mine, h, (int)ctx->gdt, n);
         for (int64_t i = 0; i < n; i++)

@@ -62,12 +62,16 @@ struct zs_unit {
     bool prefetched;             /* gathered ahead of its fetch, not yet fetched */
     int32_t fetched;             /* program references (fetch minus release) */
     void *grad;                  /* stages 0-1: persistent full gradients; 2-3: bucket staging */
-    void *grad_shard;            /* stages 2-3: persistent accumulator for this rank's shard (cdt) */
+    void *grad_shard;            /* stages 2-3: persistent accumulator for this rank's shard (cdt); NULL where the
+                                  * plan streams it to the NVMe swap file (grads_nvme) */
     void *reduced;               /* stages 2-3: where the reduce-scatter puts this rank's part */
     enum zs_grad_state grad_state;
     struct zs_coll_req *reduce_req;
     int64_t ready_micro;         /* micro-step of the last zs_grad_ready, -1 before any */
     int64_t accumulated;         /* micro-batches folded into grad_shard this window */
+    double grad_sumsq;           /* grads_nvme: the squares of the shard as last written in the window's last
+                                  * micro-batch, for the norm (the step does not read it back for that) */
+    int64_t grad_sumsq_at;       /* the fold (accumulated) they are of; 0: none */
     float *master;               /* 16-bit params: fp32 masters (whole at stage 0, shard otherwise), unless
                                   * they live in the NVMe swap file */
     float *m, *v;                /* optimizer state (whole at stage 0, shard otherwise) */

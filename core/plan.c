@@ -16,7 +16,8 @@ struct zs_placement zs_placement_of(const struct zs_config *cfg)
     int stage = cfg->zero.stage;
 
     return (struct zs_placement){ stage, stage >= 1 ? cfg->zero.offload_optimizer.device : ZS_OFFLOAD_NONE,
-                                  stage == 3 ? cfg->zero.offload_param.device : ZS_OFFLOAD_NONE };
+                                  stage == 3 ? cfg->zero.offload_param.device : ZS_OFFLOAD_NONE,
+                                  !strcmp(cfg->zs.device, "cuda") };
 }
 
 void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_placement pl, int32_t world)
@@ -33,6 +34,7 @@ void zs_plan_init(struct zs_plan *p, const struct zs_config *cfg, struct zs_plac
     p->arrays = zs_config_state_arrays(cfg);
     p->master = cfg->param_dtype != ZS_DTYPE_FP32;
     p->exact = cfg->zs.deterministic;
+    p->grads_nvme = pl.stage >= 2 && pl.opt == ZS_OFFLOAD_NVME && !pl.device_apart && p->replicas == 1 && !p->exact;
     p->persist = cfg->zero.param_persistence_threshold;
     p->bucket_cap = cfg->zero.reduce_bucket_size;
     p->max_live = cfg->zero.max_live_parameters;
@@ -80,6 +82,8 @@ int zs_plan_unit(const struct zs_plan *p, int64_t numel, bool frozen, struct zs_
         return 0;
     if (stage <= 1)
         put(u, ZS_SLOT_GRAD, ZS_MEM_GRADS, ZS_HOME_COMM, u->part.padded, p->psz);
+    else if (p->grads_nvme)
+        put(u, ZS_SLOT_GRAD, ZS_MEM_GRADS, ZS_HOME_NVME, u->part.shard, p->csz);
     else
         put(u, ZS_SLOT_GRAD, ZS_MEM_GRADS, ZS_HOME_DEV, u->part.shard, p->csz);
     if (p->master)

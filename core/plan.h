@@ -51,6 +51,7 @@ struct zs_plan_unit {
 struct zs_placement {
     int stage;
     enum zs_offload_device opt, param;
+    bool device_apart; /* the host cannot read the device's memory in place (a GPU): its gradients stay on it */
 };
 
 /* Deterministic mode's bytes per (padded) element: three int32 counters, the top band and the agreed top
@@ -67,6 +68,10 @@ struct zs_plan {
     int arrays;                   /* fp32 state arrays the optimizer keeps per element */
     bool master;                  /* 16-bit parameters keep fp32 masters */
     bool exact;                   /* deterministic mode */
+    /* ZeRO-Infinity's gradient offload: at stages 2-3 with the optimizer on NVMe, on a device the host reads in
+     * place, without hybrid sharding or deterministic mode, the reduced gradient shard of each unit goes to the
+     * swap file beside its optimizer state (sharding/grads.c) instead of staying in memory */
+    bool grads_nvme;
     int64_t persist, bucket_cap, max_live;
     uint64_t bucket_elem_bytes;   /* a bucket element: its staging, and its reduced part when that is wider */
 

@@ -87,8 +87,9 @@ typedef struct zs_memory_report {
     uint64_t numel_padded;  /* elements after padding units to equal shards */
     uint64_t host;          /* of params/grads/optimizer, the bytes offloaded to the pinned host pool */
     uint64_t device_budget; /* the CPU backend's device memory limit per rank (0 = none) */
-    uint64_t nvme;          /* bytes of model state in this rank's NVMe swap file (optimizer state, and
-                             * parameter shards with offload_param nvme), not counted above */
+    uint64_t nvme;          /* bytes of model state in this rank's NVMe swap file (optimizer state; parameter
+                             * shards with offload_param nvme; at stages 2-3 on the CPU the reduced gradient
+                             * shards), not counted above */
     zs_dtype dtype;         /* the training dtype the figures are for */
     uint64_t master;        /* fp32 master weights of bf16/fp16 parameters (also in `optimizer`) */
     /* What the ZeRO formulas predict for each category at this stage, dtype and world size (16 bytes a

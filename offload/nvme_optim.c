@@ -22,7 +22,11 @@ struct zs_nvme_optim {
     int32_t ngroups;
     int32_t *first;          /* group g is units [first[g], first[g + 1]) */
     uint64_t *unit_off;      /* a unit's state region in the file */
+    uint64_t *unit_bytes;    /* its bytes */
     uint64_t *group_off, *group_bytes;
+    uint64_t *group_wbytes;  /* of a group's bytes, those the step writes back: its units' regions, then come
+                              * their gradient shards, which the step only reads */
+    uint64_t *grad_off, *grad_bytes; /* unit u's reduced gradient shard in the file (grad_bytes 0: in memory) */
     uint64_t *unit_state;    /* bytes of one state array of unit u, 4096-aligned */
     uint64_t *unit_param;    /* bytes of unit u's fp32 masters at the head of its region (the parameter shard
                               * itself with fp32 and offload_param nvme; 0: kept in memory), block-aligned so a
@@ -32,6 +36,10 @@ struct zs_nvme_optim {
     char *slot[ZS_SLOTS];
     int32_t nslots;          /* ZS_SLOTS, or the sub-groups when fewer: the pipeline uses slot g % 3 for group g */
     uint64_t file_bytes;
+    /* Gradient shards on their way to the file during backward, each from a slot (the step's slots are idle
+     * then): the write in flight from each slot, and the slot the next one takes. */
+    uint64_t grad_ticket[ZS_SLOTS];
+    int32_t grad_next;
     /* Stage-3 parameter shards read ahead of their fetch (offload_param.buffer_count buffers). */
     int32_t nring;
     size_t ring_bytes;
@@ -86,6 +94,10 @@ static void free_layout(struct zs_nvme_optim *n)
 {
     free(n->first);
     free(n->unit_off);
+    free(n->unit_bytes);
+    free(n->group_wbytes);
+    free(n->grad_off);
+    free(n->grad_bytes);
     free(n->unit_state);
     free(n->group_off);
     free(n->group_bytes);
@@ -96,7 +108,8 @@ static void free_layout(struct zs_nvme_optim *n)
 
 /* The file's regions and sub-groups for these units, and what the pool needs: ZS_SLOTS slots of the largest
  * sub-group (one per sub-group when there are fewer), and with offload_param nvme buffer_count read-ahead
- * buffers of the largest unit's working shard. */
+ * buffers of the largest unit's working shard. A sub-group is its units' regions, then their gradient shards
+ * when those live in the file too (read with the state, never written back by the step). */
 static zs_status layout(struct zs_nvme_optim *n, const struct zs_config *cfg, int32_t nunits,
                         const struct zs_nvme_unit *units, size_t *pool_bytes)
 {
@@ -106,13 +119,17 @@ static zs_status layout(struct zs_nvme_optim *n, const struct zs_config *cfg, in
 
     n->first = calloc((size_t)nunits + 1, sizeof(int32_t));
     n->unit_off = calloc((size_t)nunits, sizeof(uint64_t));
+    n->unit_bytes = calloc((size_t)nunits, sizeof(uint64_t));
     n->unit_state = calloc((size_t)nunits, sizeof(uint64_t));
     n->group_off = calloc((size_t)nunits, sizeof(uint64_t));
     n->group_bytes = calloc((size_t)nunits, sizeof(uint64_t));
+    n->group_wbytes = calloc((size_t)nunits, sizeof(uint64_t));
+    n->grad_off = calloc((size_t)nunits, sizeof(uint64_t));
+    n->grad_bytes = calloc((size_t)nunits, sizeof(uint64_t));
     n->unit_param = calloc((size_t)nunits, sizeof(uint64_t));
     n->unit_work = calloc((size_t)nunits, sizeof(uint64_t));
-    if (!n->first || !n->unit_off || !n->unit_state || !n->group_off || !n->group_bytes || !n->unit_param ||
-        !n->unit_work)
+    if (!n->first || !n->unit_off || !n->unit_bytes || !n->unit_state || !n->group_off || !n->group_bytes ||
+        !n->group_wbytes || !n->grad_off || !n->grad_bytes || !n->unit_param || !n->unit_work)
         return zs_fail(ZS_ERR_NOMEM, "offload: out of memory");
     /* Units join the current sub-group while it stays within sub_group_size elements (0: one unit each);
      * a unit larger than that is a sub-group of its own. Regions are block-aligned for the checksums.
@@ -124,26 +141,35 @@ static zs_status layout(struct zs_nvme_optim *n, const struct zs_config *cfg, in
             n->unit_param[u] = align_up((uint64_t)sh * 4, block);
         if (work_on_disk(cfg, &units[u]))
             n->unit_work[u] = align_up((uint64_t)sh * zs_dtype_bytes(cfg->param_dtype), block);
+        if (!units[u].frozen)
+            n->grad_bytes[u] = align_up((uint64_t)sh * units[u].grad_elem, block);
         int arrays = units[u].frozen ? 0 : k; /* a frozen unit has no optimizer state */
-        uint64_t region = n->unit_param[u] + n->unit_work[u] +
-                          align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)arrays, block);
-        bool counts = region || !units[u].frozen; /* a frozen unit with nothing in the file does not */
+        n->unit_bytes[u] = n->unit_param[u] + n->unit_work[u] +
+                           align_up(align_up((uint64_t)sh * 4, 4096) * (uint64_t)arrays, block);
+        bool counts = n->unit_bytes[u] || !units[u].frozen; /* a frozen unit with nothing in the file does not */
         if (u == 0 || (counts && group_elems + (uint64_t)sh > (uint64_t)limit)) {
-            n->first[n->ngroups] = u;
-            n->group_off[n->ngroups] = off;
-            n->ngroups++;
+            n->first[n->ngroups++] = u;
             group_elems = 0;
         }
-        n->unit_off[u] = off;
         n->unit_state[u] = arrays ? align_up((uint64_t)sh * 4, 4096) : 0;
-        n->group_bytes[n->ngroups - 1] += region;
         group_elems += counts ? (uint64_t)sh : 0;
-        off += region;
     }
     n->first[n->ngroups] = nunits;
-    n->file_bytes = off;
-    for (int32_t g = 0; g < n->ngroups; g++)
+    for (int32_t g = 0; g < n->ngroups; g++) {
+        n->group_off[g] = off;
+        for (int32_t u = n->first[g]; u < n->first[g + 1]; u++) {
+            n->unit_off[u] = off;
+            off += n->unit_bytes[u];
+        }
+        n->group_wbytes[g] = off - n->group_off[g];
+        for (int32_t u = n->first[g]; u < n->first[g + 1]; u++) {
+            n->grad_off[u] = off;
+            off += n->grad_bytes[u];
+        }
+        n->group_bytes[g] = off - n->group_off[g];
         n->slot_bytes = n->group_bytes[g] > n->slot_bytes ? n->group_bytes[g] : n->slot_bytes;
+    }
+    n->file_bytes = off;
     n->working = params_on_disk(cfg);
     n->pdt = cfg->param_dtype;
     for (int32_t u = 0; u < nunits; u++) {
@@ -174,7 +200,8 @@ zs_status zs_nvme_optim_plan(struct zs_ctx *ctx, struct zs_nvme_optim **out, siz
     }
     for (int32_t u = 0; u < ctx->nunits; u++)
         units[u] = (struct zs_nvme_unit){.shard = ctx->units[u].part.shard, .frozen = ctx->units[u].frozen,
-                                         .sharded = zs_unit_is_sharded(ctx, &ctx->units[u])};
+                                         .sharded = zs_unit_is_sharded(ctx, &ctx->units[u]),
+                                         .grad_elem = ctx->plan.grads_nvme ? (uint32_t)ctx->csz : 0};
     st = layout(n, &ctx->cfg, ctx->nunits, units, pool_bytes);
     free(units);
     if (st) {
@@ -331,6 +358,15 @@ uint64_t zs_nvme_optim_param_bytes(const struct zs_nvme_optim *n, int32_t nunits
     return b;
 }
 
+uint64_t zs_nvme_optim_grad_bytes(const struct zs_nvme_optim *n, int32_t nunits)
+{
+    uint64_t b = 0;
+
+    for (int32_t u = 0; n && u < nunits; u++)
+        b += n->grad_bytes[u];
+    return b;
+}
+
 /* Elements the kernel runs between two looks at the disk: small enough that the swapper issues the next
  * I/Os long before the queue drains, large enough that the pool's threads stay busy. */
 #define ZS_STEP_CHUNK (1 << 20)
@@ -342,12 +378,13 @@ struct step_job {
     void *arg;
 };
 
-static void group_at(void *arg, int32_t g, uint64_t *off, size_t *bytes)
+static void group_at(void *arg, int32_t g, uint64_t *off, size_t *bytes, size_t *wbytes)
 {
     const struct step_job *j = arg;
 
     *off = j->n->group_off[g];
     *bytes = j->n->group_bytes[g];
+    *wbytes = j->n->group_wbytes[g];
 }
 
 /* Unit u's arrays in its region paged in at `region`: masters (NULL unless on disk), 16-bit working shard
@@ -370,11 +407,11 @@ static int run_group(void *arg, int32_t g, char *base)
 
     for (int32_t u = n->first[g]; u < n->first[g + 1]; u++) {
         float *p, *s1, *s2;
-        void *w;
+        void *w, *grad = n->grad_bytes[u] ? base + (n->grad_off[u] - n->group_off[g]) : NULL;
         unit_arrays(n, u, base + (n->unit_off[u] - n->group_off[g]), &p, &w, &s1, &s2);
         int64_t len = j->ctx->units[u].frozen ? 0 : j->ctx->units[u].part.shard;
         for (int64_t b = 0; b < len; b += ZS_STEP_CHUNK) {
-            j->fn(j->ctx, u, p, w, s1, s2, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, j->arg);
+            j->fn(j->ctx, u, p, w, s1, s2, grad, b, b + ZS_STEP_CHUNK < len ? b + ZS_STEP_CHUNK : len, j->arg);
             int rc = zs_swap_progress(n->swap);
             if (rc)
                 return io_fail(n, rc, "optimizer step");
@@ -389,8 +426,11 @@ zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_uni
     zs_status st;
     int rc;
 
-    /* The step rewrites the parameter shards: shards read ahead before it would be stale. */
+    /* The step rewrites the parameter shards: shards read ahead before it would be stale. It reads the
+     * gradient shards: every write of them lands first. */
     st = zs_nvme_param_drop(n);
+    if (!st)
+        st = zs_nvme_grads_settle(n);
     if (st)
         return st;
     rc = zs_swap_pipeline(n->swap, n->ngroups, n->slot, group_at, run_group, &job);
@@ -399,14 +439,11 @@ zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_uni
 
 /* ---------------------------------------------------------------- one unit at a time (checkpoints) */
 
-static uint64_t unit_region(const struct zs_nvme_optim *n, int32_t u, int32_t nunits)
+/* The slots are the gradient writes' during backward, and slot 0 is these calls' outside a step: a call that
+ * takes it waits for the gradient writes first. */
+static uint64_t unit_region(const struct zs_nvme_optim *n, int32_t u)
 {
-    return (u + 1 < nunits ? n->unit_off[u + 1] : n->file_bytes) - n->unit_off[u];
-}
-
-static int32_t unit_count(const struct zs_nvme_optim *n)
-{
-    return n->first[n->ngroups];
+    return n->unit_bytes[u];
 }
 
 zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, void **w, float **s1, float **s2)
@@ -415,12 +452,14 @@ zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, void 
     zs_status st = zs_nvme_param_drop(n);
     int rc;
 
+    if (!st)
+        st = zs_nvme_grads_settle(n);
     if (st)
         return st;
     unit_arrays(n, u, n->slot[0], p, w, s1, s2);
-    if (!unit_region(n, u, unit_count(n))) /* a frozen unit with nothing in the file */
+    if (!unit_region(n, u)) /* a frozen unit with nothing in the file */
         return ZS_OK;
-    rc = zs_swap_read(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u, unit_count(n)), &t);
+    rc = zs_swap_read(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u), &t);
     if (!rc)
         rc = zs_swap_wait(n->swap, t);
     return rc ? io_fail(n, rc, "reading a unit's optimizer state") : ZS_OK;
@@ -431,9 +470,9 @@ zs_status zs_nvme_unit_store(struct zs_nvme_optim *n, int32_t u)
     uint64_t t;
     int rc = 0;
 
-    if (!unit_region(n, u, unit_count(n)))
-        return ZS_OK;
-    rc = zs_swap_write(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u, unit_count(n)), &t);
+    if (!unit_region(n, u))
+        return ZS_OK; /* (zs_nvme_unit_load settled the gradient writes before it filled slot 0) */
+    rc = zs_swap_write(n->swap, n->unit_off[u], n->slot[0], unit_region(n, u), &t);
     if (!rc)
         rc = zs_swap_wait(n->swap, t);
     return rc ? io_fail(n, rc, "writing a unit's optimizer state") : ZS_OK;
@@ -625,6 +664,8 @@ zs_status zs_nvme_param_write(struct zs_nvme_optim *n, int32_t u, const float *s
     uint64_t t;
     int rc;
 
+    if (!st)
+        st = zs_nvme_grads_settle(n);
     if (st)
         return st;
     memset(buf, 0, head);
@@ -636,4 +677,70 @@ zs_status zs_nvme_param_write(struct zs_nvme_optim *n, int32_t u, const float *s
     if (!rc)
         rc = zs_swap_wait(n->swap, t);
     return rc ? io_fail(n, rc, "writing a parameter shard") : ZS_OK;
+}
+
+/* ---------------------------------------------------------------- gradient shards (ZeRO-Infinity) */
+
+bool zs_nvme_grads_on_disk(const struct zs_nvme_optim *n, int32_t u)
+{
+    return n && n->grad_bytes[u] != 0;
+}
+
+zs_status zs_nvme_grads_settle(struct zs_nvme_optim *n)
+{
+    int rc = 0;
+
+    for (int s = 0; n && s < ZS_SLOTS; s++) {
+        int r = n->grad_ticket[s] ? zs_swap_wait(n->swap, n->grad_ticket[s]) : 0;
+        n->grad_ticket[s] = 0;
+        rc = rc ? rc : r;
+    }
+    return rc ? io_fail(n, rc, "writing a gradient shard") : ZS_OK;
+}
+
+/* Read from the file synchronously into buf (the caller's slot). */
+static zs_status grad_read(struct zs_nvme_optim *n, int32_t u, char *buf)
+{
+    uint64_t t;
+    int rc = zs_swap_read(n->swap, n->grad_off[u], buf, n->grad_bytes[u], &t);
+
+    if (!rc)
+        rc = zs_swap_wait(n->swap, t);
+    return rc ? io_fail(n, rc, "reading a gradient shard") : ZS_OK;
+}
+
+zs_status zs_nvme_grad_slot(struct zs_nvme_optim *n, int32_t u, bool load, void **buf)
+{
+    int32_t s = n->grad_next;
+    int rc = n->grad_ticket[s] ? zs_swap_wait(n->swap, n->grad_ticket[s]) : 0;
+
+    n->grad_ticket[s] = 0;
+    if (rc)
+        return io_fail(n, rc, "writing a gradient shard");
+    *buf = n->slot[s];
+    return load ? grad_read(n, u, n->slot[s]) : ZS_OK;
+}
+
+zs_status zs_nvme_grad_write(struct zs_nvme_optim *n, int32_t u, const void *buf)
+{
+    int32_t s = n->grad_next;
+    int rc;
+
+    if (buf != n->slot[s])
+        return zs_fail(ZS_ERR_INVALID, "offload: a gradient shard written from outside its slot");
+    rc = zs_swap_write(n->swap, n->grad_off[u], buf, n->grad_bytes[u], &n->grad_ticket[s]);
+    if (rc) {
+        n->grad_ticket[s] = 0;
+        return io_fail(n, rc, "writing a gradient shard");
+    }
+    n->grad_next = (s + 1) % n->nslots;
+    return ZS_OK;
+}
+
+zs_status zs_nvme_grad_read(struct zs_nvme_optim *n, int32_t u, void **buf)
+{
+    zs_status st = zs_nvme_grads_settle(n);
+
+    *buf = n->slot[0];
+    return st ? st : grad_read(n, u, n->slot[0]);
 }

@@ -24,6 +24,8 @@ struct zs_nvme_unit {
     int64_t shard;  /* elements per rank */
     bool sharded;   /* stage 3 shards it (not kept whole by the persistence threshold) */
     bool frozen;    /* no optimizer state */
+    uint32_t grad_elem; /* bytes of a reduced gradient element when its gradient shard lives in the file too
+                         * (the plan's grads_nvme), else 0 */
 };
 zs_status zs_nvme_optim_size(const struct zs_config *cfg, int32_t nunits, const struct zs_nvme_unit *units,
                              uint64_t *pool_bytes, uint64_t *file_bytes, uint64_t *param_bytes);
@@ -37,12 +39,15 @@ uint64_t zs_nvme_optim_file_bytes(const struct zs_nvme_optim *n); /* 0 when n is
 /* Of those, the regions holding the working parameter shards (offload_param nvme); the rest is optimizer
  * state and masters. */
 uint64_t zs_nvme_optim_param_bytes(const struct zs_nvme_optim *n, int32_t nunits);
+/* ... and the gradient shards' (the plan's grads_nvme; 0 otherwise). */
+uint64_t zs_nvme_optim_grad_bytes(const struct zs_nvme_optim *n, int32_t nunits);
 
 /* Runs fn over every unit's owned elements [begin, end), in chunks, with its state paged in (s1, s2 point
  * at the unit's element 0; p at its fp32 masters when those live on disk too, w at its 16-bit working shard
- * when that does (offload_param nvme), else NULL), pipelined with the I/O. */
+ * when that does (offload_param nvme), g at its reduced gradient shard when that does, else NULL), pipelined
+ * with the I/O. */
 typedef void (*zs_unit_state_fn)(struct zs_ctx *ctx, int32_t unit, float *p, void *w, float *s1, float *s2,
-                                 int64_t begin, int64_t end, void *arg);
+                                 void *g, int64_t begin, int64_t end, void *arg);
 zs_status zs_nvme_optim_step(struct zs_ctx *ctx, struct zs_nvme_optim *n, zs_unit_state_fn fn, void *arg);
 
 /* A unit's region starts with this rank's parameter values when they live on disk: its fp32 masters (the
@@ -67,6 +72,18 @@ zs_status zs_nvme_unit_load(struct zs_nvme_optim *n, int32_t u, float **p, void 
 zs_status zs_nvme_unit_store(struct zs_nvme_optim *n, int32_t u);
 /* Waits for every read ahead and forgets them (before the step rewrites the shards). */
 zs_status zs_nvme_param_drop(struct zs_nvme_optim *n);
+/* ZeRO-Infinity's gradient offload (the plan's grads_nvme): each unit's reduced gradient shard lives in the file
+ * after its sub-group's state, and the step reads it with that state. During backward a unit's shard is made in
+ * a slot (the step's slots are idle then; each takes the next, once its previous write has landed):
+ * zs_nvme_grad_slot gives it (load: with the shard read back from the file, to accumulate into), and
+ * zs_nvme_grad_write sends it off asynchronously. zs_nvme_grads_settle waits for every such write (the step and
+ * every other use of the slots call it first). zs_nvme_grad_read reads a unit's shard back outside a step, into
+ * slot 0. */
+bool zs_nvme_grads_on_disk(const struct zs_nvme_optim *n, int32_t u); /* false when n is NULL */
+zs_status zs_nvme_grad_slot(struct zs_nvme_optim *n, int32_t u, bool load, void **buf);
+zs_status zs_nvme_grad_write(struct zs_nvme_optim *n, int32_t u, const void *buf);
+zs_status zs_nvme_grads_settle(struct zs_nvme_optim *n);
+zs_status zs_nvme_grad_read(struct zs_nvme_optim *n, int32_t u, void **buf);
 /* Seconds spent waiting for this rank's NVMe transfers so far (0 without NVMe). */
 double zs_nvme_waited(const struct zs_nvme_optim *n);
 

@@ -26,7 +26,8 @@ struct placement {
 static uint64_t device_need(const struct zs_ctx *ctx, struct placement pl)
 {
     enum zs_offload_device off = pl.nvme ? ZS_OFFLOAD_NVME : ZS_OFFLOAD_CPU;
-    struct zs_placement zp = { pl.stage, pl.opt_host ? off : ZS_OFFLOAD_NONE, pl.param_host ? off : ZS_OFFLOAD_NONE };
+    struct zs_placement zp = { pl.stage, pl.opt_host ? off : ZS_OFFLOAD_NONE, pl.param_host ? off : ZS_OFFLOAD_NONE,
+                               !ctx->dev.host_access };
     struct zs_plan p;
 
     zs_plan_init(&p, &ctx->cfg, zp, ctx->world);

@@ -17,7 +17,7 @@
  * that lives off the device (offload_param cpu, or nvme: paged into the slot with its state and written back
  * to the swap file with it, for the next fetch to read) is stepped where it is, with nothing to copy. */
 static void optim_paged_dev(struct zs_ctx *ctx, int32_t u, float *disk_p, void *disk_w, float *s1, float *s2,
-                            int64_t begin, int64_t end, void *arg)
+                            void *disk_g, int64_t begin, int64_t end, void *arg)
 {
     const struct zs_optim_groups *gr = arg;
     struct zs_device *d = &ctx->dev;
@@ -29,6 +29,7 @@ static void optim_paged_dev(struct zs_ctx *ctx, int32_t u, float *disk_p, void *
     void *param;
     zs_status st;
 
+    (void)disk_g; /* NULL: from such a device the gradients come down into the staging (the plan's grads_nvme) */
     if (o->st)
         return;
     zs_unit_tensor(ctx, u, disk_p, disk_w, s1, s2, begin, end, &t);

@@ -481,11 +481,11 @@ int zs_swap_pipeline(struct zs_swap *s, int32_t ngroups, char *const slot[3], zs
                      zs_swap_group_fn fn, void *arg)
 {
     uint64_t rd[3] = {0}, wr[3] = {0}, off;
-    size_t bytes;
+    size_t bytes, wbytes;
     int rc = 0, stop = 0, rc2;
 
     if (ngroups > 0) {
-        at(arg, 0, &off, &bytes);
+        at(arg, 0, &off, &bytes, &wbytes);
         rc = zs_swap_read(s, off, slot[0], bytes, &rd[0]);
     }
     for (int32_t g = 0; !rc && !stop && g < ngroups; g++) {
@@ -498,7 +498,7 @@ int zs_swap_pipeline(struct zs_swap *s, int32_t ngroups, char *const slot[3], zs
             if (wr[nk] && (rc = zs_swap_wait(s, wr[nk])) != 0)
                 break;
             wr[nk] = 0;
-            at(arg, g + 1, &off, &bytes);
+            at(arg, g + 1, &off, &bytes, &wbytes);
             rc = zs_swap_read(s, off, slot[nk], bytes, &rd[nk]);
             if (rc)
                 break;
@@ -506,8 +506,8 @@ int zs_swap_pipeline(struct zs_swap *s, int32_t ngroups, char *const slot[3], zs
         stop = fn(arg, g, slot[k]);
         if (stop)
             break;
-        at(arg, g, &off, &bytes);
-        rc = zs_swap_write(s, off, slot[k], bytes, &wr[k]);
+        at(arg, g, &off, &bytes, &wbytes);
+        rc = wbytes ? zs_swap_write(s, off, slot[k], wbytes, &wr[k]) : 0;
     }
     rc2 = zs_swap_wait_all(s); /* nothing stays in flight, whatever happened */
     return stop ? stop : rc ? rc : rc2;

@@ -87,11 +87,12 @@ int zs_swap_wait_all(struct zs_swap *s);
 const char *zs_swap_error(const struct zs_swap *s);
 
 /* The three-slot pipeline of an optimizer step over groups kept on disk (ZeRO-Infinity's sub-groups):
- * at(arg, g, &off, &bytes) places group g in the file; it is paged into slot[g % 3], and while fn(arg, g,
- * slot) computes on it, group g+1 is read into the next slot and g-1 written back from the previous one.
+ * at(arg, g, &off, &bytes, &wbytes) places group g in the file; it is paged into slot[g % 3], and while fn(arg,
+ * g, slot) computes on it, group g+1 is read into the next slot and g-1's first wbytes (at most bytes: what the
+ * step changed) are written back from the previous one.
  * fn returns 0, or a positive code that stops the pipeline and is returned. Otherwise 0, or the -errno of
  * the first failed transfer (zs_swap_error names file and offset). Nothing is in flight on return. */
-typedef void (*zs_swap_group_at)(void *arg, int32_t g, uint64_t *off, size_t *bytes);
+typedef void (*zs_swap_group_at)(void *arg, int32_t g, uint64_t *off, size_t *bytes, size_t *wbytes);
 typedef int (*zs_swap_group_fn)(void *arg, int32_t g, char *slot);
 int zs_swap_pipeline(struct zs_swap *s, int32_t ngroups, char *const slot[3], zs_swap_group_at at,
                      zs_swap_group_fn fn, void *arg);

@@ -337,7 +337,8 @@ void zs_memory_log(const struct zs_ctx *ctx)
 
     if (ctx->rank != 0 || ctx->quiet || zs_memory(ctx, &r))
         return;
-    uint64_t dp = zs_nvme_optim_param_bytes(ctx->nvme, ctx->nunits), dopt = r.nvme - dp;
+    uint64_t dp = zs_nvme_optim_param_bytes(ctx->nvme, ctx->nunits), dg = zs_nvme_optim_grad_bytes(ctx->nvme, ctx->nunits);
+    uint64_t dopt = r.nvme - dp - dg;
     char grp[160] = "";
     int gl;
     if (r.shard_size < r.world) /* hybrid: the formula's N is the shard group's size */
@@ -350,8 +351,8 @@ void zs_memory_log(const struct zs_ctx *ctx)
     zs_log("memory per rank (rank 0, stage %d, %s, %d ranks%s and ratio "
            "in brackets): params %s [%s %.3f], grads %s [%s %.3f], optimizer %s (fp32 masters %s) [%s %.3f]",
            r.stage, zs_dtype_name(r.dtype), r.world, grp, placed(r.params, dp, a[0], 64), mib(r.expect_params, a[1], 64),
-           ratio(r.params + dp, r.expect_params), mib(r.grads, a[2], 64), mib(r.expect_grads, a[3], 64),
-           ratio(r.grads, r.expect_grads), placed(r.optimizer, dopt, a[4], 64), mib(r.master, a[5], 64),
+           ratio(r.params + dp, r.expect_params), placed(r.grads, dg, a[2], 64), mib(r.expect_grads, a[3], 64),
+           ratio(r.grads + dg, r.expect_grads), placed(r.optimizer, dopt, a[4], 64), mib(r.master, a[5], 64),
            mib(r.expect_optimizer, a[6], 64), ratio(r.optimizer + dopt, r.expect_optimizer));
     zs_log("buffers per rank: communication %s, stage-3 gathered cap %s, pinned host pool %s (swap buffers %s), "
            "on NVMe %s%s%s", mib(r.comm_buffers, a[0], 64), mib(r.prefetch_cap, a[1], 64), mib(r.pinned_pool, a[2], 64),
@@ -417,7 +418,8 @@ zs_status zs_estimate_memory(const char *config_json, int32_t world, int32_t nun
             free(nu);
             return zs_fail(ZS_ERR_INVALID, "zs_estimate_memory: unit %d: bad size %lld", u, (long long)unit_numel[u]);
         }
-        nu[u] = (struct zs_nvme_unit){.shard = pu.part.shard, .sharded = pu.sharded};
+        nu[u] = (struct zs_nvme_unit){.shard = pu.part.shard, .sharded = pu.sharded,
+                                      .grad_elem = p.grads_nvme ? (uint32_t)p.csz : 0};
     }
     zs_plan_finish(&p);
     uint64_t swap = 0, file = p.home[ZS_HOME_NVME], on_disk_params = 0;

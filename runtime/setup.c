@@ -290,7 +290,9 @@ zs_status zs_setup(zs_ctx *ctx)
     }
     for (int32_t p = 0; p < ctx->nparams; p++)
         ctx->numel += (uint64_t)ctx->params[p].numel;
-    zs_plan_init(&ctx->plan, &ctx->cfg, zs_placement_of(&ctx->cfg), ctx->world);
+    struct zs_placement pl = zs_placement_of(&ctx->cfg);
+    pl.device_apart = !ctx->dev.host_access; /* the device as opened (the tests' separate CPU device too) */
+    zs_plan_init(&ctx->plan, &ctx->cfg, pl, ctx->world);
     for (int32_t u = 0; u < ctx->nunits; u++)
         zs_plan_add(&ctx->plan, ctx->units[u].numel, ctx->units[u].frozen); /* partitioned above: cannot fail */
     zs_plan_finish(&ctx->plan);

@@ -66,17 +66,25 @@ static zs_status global_grad_norm(struct zs_ctx *ctx, double *norm, bool *overfl
     const void **x = malloc((size_t)ctx->nunits * sizeof(*x));
     int64_t *n = malloc((size_t)ctx->nunits * sizeof(*n));
     st = all && x && n ? ZS_OK : zs_fail(ZS_ERR_NOMEM, "zs_step: out of memory");
-    int32_t k = 0; /* the trainable units: a frozen one has no gradients */
+    int32_t k = 0; /* the trainable units in memory: a frozen one has no gradients */
     for (int32_t u = 0; !st && u < ctx->nunits; u++) {
-        if (ctx->units[u].frozen)
+        if (ctx->units[u].frozen || zs_nvme_grads_on_disk(ctx->nvme, u))
             continue;
         x[k] = zs_unit_grad_shard(ctx, u);
         n[k++] = ctx->units[u].part.shard;
     }
     if (!st && k)
         st = ctx->dev.ops->sumsq(&ctx->dev, x, n, k, ctx->gdt, all, ctx->dev.compute);
-    for (int32_t u = 0; !st && u < k; u++)
-        mine += all[u];
+    /* added in unit order; a shard on NVMe brings the partial taken as it was written (each unit's partial
+     * is its own segments folded alike, whichever call sums it: the same bits as in memory) */
+    for (int32_t u = 0, i = 0; !st && u < ctx->nunits; u++) {
+        if (ctx->units[u].frozen)
+            continue;
+        if (!zs_nvme_grads_on_disk(ctx->nvme, u))
+            mine += all[i++];
+        else if ((st = zs_grads_nvme_sumsq(ctx, u)) == ZS_OK)
+            mine += ctx->units[u].grad_sumsq;
+    }
     free(x);
     free(n);
     if (st) {
@@ -177,7 +185,7 @@ static void step_scalars(const struct zs_ctx *ctx, const zs_group_opts *v, doubl
 /* A sub-group's slice of one unit, its state paged in from NVMe: a launch of its groups' pieces. A failure
  * can only be a kernel missing, which set-up already ruled out (choose_kernel). */
 static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, void *disk_w, float *s1, float *s2,
-                        int64_t begin, int64_t end, void *arg)
+                        void *disk_g, int64_t begin, int64_t end, void *arg)
 {
     const struct zs_optim_groups *gr = arg;
     struct zs_optim_tensor t;
@@ -185,6 +193,8 @@ static void optim_paged(struct zs_ctx *ctx, int32_t u, float *disk_p, void *disk
     int32_t n;
 
     zs_unit_tensor(ctx, u, disk_p, disk_w, s1, s2, begin, end, &t);
+    if (disk_g) /* the gradient shard paged in with the state */
+        t.bufs.grad = zs_at(disk_g, begin, zs_dtype_bytes(ctx->gdt));
     n = zs_unit_split(ctx, u, &t, begin, gr->steps, gr->t);
     l = zs_unit_launch(ctx, &gr->steps[0], gr->t, n);
     ctx->dev.ops->optim(&ctx->dev, &l, ctx->dev.compute);

@@ -14,6 +14,7 @@
 #include "core/memory.h"
 #include "core/ranks.h"
 #include "core/units.h" /* defines: zs_unit_grad_shard */
+#include "offload/nvme_optim.h" /* defines: zs_nvme_grad_slot, zs_nvme_grad_write, zs_nvme_grad_read */
 #include "offload/offload.h"
 #include "bucket.h"   /* defines: struct zs_bucket */
 #include "quant_path.h" /* defines: zs_quant_grads, zs_quant_reduce */
@@ -44,6 +45,57 @@ static zs_status replicas_wait(struct zs_ctx *ctx, int32_t u, struct zs_coll_req
     return st;
 }
 
+/* ZeRO-Infinity's gradient offload (the plan's grads_nvme): the reduced shard lands in a swap slot, copied for the
+ * window's first micro-batch and added to the shard read back from the file for the later ones (the same
+ * operations on the same values as the accumulator in memory), then goes to the file. In the window's last
+ * micro-batch its squares for the norm are taken on the way. */
+static zs_status stream_reduction(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+    struct zs_device *d = &ctx->dev;
+    bool first = un->accumulated == 0;
+    const void *x;
+    void *slot;
+    zs_status st = zs_nvme_grad_slot(ctx->nvme, u, !first, &slot);
+
+    if (!st && first)
+        st = zs_device_copy(d, slot, false, un->reduced, false, (size_t)un->part.shard * ctx->csz);
+    else if (!st)
+        st = d->ops->accumulate(d, slot, un->reduced, ctx->cdt, un->part.shard, d->compute);
+    un->accumulated++;
+    un->grad = NULL;
+    un->reduced = NULL;
+    x = slot;
+    if (!st && zs_window_last(ctx)) {
+        st = d->ops->sumsq(d, &x, &un->part.shard, 1, ctx->gdt, &un->grad_sumsq, d->compute);
+        un->grad_sumsq_at = st ? 0 : un->accumulated;
+    }
+    if (!st)
+        st = zs_nvme_grad_write(ctx->nvme, u, slot);
+    if (st)
+        zs_error_prefix("fold the reduced gradients of unit '%s' (gradients on NVMe)", un->name);
+    return st;
+}
+
+zs_status zs_grads_nvme_sumsq(struct zs_ctx *ctx, int32_t u)
+{
+    struct zs_unit *un = &ctx->units[u];
+    const void *x;
+    void *buf;
+    zs_status st;
+
+    if (un->grad_sumsq_at == un->accumulated && un->accumulated > 0)
+        return ZS_OK;
+    st = zs_nvme_grad_read(ctx->nvme, u, &buf);
+    x = buf;
+    if (!st)
+        st = ctx->dev.ops->sumsq(&ctx->dev, &x, &un->part.shard, 1, ctx->gdt, &un->grad_sumsq, ctx->dev.compute);
+    if (st)
+        zs_error_prefix("zs_step: the gradient norm of unit '%s' (gradients on NVMe)", un->name);
+    un->grad_sumsq_at = st ? 0 : un->accumulated;
+    return st;
+}
+
 /* Completion of one unit's reduction: at stages 2-3 the reduced shard lands in the accumulator
  * (copied for the first micro-batch so that no extra rounding or -0.0 + 0.0 creeps in). Hybrid sharding: the
  * sum across shard groups waits for the step (zs_grads_sum_replicas), and so does the offloaded optimizer's copy. */
@@ -57,6 +109,8 @@ static zs_status finish_reduction(struct zs_ctx *ctx, int32_t u)
     un->grad_state = ZS_GRAD_IDLE;
     if (ctx->cfg.zero.stage < 2) /* reduced once, at the boundary: final (stage 1 may offload) */
         return ctx->cfg.zero.stage == 1 && !hybrid ? zs_offdev_grads_final(ctx, u, zs_unit_grad_shard(ctx, u)) : ZS_OK;
+    if (zs_nvme_grads_on_disk(ctx->nvme, u))
+        return stream_reduction(ctx, u);
     if (un->accumulated == 0)
         st = zs_device_copy(&ctx->dev, un->grad_shard, dev, un->reduced, dev, (size_t)un->part.shard * ctx->csz);
     else
@@ -363,6 +417,7 @@ zs_status zs_grads_zero(struct zs_ctx *ctx)
         if (ctx->cfg.zero.stage < 2 && !st && !un->frozen) /* deterministic mode: the deposits left the stage 2-3 buffers zero */
             st = ctx->dev.ops->zero(&ctx->dev, un->grad, (size_t)un->part.padded * ctx->psz, ctx->dev.compute);
         un->accumulated = 0;
+        un->grad_sumsq_at = 0;
     }
     if (ctx->cfg.zs.deterministic)
         zs_exact_zero(ctx);

@@ -32,6 +32,9 @@ zs_status zs_grads_flush(struct zs_ctx *ctx);      /* waits for every reduction 
 /* hybrid sharding, at the step after the flush: the window's gradients summed across the shard groups */
 zs_status zs_grads_sum_replicas(struct zs_ctx *ctx);
 zs_status zs_grads_zero(struct zs_ctx *ctx);       /* starts a new accumulation window */
+/* The plan's grads_nvme: unit u's squares for the norm, of its shard as the window left it in the swap file
+ * (un->grad_sumsq; taken as it was written, else read back now). */
+zs_status zs_grads_nvme_sumsq(struct zs_ctx *ctx, int32_t u);
 
 /* sharding/exact.c: zeroshard.deterministic "world_size_invariant" */
 zs_status zs_exact_setup(struct zs_ctx *ctx);       /* the counters, and full gradient buffers at stages 2-3 */

@@ -15,8 +15,9 @@ done
 export PYTHONPATH=$here/../python${PYTHONPATH:+:$PYTHONPATH} ZEROSHARD_LIB=$LIBDIR/libzeroshard.so
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 DS_ACCELERATOR=cpu
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# DeepSpeed's CPU ranks leave their shared-memory all-reduce buffers (69 MB each) in /dev/shm: removed by port
+trap 'rm -rf "$tmp" /dev/shm/deepspeed_allreduce_buffer_*_"$port"_*' EXIT
 # DeepSpeed's side must not see the MPI launcher's variables, nor ZeroShard's library
 torchrun --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$port" "$here/ds_ckpt.py" ds "$STAGE" "$tmp" \
   > "$tmp/ds.log" 2>&1 || { tail -40 "$tmp/ds.log"; echo "ds_ckpt: FAIL: DeepSpeed's run"; exit 1; }

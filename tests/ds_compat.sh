@@ -29,9 +29,15 @@ py_test_env ds_compat "$modules" "$LIBDIR"
 export OMP_NUM_THREADS=1 PYTHONWARNINGS=ignore
 zs() { python3 -m zeroshard.run -np 2 "$@"; }
 port() { python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'; }
-ds() { # DeepSpeed's launcher, 2 CPU ranks; Accelerate's CPU backend as zeroshard-run gives it (ds_site)
+# DeepSpeed's launcher, 2 CPU ranks; Accelerate's CPU backend as zeroshard-run gives it (ds_site). DeepSpeed's
+# CPU ranks leave their shared-memory all-reduce buffers (69 MB each) in /dev/shm: removed by port after the run.
+ds() {
+  local p rc=0
+  p=$(port)
   PYTHONPATH=$S/ds_site ZS_ACCELERATE_CPU_PY=$here/../python/zeroshard/_accelerate_cpu.py \
-    deepspeed --num_gpus 2 --no_local_rank --master_port "$(port)" "$@"
+    deepspeed --num_gpus 2 --no_local_rank --master_port "$p" "$@" || rc=$?
+  rm -f /dev/shm/deepspeed_allreduce_buffer_*_"$p"_*
+  return $rc
 }
 ds_accelerate() { # what `accelerate launch --use_deepspeed --deepspeed_config_file F` exports, then ds
   local f=$1

@@ -141,6 +141,17 @@ for stage in 1 2 3; do
   echo "np $N accumulation 2 stage $stage vs stage 0: $msg $r"
   check $r "accumulation 2 stage $stage: $msg"
 done
+# ... and with the optimizer on NVMe, where stages 2-3 stream the gradient shards to the swap file and add each
+# micro-batch to the shard read back: bit-identical to the same stage in memory
+nv=$(mktemp -d -p "${ZS_TEST_NVME_DIR:-$PWD}")
+for stage in 2 3; do
+  h0=$(run "gas_s$stage" "$N")
+  cfg "gas_nvme$stage" $stage true 1 2 "" ', "sub_group_size": 700, "offload_optimizer": {"device": "nvme", "nvme_path": "'"$nv"'"}'
+  h=$(run "gas_nvme$stage" "$N"); [ "$h" = "$h0" ] && r=ok || r=bad
+  echo "np $N accumulation 2 stage $stage offload_optimizer nvme: $h vs $h0 in memory $r"
+  check $r "accumulation 2 stage $stage nvme: params-hash $h != $h0"
+done
+rm -rf "$nv"
 
 # 3. world size: N ranks against one rank, same global batch
 if [ "$N" -gt 1 ]; then

@@ -23,7 +23,8 @@ struct want {
 };
 
 /* The reference: Adam(W) keeps m and v, 16-bit parameters fp32 masters; stage 1 shards the optimizer state,
- * stage 2 the gradients, stage 3 the parameters of units at or above the threshold. */
+ * stage 2 the gradients, stage 3 the parameters of units at or above the threshold; NVMe holds what offload
+ * nvme sends there. */
 static struct want reference(int stage, int off, bool bf16, bool det)
 {
     struct want w = { 0 };
@@ -42,7 +43,9 @@ static struct want reference(int stage, int off, bool bf16, bool det)
             w.cat[ZS_MEM_PARAMS] += p * (sharded ? sh : pad);
             w.host += sharded && off == 1 ? p * sh : 0;
         }
-        w.cat[ZS_MEM_GRADS] += stage <= 1 ? p * pad : p * sh;
+        /* stages 2-3 with the optimizer on NVMe (CPU device, not deterministic): the gradient shard in the swap
+         * file too (ZeRO-Infinity) */
+        w.cat[ZS_MEM_GRADS] += stage <= 1 ? p * pad : stage >= 2 && off == 2 && !det ? 0 : p * sh;
         if (det)
             w.cat[ZS_MEM_GRADS] += (stage >= 2 ? p * pad : 0) + 14 * pad;
         if (off != 2) {

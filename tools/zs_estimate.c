@@ -2,10 +2,10 @@
  * estimate_zero3_model_states_mem_needs, from the same accounting the runtime reports at start.
  *
  *   zs-estimate --world N (--params P | --mlp HIDDEN,LAYERS | --units N1,N2,...) [--config FILE]
- *               [--stage S] [--dtype fp32|bf16|fp16] [--offload none|cpu|nvme] [--json]
+ *               [--stage S] [--dtype fp32|bf16|fp16] [--offload none|cpu|nvme] [--device cpu|cuda] [--json]
  *
- * --config defaults to AdamW at stage 3; --stage, --dtype and --offload override it (offload sets both
- * offload_optimizer and, at stage 3, offload_param). --params P models P parameters in units of at most
+ * --config defaults to AdamW at stage 3; --stage, --dtype, --offload and --device override it (offload sets both
+ * offload_optimizer and, at stage 3, offload_param; device sets zeroshard.device). --params P models P parameters in units of at most
  * 2^24 elements; --mlp is examples/train_mlp.c's model (16 inputs, 4 classes). Needs no MPI. */
 #include <errno.h>
 #include <inttypes.h>
@@ -26,7 +26,7 @@ struct est_args {
     int world, stage;         /* stage -1: the config's */
     int mics;                 /* --mics-shard-size (0: the config's) */
     int hpz;                  /* --hpz-partition-size (0: the config's) */
-    const char *config, *dtype, *offload;
+    const char *config, *dtype, *offload, *device;
     int64_t *units;
     int32_t nunits;
     bool json;
@@ -36,7 +36,7 @@ static void print_usage(FILE *f)
 {
     fprintf(f, "usage: zs-estimate --world N (--params P | --mlp HIDDEN,LAYERS | --units N1,N2,...) [--config FILE]\n"
                     "                   [--stage S] [--dtype fp32|bf16|fp16] [--offload none|cpu|nvme] [--mics-shard-size G]\n"
-                    "                   [--hpz-partition-size H] [--json]\n"
+                    "                   [--hpz-partition-size H] [--device cpu|cuda] [--json]\n"
                     "       zs-estimate --time ...   the step-time model (zs-estimate --time --help)\n");
 }
 
@@ -59,6 +59,8 @@ static void help(void)
            "  --stage S          ZeRO stage 0-3 (overrides the config's)\n"
            "  --dtype D          fp32, bf16 or fp16 parameters (overrides the config's)\n"
            "  --offload O        none, cpu or nvme: offload_optimizer and, at stage 3, offload_param\n"
+           "  --device D         cpu or cuda: where the model states live (zeroshard.device; on cuda the gradient\n"
+           "                     shard stays in GPU memory with the optimizer on NVMe, on cpu it goes to the file)\n"
            "  --mics-shard-size G  hybrid sharding: shards over groups of G ranks (zero_optimization.mics_shard_size)\n"
            "  --hpz-partition-size H  ZeRO++ hpZ at stage 3: a secondary parameter copy over groups of H ranks\n"
            "                     (zero_optimization.zero_hpz_partition_size)\n"
@@ -145,6 +147,10 @@ static int parse(struct est_args *a, int argc, char **argv)
             if (strcmp(v, "none") && strcmp(v, "cpu") && strcmp(v, "nvme"))
                 return usage("--offload: none, cpu or nvme");
             a->offload = v;
+        } else if (!strcmp(o, "--device")) {
+            if (strcmp(v, "cpu") && strcmp(v, "cuda"))
+                return usage("--device: cpu or cuda");
+            a->device = v;
         } else {
             return usage("unknown option");
         }
@@ -210,6 +216,8 @@ static char *config_text(const struct est_args *a)
             json_decref(o);
         }
     }
+    if (a->device)
+        json_object_set_new(section(root, "zeroshard"), "device", json_string(a->device));
     out = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     return out;
@@ -261,7 +269,8 @@ int main(int argc, char **argv)
         if (r.hpz_size)
             printf("   of which hpZ  %10.3f GiB   (secondary copy over %d ranks; ZeRO++: psz x Psi / %d)\n",
                    gib(r.hpz_secondary), r.hpz_size, r.hpz_size);
-        printf("  gradients      %10.3f GiB   (ZeRO formula %.3f)\n", gib(r.grads), gib(r.expect_grads));
+        printf("  gradients      %10.3f GiB   (ZeRO formula %.3f%s)\n", gib(r.grads), gib(r.expect_grads),
+               !r.grads && r.expect_grads && r.swap_buffers ? "; on NVMe with the optimizer state" : "");
         printf("  optimizer      %10.3f GiB   (ZeRO formula %.3f; fp32 masters %.3f)\n", gib(r.optimizer),
                gib(r.expect_optimizer), gib(r.master));
         printf("  grad bucket    %10.3f GiB\n", gib(r.comm_buffers));
