@@ -100,6 +100,8 @@ def job(a):
         m = eng.memory()
         out["engine_at_peak"] = m["peak"]["engine_total"]
         out["peak_sampled"] = m["peak"]["rss"]
+        out["torch_at_peak"] = m["peak"]["torch"] + m["peak"]["heap_free"]
+        out["peers_at_peak"] = m["peak"]["peers_shared"]
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -217,12 +219,15 @@ def trial(a, backend, layers, tmp, cache):
     r = {"backend": backend, "layers": layers, "params": params(a, layers), "ok": ok, "why": why,
          "wall_s": time.time() - t0, "peak_rss": max([x["peak_rss"] for x in res] or [peak_one]),
          "peak_sum": peak_sum, "log": log}
+    r["pss"] = peak_sum
     if ok:
         steps = [statistics.median(x["step_s"][i] for x in res) for i in range(a.steps)]
         kept = steps[1:] or steps
         r.update(step_s=statistics.median(kept), step_range=(min(kept), max(kept)), steps=steps)
         if backend == "zeroshard":
             r["engine"] = max(x["engine_at_peak"] for x in res)
+            r["torch"] = max(x["torch_at_peak"] for x in res)
+            r["peers"] = max(x["peers_at_peak"] for x in res)
             r["estimate"] = estimate(a, layers, cfg_path)
     cache[key] = r
     show(r)
@@ -234,10 +239,11 @@ def show(r):
          f"{'trains' if r['ok'] else r['why']}")
     if r["ok"]:
         s += (f", {r['step_s']:.1f} s/step ({r['step_range'][0]:.1f}..{r['step_range'][1]:.1f}), "
-              f"peak RSS {r['peak_rss'] / MiB:.0f} MiB/rank")
+              f"peak RSS {r['peak_rss'] / MiB:.0f} MiB/rank, PSS of the job {r['pss'] / MiB:.0f} MiB")
         if r.get("engine") is not None:
             est = f"{r['estimate'] / MiB:.0f}" if r.get("estimate") else "-"
-            s += f", engine at the peak {r['engine'] / MiB:.0f} MiB (zs-estimate {est})"
+            s += (f", at the peak the engine {r['engine'] / MiB:.0f} MiB (zs-estimate {est}), torch's heap "
+                  f"{r['torch'] / MiB:.0f} MiB, the peer's shared pages {r['peers'] / MiB:.0f} MiB")
     else:
         s += f" (highest RSS of a process {r['peak_rss'] / MiB:.0f} MiB, PSS of the job {r['peak_sum'] / MiB:.0f} MiB)"
     print(s + f" [{r['wall_s']:.0f} s]", flush=True)
