@@ -6,8 +6,9 @@ one invocation.
                            [--steps 3] [--start 4] [--resolution 2] [--max-layers 96] [--mem-limit GiB]
                            [--nvme DIR] [--ds-python PY] [--at L ...] [--trial-timeout S]
 
-The probe runs on the layer count at a fixed width: it doubles from --start while a run trains, then bisects
-between the last size that trained and the first that did not, down to --resolution layers. A trial trains when
+The probe runs on the layer count at a fixed width: it doubles from --start while a run trains (trying
+--max-layers itself before it stops there), then bisects between the last size that trained and the first that
+did not, down to --resolution layers. A trial trains when
 every rank finishes --steps steps of micro-batch 1 (the script below: a Hugging Face GPT2LMHeadModel built under
 zero.Init, AdamW, stage 3 with offload_param and offload_optimizer on NVMe) while the job's processes together
 stay under --mem-limit of memory (default: 92% of MemAvailable at the start); a guard sums their proportional set
@@ -254,12 +255,13 @@ def probe(a, backend, tmp, cache):
     good, bad, L = 0, None, a.start
     while L <= a.max_layers:
         if trial(a, backend, L, tmp, cache)["ok"]:
-            good, L = L, L * 2
+            good = L
+            L = a.max_layers if L < a.max_layers < 2 * L else 2 * L   # the cap itself once, before stopping
         else:
             bad = L
             break
     if bad is None:
-        return good
+        return good   # --max-layers trains: the largest is at least that
     while good and bad - good > a.resolution:
         mid = (good + bad) // 2
         if trial(a, backend, mid, tmp, cache)["ok"]:
@@ -316,7 +318,8 @@ def main():
     for b in backends:
         r = cache.get((b, largest[b]))
         if r and r["ok"]:
-            print(f"| {b} | {largest[b]} layers | {r['params'] / 1e9:.2f}B | {r['step_s']:.1f} | "
+            cap = " (at least: --max-layers)" if largest[b] == a.max_layers else ""
+            print(f"| {b} | {largest[b]} layers{cap} | {r['params'] / 1e9:.2f}B | {r['step_s']:.1f} | "
                   f"{r['peak_rss'] / MiB:.0f} MiB |")
         else:
             print(f"| {b} | none from {a.start} layers | | | |")
