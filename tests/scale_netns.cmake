@@ -6,5 +6,5 @@ add_test(NAME netns4 COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/netns4.sh $<TARGET
 # included after tests/CMakeLists.txt's blanket settings: the test environment (mpirun as root, leak checks
 # off under ASan, its own Open MPI session directory) set here
 file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/ompi-session/netns4)
-set_tests_properties(netns4 PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77
+set_tests_properties(netns4 PROPERTIES TIMEOUT 420 SKIP_RETURN_CODE 77
   ENVIRONMENT "${ZS_TEST_ENV};OMPI_MCA_orte_tmpdir_base=${CMAKE_CURRENT_BINARY_DIR}/ompi-session/netns4")
